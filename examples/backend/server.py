@@ -1,0 +1,115 @@
+"""The example pool backend: an ordinary HTTP backend that answers a POST per job.
+
+    GET  /health   200 once the backend can take work
+    POST /render   {"gameId": str, "format"?: "mp4"|"gif"|"webm", "seconds"?: float,
+                    "fail"?: bool}
+                   sleeps `seconds` (default $RENDER_SECONDS or 0.05),
+                   answers {"url", "pid", "calls"}
+
+Standard library only, so it runs as a plain process (deploy.command) as well as in its image.
+Settings: PORT (default 8080), HOST (default 127.0.0.1; the image sets 0.0.0.0), RENDER_SECONDS,
+BACKEND_LOG (a file that gets one JSON line per job start and end, with the attempt id the agent
+sends in X-Sp00ky-Attempt, for tests that prove no two attempts overlapped).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+FORMATS = ("mp4", "gif", "webm")
+_calls = 0
+_lock = threading.Lock()
+
+
+def _log(event: str, **fields: Any) -> None:
+    path = os.environ.get("BACKEND_LOG")
+    if not path:
+        return
+    line = json.dumps({"event": event, "pid": os.getpid(), "t": time.time(), **fields})
+    with _lock, open(path, "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # http.server writes headers and body separately; without this every keep-alive
+    # answer waits for a delayed ACK (DESIGN.md: p50 44 ms instead of under 1 ms).
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        sys.stdout.write(f"backend: {self.address_string()} {format % args}\n")
+        sys.stdout.flush()
+
+    def _answer(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._answer(200, {"ok": True, "pid": os.getpid()})
+        else:
+            self._answer(404, {"error": f"no route GET {self.path}"})
+
+    def do_POST(self) -> None:
+        global _calls
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            payload = json.loads(self.rfile.read(length) or b"{}")
+        except json.JSONDecodeError as exc:
+            self._answer(400, {"error": f"body is not JSON: {exc}"})
+            return
+        if self.path != "/render":
+            self._answer(404, {"error": f"no route POST {self.path}"})
+            return
+        if not isinstance(payload, dict) or not isinstance(payload.get("gameId"), str):
+            self._answer(422, {"error": "gameId (string) is required"})
+            return
+        fmt = payload.get("format", "mp4")
+        if fmt not in FORMATS:
+            self._answer(422, {"error": f"format must be one of {', '.join(FORMATS)}"})
+            return
+        with _lock:
+            _calls += 1
+            calls = _calls
+        attempt = self.headers.get("X-Sp00ky-Attempt", "")
+        seconds = float(payload.get("seconds", os.environ.get("RENDER_SECONDS", "0.05")))
+        _log("start", attempt=attempt, gameId=payload["gameId"])
+        time.sleep(max(seconds, 0.0))
+        _log("end", attempt=attempt, gameId=payload["gameId"])
+        if payload.get("fail"):
+            self._answer(500, {"error": "render failed (asked to by the payload)"})
+            return
+        url = f"https://renders.example.invalid/{payload['gameId']}.{fmt}"
+        self._answer(200, {"url": url, "pid": os.getpid(), "calls": calls})
+
+
+def main() -> None:
+    host = os.environ.get("HOST", "127.0.0.1")
+    port = int(os.environ.get("PORT", "8080"))
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    print(f"backend: listening on {host}:{server.server_port} pid={os.getpid()}", flush=True)
+    _log("boot")
+    try:
+        server.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        print("backend: stopped", flush=True)
+
+
+if __name__ == "__main__":
+    main()

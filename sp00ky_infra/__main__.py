@@ -1,0 +1,3 @@
+from sp00ky_infra.cli import main
+
+main()

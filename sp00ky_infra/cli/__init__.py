@@ -1,0 +1,22 @@
+"""The ``sp00ky-infra`` command line (also ``python -m sp00ky_infra``)."""
+
+from __future__ import annotations
+
+import click
+
+from sp00ky_infra import __version__
+from sp00ky_infra.cli.lint import lint, schema
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sp00ky-infra")
+def cli() -> None:
+    """Machine pools for sp00ky backends: jobs on machines that exist only while there is work."""
+
+
+cli.add_command(lint)
+cli.add_command(schema)
+
+
+def main() -> None:
+    cli(prog_name="sp00ky-infra")

@@ -1,0 +1,232 @@
+"""The typed, frozen configuration: what the rest of the program reads. Pure: no I/O.
+
+Durations are seconds (float). Defaults cite the docs (machine-pools.txt, jobs.txt,
+resource-pools.txt); where the docs give none the choice is written in sp00ky.schema.json's
+descriptions, and tests/test_config_model.py checks the two agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePath
+from types import MappingProxyType
+from typing import Any, Literal
+
+from sp00ky_infra.config.durations import parse_duration
+
+Provider = Literal["hetzner", "docker"]
+Recycle = Literal["job", "never"]
+Mode = Literal["single", "cluster"]
+
+DEFAULT_SERVER_TYPE = "cx33"  # machine-pools.txt, "Machine shape"
+DEFAULT_SLOTS = 1  # machine-pools.txt, "Machine shape"
+DEFAULT_LEASE = "90s"  # machine-pools.txt, "When things go wrong"
+DEFAULT_MAX_JOB_DURATION = "8h"  # machine-pools.txt, "The contract"
+DEFAULT_MAX_LIFETIME = "24h"  # machine-pools.txt, "Machine lifecycle"
+DEFAULT_IDLE_TIMEOUT = "5m"  # no default in the docs; their example's value
+DEFAULT_BOOT_TIMEOUT = "10m"  # no default in the docs; a boot takes about a minute
+DEFAULT_MAX_QUEUED = 1000  # resource-pools.txt
+DEFAULT_QUEUE_TIMEOUT = "1h"  # resource-pools.txt: queueTimeout 3600
+DEFAULT_RETENTION = {"success": "6h", "failed": "14d", "runSuccess": "24h", "runFailed": "30d"}
+
+
+def _frozen(mapping: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True, slots=True)
+class MachineShape:
+    type: str = DEFAULT_SERVER_TYPE
+    locations: tuple[str, ...] = ()
+    fallback_types: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    name: str
+    provider: Provider = "hetzner"
+    machine: MachineShape = MachineShape()
+    min: int = 0
+    max: int | None = None
+    autoscale: bool = False
+    buffer: int = 0
+    slots: int = DEFAULT_SLOTS
+    idle_timeout: float = parse_duration(DEFAULT_IDLE_TIMEOUT)
+    lease: float = parse_duration(DEFAULT_LEASE)
+    max_job_duration: float = parse_duration(DEFAULT_MAX_JOB_DURATION)
+    max_lifetime: float = parse_duration(DEFAULT_MAX_LIFETIME)
+    recycle: Recycle = "job"
+    boot_timeout: float = parse_duration(DEFAULT_BOOT_TIMEOUT)
+    max_queued: int = DEFAULT_MAX_QUEUED
+    queue_timeout: float = parse_duration(DEFAULT_QUEUE_TIMEOUT)
+
+    @property
+    def limit(self) -> int:
+        """The pool's size limit: max when it autoscales, min when fixed (the guardian's cap)."""
+        return (self.max or 0) if self.autoscale else self.min
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxMethod:
+    table: str
+    schema: str | None = None
+    concurrency: int | None = None  # None: only the pool's capacity caps it
+
+
+@dataclass(frozen=True, slots=True)
+class Deploy:
+    dockerfile: str | None = None
+    port: int | None = None
+    healthcheck: str | None = None
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    name: str
+    pool: str | None = None
+    spec: str | None = None
+    base_url: str | None = None
+    method: OutboxMethod | None = None
+    deploy: Deploy = Deploy()
+    env: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
+    timeout_overridable: bool = False
+
+    def revision(self, pool: Pool) -> str:
+        """Hash of what a machine runs: image, command, env and the pool's settings.
+
+        A machine whose revision differs from the config's is drained and replaced.
+        """
+        material = {
+            "deploy": asdict(self.deploy),
+            "env": dict(sorted(self.env.items())),
+            "pool": asdict(pool),
+        }
+        digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+        return digest[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    success: float = parse_duration(DEFAULT_RETENTION["success"])
+    failed: float = parse_duration(DEFAULT_RETENTION["failed"])
+    run_success: float = parse_duration(DEFAULT_RETENTION["runSuccess"])
+    run_failed: float = parse_duration(DEFAULT_RETENTION["runFailed"])
+    max_rows: int = 0  # 0: off
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    mode: Mode = "single"
+    pools: Mapping[str, Pool] = field(default_factory=lambda: MappingProxyType({}))
+    backends: Mapping[str, Backend] = field(default_factory=lambda: MappingProxyType({}))
+    retention: Retention = Retention()
+    root: str = "."  # the directory of sp00ky.yml; relative paths resolve against it
+
+    def backend_for(self, pool: str) -> Backend:
+        """The one backend that runs on ``pool`` (lint guarantees there is exactly one)."""
+        for backend in self.backends.values():
+            if backend.pool == pool:
+                return backend
+        raise KeyError(f"no backend runs on pool {pool!r}")
+
+    def resolve(self, relative: str) -> str:
+        return str(PurePath(self.root, relative))
+
+
+def build_config(data: Mapping[str, Any], root: str = ".") -> Config:
+    """Typed values from data that passed the schema and every lint rule."""
+    pools = {name: _pool(name, raw) for name, raw in (data.get("pools") or {}).items()}
+    backends = {
+        name: _backend(name, raw)
+        for name, raw in (data.get("apps") or {}).items()
+        if raw.get("type") == "backend"
+    }
+    return Config(
+        mode=data.get("mode", "single"),
+        pools=MappingProxyType(pools),
+        backends=MappingProxyType(backends),
+        retention=_retention(data.get("retention") or {}),
+        root=root,
+    )
+
+
+def _pool(name: str, raw: Mapping[str, Any]) -> Pool:
+    machine = raw.get("machine") or {}
+    return Pool(
+        name=name,
+        provider=raw.get("provider", "hetzner"),
+        machine=MachineShape(
+            type=machine.get("type", DEFAULT_SERVER_TYPE),
+            locations=tuple(machine.get("locations", ())),
+            fallback_types=tuple(machine.get("types", ())),
+        ),
+        min=raw.get("min", 0),
+        max=raw.get("max"),
+        autoscale=raw.get("autoscale", False),
+        buffer=raw.get("buffer", 0),
+        slots=raw.get("slots", DEFAULT_SLOTS),
+        idle_timeout=parse_duration(raw.get("idleTimeout", DEFAULT_IDLE_TIMEOUT)),
+        lease=parse_duration(raw.get("lease", DEFAULT_LEASE)),
+        max_job_duration=parse_duration(raw.get("maxJobDuration", DEFAULT_MAX_JOB_DURATION)),
+        max_lifetime=parse_duration(raw.get("maxLifetime", DEFAULT_MAX_LIFETIME)),
+        recycle=raw.get("recycle", "job"),
+        boot_timeout=parse_duration(raw.get("bootTimeout", DEFAULT_BOOT_TIMEOUT)),
+        max_queued=raw.get("maxQueued", DEFAULT_MAX_QUEUED),
+        queue_timeout=parse_duration(raw.get("queueTimeout", DEFAULT_QUEUE_TIMEOUT)),
+    )
+
+
+def _backend(name: str, raw: Mapping[str, Any]) -> Backend:
+    method = raw.get("method") or {}
+    deploy = raw.get("deploy") or {}
+    command = deploy.get("command", ())
+    if isinstance(command, str):
+        command = shlex.split(command)
+    env = {str(key): _env_value(value) for key, value in (raw.get("env") or {}).items()}
+    return Backend(
+        name=name,
+        pool=(raw.get("runOn") or {}).get("pool"),
+        spec=raw.get("spec"),
+        base_url=raw.get("baseUrl"),
+        method=(
+            OutboxMethod(
+                table=method["table"],
+                schema=method.get("schema"),
+                concurrency=method.get("concurrency"),
+            )
+            if method.get("type") == "outbox" and method.get("table")
+            else None
+        ),
+        deploy=Deploy(
+            dockerfile=deploy.get("dockerfile"),
+            port=deploy.get("port"),
+            healthcheck=deploy.get("healthcheck"),
+            command=tuple(command),
+        ),
+        env=_frozen(env),
+        timeout_overridable=raw.get("timeoutOverridable", False),
+    )
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _retention(raw: Mapping[str, Any]) -> Retention:
+    def window(key: str) -> float:
+        return parse_duration(raw.get(key, DEFAULT_RETENTION[key]))
+
+    return Retention(
+        success=window("success"),
+        failed=window("failed"),
+        run_success=window("runSuccess"),
+        run_failed=window("runFailed"),
+        max_rows=raw.get("maxRows", 0),
+    )

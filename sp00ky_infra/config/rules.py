@@ -1,0 +1,428 @@
+"""Lint rules for sp00ky.yml: one function per rule, each with a stable code.
+
+Rules read the plain data (not the typed model), defensively, so that one pass reports every
+problem even when other parts of the file are broken; a value of the wrong type is left to the
+JSON Schema. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sp00ky_infra.config.durations import DurationError, parse_duration
+from sp00ky_infra.config.errors import Severity
+
+Path = tuple[str | int, ...]
+
+LOCATIONS = ("fsn1", "nbg1", "hel1", "ash", "hil", "sin")
+PROVIDERS = ("hetzner", "docker")
+RECYCLE = ("job", "never")
+X86_TYPE = re.compile(r"^(cx|cpx|ccx)[0-9]{2,3}$")
+ARM_TYPE = re.compile(r"^cax[0-9]{2,3}$")
+MIN_LEASE_SECONDS = 30.0
+POOL_DURATIONS = (
+    "idleTimeout",
+    "lease",
+    "maxJobDuration",
+    "maxLifetime",
+    "bootTimeout",
+    "queueTimeout",
+)
+RETENTION_DURATIONS = ("success", "failed", "runSuccess", "runFailed")
+DEFAULT_MAX_JOB_DURATION = "8h"
+DEFAULT_MAX_LIFETIME = "24h"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    path: Path
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    code: str
+    name: str
+    summary: str
+    severity: Severity
+    check: Callable[[Mapping[str, Any]], Iterator[Finding]]
+
+
+RULES: list[Rule] = []
+
+
+def rule(
+    code: str, name: str, summary: str, severity: Severity = "error"
+) -> Callable[[Callable[[Mapping[str, Any]], Iterator[Finding]]], Callable[..., Iterator[Finding]]]:
+    def register(
+        check: Callable[[Mapping[str, Any]], Iterator[Finding]],
+    ) -> Callable[..., Iterator[Finding]]:
+        RULES.append(Rule(code, name, summary, severity, check))
+        return check
+
+    return register
+
+
+# --- tolerant views of the plain data ------------------------------------------------------
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def pools(data: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for name, pool in _mapping(data.get("pools")).items():
+        yield str(name), _mapping(pool)
+
+
+def backends(data: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for name, app in _mapping(data.get("apps")).items():
+        app = _mapping(app)
+        if app.get("type") == "backend":
+            yield str(name), app
+
+
+def pool_of(backend: Mapping[str, Any]) -> str | None:
+    pool = _mapping(backend.get("runOn")).get("pool")
+    return pool if isinstance(pool, str) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        return parse_duration(value)
+    except DurationError:
+        return None
+
+
+def _autoscale(pool: Mapping[str, Any]) -> bool:
+    return pool.get("autoscale") is True
+
+
+# --- references between pools and backends ----------------------------------------------
+
+
+@rule("SP101", "run-on-unknown-pool", "every runOn.pool names a declared pool")
+def run_on_names_a_pool(data: Mapping[str, Any]) -> Iterator[Finding]:
+    declared = {name for name, _ in pools(data)}
+    for name, backend in backends(data):
+        pool = pool_of(backend)
+        if pool is not None and pool not in declared:
+            known = ", ".join(sorted(declared)) or "none are declared"
+            yield Finding(
+                ("apps", name, "runOn", "pool"),
+                f"backend {name!r} runs on pool {pool!r}, which is not declared under pools "
+                f"(declared: {known}); declare it or fix the name",
+            )
+
+
+@rule("SP102", "pool-unused", "every pool is used by a backend")
+def pool_is_used(data: Mapping[str, Any]) -> Iterator[Finding]:
+    used = {pool_of(backend) for _, backend in backends(data)}
+    for name, _ in pools(data):
+        if name not in used:
+            yield Finding(
+                ("pools", name),
+                f"pool {name!r} is used by no backend; add `runOn: {{ pool: {name} }}` to the "
+                "backend that should run on it, or remove the pool",
+            )
+
+
+@rule("SP103", "pool-shared", "a pool is used by exactly one backend")
+def pool_has_one_backend(data: Mapping[str, Any]) -> Iterator[Finding]:
+    users: dict[str, list[str]] = {}
+    for name, backend in backends(data):
+        pool = pool_of(backend)
+        if pool is not None:
+            users.setdefault(pool, []).append(name)
+    for pool, names in users.items():
+        for name in names[1:]:
+            yield Finding(
+                ("apps", name, "runOn", "pool"),
+                f"pool {pool!r} is already used by backend {names[0]!r}; a machine runs exactly "
+                "one backend's image, so give each backend its own pool",
+            )
+
+
+# --- what a pool needs from its backend -----------------------------------------------------
+
+
+def _pool_backends(data: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for name, backend in backends(data):
+        if pool_of(backend) is not None:
+            yield name, backend
+
+
+@rule("SP104", "pool-backend-outbox", "a pool backend has an outbox method with a table")
+def pool_backend_has_outbox(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, backend in _pool_backends(data):
+        method = _mapping(backend.get("method"))
+        if method.get("type") != "outbox":
+            yield Finding(
+                ("apps", name, "method", "type"),
+                f"backend {name!r} runs on a pool, so it needs `method: {{ type: outbox }}`: "
+                "pool machines run outbox jobs",
+            )
+        if not method.get("table"):
+            yield Finding(
+                ("apps", name, "method", "table"),
+                f"backend {name!r} runs on a pool, so its outbox method needs a `table` "
+                "(the job table the pool's jobs are rows of)",
+            )
+
+
+@rule("SP105", "pool-backend-port", "a pool backend has a deploy.port")
+def pool_backend_has_port(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, backend in _pool_backends(data):
+        if "port" not in _mapping(backend.get("deploy")):
+            yield Finding(
+                ("apps", name, "deploy", "port"),
+                f"backend {name!r} runs on a pool, so it needs `deploy.port`: "
+                "the port the agent sends jobs to",
+            )
+
+
+@rule("SP106", "pool-backend-dockerfile", "a pool backend has a deploy.dockerfile")
+def pool_backend_has_dockerfile(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, backend in _pool_backends(data):
+        if not _mapping(backend.get("deploy")).get("dockerfile"):
+            yield Finding(
+                ("apps", name, "deploy", "dockerfile"),
+                f"backend {name!r} runs on a pool, so it needs `deploy.dockerfile`: "
+                "the image each machine runs",
+            )
+
+
+@rule(
+    "SP107",
+    "pool-backend-healthcheck",
+    "a pool backend should have a deploy.healthcheck",
+    severity="warning",
+)
+def pool_backend_has_healthcheck(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, backend in _pool_backends(data):
+        if not _mapping(backend.get("deploy")).get("healthcheck"):
+            yield Finding(
+                ("apps", name, "deploy", "healthcheck"),
+                f"backend {name!r} has no `deploy.healthcheck`; it will count as ready as soon "
+                "as its port accepts connections. Add a path that answers 2xx once it can work",
+            )
+
+
+# --- sizing ------------------------------------------------------------------------------------
+
+
+@rule("SP110", "autoscale-max", "autoscale: true has a max of at least 1")
+def autoscale_has_max(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        if not _autoscale(pool):
+            continue
+        if "max" not in pool:
+            yield Finding(
+                ("pools", name, "max"),
+                f"pool {name!r} autoscales, so it needs `max` (at least 1): the ceiling on "
+                "machines, and so the bill",
+            )
+        elif (top := _int(pool["max"])) is not None and top < 1:
+            yield Finding(
+                ("pools", name, "max"),
+                f"max is {top}, but an autoscaling pool needs max of at least 1",
+            )
+
+
+@rule("SP111", "min-above-max", "min is not above max")
+def min_not_above_max(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        low, top = _int(pool.get("min", 0)), _int(pool.get("max"))
+        if _autoscale(pool) and low is not None and top is not None and low > top:
+            yield Finding(
+                ("pools", name, "min"),
+                f"min ({low}) is above max ({top}); lower min or raise max",
+            )
+
+
+@rule("SP112", "buffer-above-max", "buffer is not above max")
+def buffer_not_above_max(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        buffer, top = _int(pool.get("buffer", 0)), _int(pool.get("max"))
+        if _autoscale(pool) and buffer is not None and top is not None and buffer > top:
+            yield Finding(
+                ("pools", name, "buffer"),
+                f"buffer ({buffer}) is above max ({top}); the pool could never hold that many "
+                "warm machines. Lower buffer or raise max",
+            )
+
+
+@rule("SP113", "fixed-pool-min", "a fixed pool has min of at least 1")
+def fixed_pool_has_min(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        low = _int(pool.get("min", 0))
+        if not _autoscale(pool) and low is not None and low < 1:
+            yield Finding(
+                ("pools", name, "min"),
+                f"pool {name!r} is fixed (no autoscale), so it always runs exactly `min` machines "
+                f"and min must be at least 1 (it is {low}); set min, or `autoscale: true` with "
+                "a max",
+            )
+
+
+@rule("SP114", "fixed-pool-max-buffer", "a fixed pool has no max or buffer")
+def fixed_pool_has_no_max_or_buffer(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        if _autoscale(pool):
+            continue
+        for key in ("max", "buffer"):
+            if key in pool:
+                yield Finding(
+                    ("pools", name, key),
+                    f"pool {name!r} is fixed (no autoscale), so `{key}` has no effect; remove it, "
+                    "or set `autoscale: true`",
+                )
+
+
+@rule("SP115", "slots-min", "slots is at least 1")
+def slots_at_least_one(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        slots = _int(pool.get("slots", 1))
+        if slots is not None and slots < 1:
+            yield Finding(
+                ("pools", name, "slots"),
+                f"slots is {slots}; a machine runs at least 1 job at a time",
+            )
+
+
+# --- durations -------------------------------------------------------------------------------
+
+
+@rule("SP120", "duration", "every duration parses")
+def durations_parse(data: Mapping[str, Any]) -> Iterator[Finding]:
+    places: list[tuple[Path, Any]] = []
+    for name, pool in pools(data):
+        places += [(("pools", name, key), pool[key]) for key in POOL_DURATIONS if key in pool]
+    retention = _mapping(data.get("retention"))
+    places += [
+        (("retention", key), retention[key]) for key in RETENTION_DURATIONS if key in retention
+    ]
+    for path, value in places:
+        try:
+            parse_duration(value)
+        except DurationError as exc:
+            yield Finding(path, str(exc))
+
+
+@rule("SP121", "lease-min", "lease is at least 30 seconds")
+def lease_at_least_30s(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        seconds = _seconds(pool.get("lease", "90s"))
+        if seconds is not None and seconds < MIN_LEASE_SECONDS:
+            yield Finding(
+                ("pools", name, "lease"),
+                f"lease is {pool['lease']}; it must be at least 30s so that polls can renew it",
+            )
+
+
+@rule("SP122", "lifetime-below-job", "maxLifetime is not shorter than maxJobDuration")
+def lifetime_covers_a_job(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        lifetime = _seconds(pool.get("maxLifetime", DEFAULT_MAX_LIFETIME))
+        job = _seconds(pool.get("maxJobDuration", DEFAULT_MAX_JOB_DURATION))
+        if lifetime is not None and job is not None and lifetime < job:
+            yield Finding(
+                ("pools", name, "maxLifetime"),
+                f"maxLifetime ({pool.get('maxLifetime', DEFAULT_MAX_LIFETIME)}) is shorter than "
+                f"maxJobDuration ({pool.get('maxJobDuration', DEFAULT_MAX_JOB_DURATION)}); a "
+                "machine must be able to finish its longest job. Raise maxLifetime or lower "
+                "maxJobDuration",
+            )
+
+
+# --- limitations, machine shape, providers --------------------------------------------------
+
+
+@rule("SP130", "cluster-mode", "pools need mode: cluster")
+def pools_need_cluster_mode(data: Mapping[str, Any]) -> Iterator[Finding]:
+    if any(True for _ in pools(data)) and data.get("mode") != "cluster":
+        yield Finding(
+            ("mode",),
+            f"pools are run by the scheduler, so the project needs `mode: cluster` "
+            f"(mode is {data.get('mode', 'unset')!r})",
+        )
+
+
+def _server_type_finding(path: Path, value: Any) -> Iterator[Finding]:
+    if not isinstance(value, str):
+        return
+    if ARM_TYPE.match(value):
+        yield Finding(
+            path,
+            f"{value!r} is an Arm (CAX) server type; the backend image is built for linux/amd64, "
+            "so use an x86 type from the CX, CPX or CCX lines (for example cx33)",
+        )
+    elif not X86_TYPE.match(value):
+        yield Finding(
+            path,
+            f"{value!r} is not a Hetzner Cloud x86 server type; use one from the CX, CPX or CCX "
+            "lines (for example cx33, cpx42, ccx23)",
+        )
+
+
+@rule("SP131", "server-type-x86", "machine types are Hetzner x86 types (no Arm CAX)")
+def server_types_are_x86(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        machine = _mapping(pool.get("machine"))
+        if "type" in machine:
+            yield from _server_type_finding(("pools", name, "machine", "type"), machine["type"])
+        fallbacks = machine.get("types")
+        if isinstance(fallbacks, list):
+            for index, value in enumerate(fallbacks):
+                yield from _server_type_finding(("pools", name, "machine", "types", index), value)
+
+
+@rule("SP132", "location", "locations are fsn1, nbg1, hel1, ash, hil or sin")
+def locations_are_known(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        locations = _mapping(pool.get("machine")).get("locations")
+        if not isinstance(locations, list):
+            continue
+        for index, value in enumerate(locations):
+            if value not in LOCATIONS:
+                yield Finding(
+                    ("pools", name, "machine", "locations", index),
+                    f"{value!r} is not a Hetzner location; use one of {', '.join(LOCATIONS)}",
+                )
+
+
+@rule("SP133", "provider", "provider is hetzner or docker")
+def provider_is_known(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        if "provider" in pool and pool["provider"] not in PROVIDERS:
+            yield Finding(
+                ("pools", name, "provider"),
+                f"provider {pool['provider']!r} is not supported; use `hetzner` (a VM per "
+                "machine) or `docker` (a container per machine). Hetzner is the only cloud",
+            )
+
+
+@rule("SP134", "recycle", "recycle is job or never")
+def recycle_is_known(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        if "recycle" in pool and pool["recycle"] not in RECYCLE:
+            yield Finding(
+                ("pools", name, "recycle"),
+                f"recycle {pool['recycle']!r} is not known; use `job` (a fresh backend process "
+                "for every job, the default) or `never` (keep the process up)",
+            )
+
+
+def run_rules(data: Any) -> Iterator[tuple[Rule, Finding]]:
+    """Every finding of every rule, in rule order."""
+    mapping = _mapping(data)
+    for each in RULES:
+        for finding in each.check(mapping):
+            yield each, finding

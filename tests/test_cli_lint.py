@@ -1,0 +1,118 @@
+"""`sp00ky-infra lint` as a user runs it: real processes, exit codes, output lines."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.configs import DELETE, varied
+from tests.helpers import ROOT, cli
+
+LINE = re.compile(
+    r"^(?P<path>[^\s:]+): (?P<message>.+) \[(?P<code>SP\d{3})\] \(line (?P<line>\d+)\)$"
+)
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yml")), ids=lambda p: p.name)
+def test_every_example_passes(example: Path) -> None:
+    done = cli("lint", str(example))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{example}: ok. Checked against the JSON Schema and" in done.stdout
+
+
+def test_several_problems_print_one_line_each_and_exit_1(tmp_path: Path) -> None:
+    path = tmp_path / "sp00ky.yml"
+    path.write_text(
+        "mode: cluster\n"
+        "pools:\n"
+        "  render:\n"
+        "    machine: { type: cax11 }\n"
+        "    autoscale: true\n"
+        "    max: 2\n"
+        "    buffer: 3\n"
+        "    lease: 10s\n"
+        "apps:\n"
+        "  renderer:\n"
+        "    type: backend\n"
+        "    runOn: { pool: render }\n"
+        "    method: { type: outbox, table: render_job }\n"
+        "    deploy: { dockerfile: Dockerfile, healthcheck: /health }\n"
+    )
+    done = cli("lint", str(path))
+    assert done.returncode == 1
+    parsed = [LINE.match(line) for line in done.stdout.splitlines()]
+    assert all(parsed), done.stdout
+    assert [(m["path"], m["code"], int(m["line"])) for m in parsed if m] == [
+        ("pools.render.machine.type", "SP131", 4),
+        ("pools.render.buffer", "SP112", 7),
+        ("pools.render.lease", "SP121", 8),
+        ("apps.renderer.deploy.port", "SP105", 14),
+    ]
+    assert f"{path}: 4 problem(s)" in done.stderr
+
+
+def test_json_output(tmp_path: Path) -> None:
+    path = tmp_path / "pools.yml"
+    path.write_text(yaml.safe_dump(varied(("pools.render.min", 7))))
+    done = cli("lint", str(path), "--json")
+    assert done.returncode == 1
+    (issue,) = json.loads(done.stdout)
+    assert issue["path"] == "pools.render.min" and issue["code"] == "SP111"
+    assert issue["message"] == "min (7) is above max (2); lower min or raise max"
+    assert isinstance(issue["line"], int) and issue["severity"] == "error"
+
+
+def test_warnings_alone_exit_0(tmp_path: Path) -> None:
+    path = tmp_path / "sp00ky.yml"
+    path.write_text(yaml.safe_dump(varied(("apps.renderer.deploy.healthcheck", DELETE))))
+    done = cli("lint", str(path))
+    assert done.returncode == 0
+    assert "apps.renderer.deploy.healthcheck: warning: backend 'renderer' has no" in done.stdout
+    assert "1 warning(s)" in done.stdout
+
+
+def test_default_file_is_sp00ky_yml_in_the_working_directory(tmp_path: Path) -> None:
+    (tmp_path / "sp00ky.yml").write_text(yaml.safe_dump(varied()))
+    assert cli("lint", cwd=tmp_path, env={"SPKY_CONFIG": ""}).returncode == 0
+    missing = cli("lint", cwd=tmp_path / "..", env={"SPKY_CONFIG": ""})
+    assert missing.returncode == 2
+    assert "sp00ky.yml: no such file" in missing.stderr
+
+
+def test_spky_config_is_the_default_when_set(tmp_path: Path) -> None:
+    path = tmp_path / "elsewhere.yml"
+    path.write_text(yaml.safe_dump(varied(("pools.render.slots", 0))))
+    done = cli("lint", env={"SPKY_CONFIG": str(path)})
+    assert done.returncode == 1 and "pools.render.slots: slots is 0" in done.stdout
+
+
+def test_unreadable_file_exits_2(tmp_path: Path) -> None:
+    done = cli("lint", str(tmp_path / "missing.yml"))
+    assert done.returncode == 2
+    assert f"error: {tmp_path / 'missing.yml'}: no such file" in done.stderr
+    assert cli("lint", str(tmp_path)).returncode == 2
+
+
+def test_malformed_yaml_reports_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "sp00ky.yml"
+    path.write_text("mode: cluster\npools:\n  render:\n    min: [1, 2\n    max: 3\n")
+    done = cli("lint", str(path))
+    assert done.returncode == 2
+    assert re.search(r"not valid YAML: .* \(line 5, column 8\)", done.stderr), done.stderr
+
+
+def test_not_utf8_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "sp00ky.yml"
+    path.write_bytes(b"mode: \xff\xfe\n")
+    done = cli("lint", str(path))
+    assert done.returncode == 2 and "cannot be read" in done.stderr
+
+
+def test_schema_command_prints_the_schema() -> None:
+    done = cli("schema")
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["$schema"].endswith("2020-12/schema")

@@ -1,0 +1,107 @@
+"""The example backend as a real process on loopback: health, jobs, its log, SIGTERM."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+from jsonschema import Draft202012Validator
+
+from tests.helpers import ROOT
+
+SERVER = ROOT / "examples" / "backend" / "server.py"
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]:
+    log = tmp_path / "backend.jsonl"
+    env = {**os.environ, "PORT": "0", "BACKEND_LOG": str(log), "RENDER_SECONDS": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        match = re.search(r"listening on 127\.0\.0\.1:(\d+) pid=(\d+)", first)
+        assert match, first
+        yield f"http://127.0.0.1:{match.group(1)}", log, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_health_and_a_job(backend: tuple[str, Path, subprocess.Popen[str]]) -> None:
+    url, log, proc = backend
+    health = requests.get(f"{url}/health", timeout=5)
+    assert health.status_code == 200 and health.json()["pid"] == proc.pid
+    answer = requests.post(
+        f"{url}/render",
+        json={"gameId": "g1", "format": "gif"},
+        headers={"X-Sp00ky-Attempt": "a-1"},
+        timeout=5,
+    )
+    assert answer.status_code == 200
+    assert answer.json() == {
+        "url": "https://renders.example.invalid/g1.gif",
+        "pid": proc.pid,
+        "calls": 1,
+    }
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["event"], e.get("attempt")) for e in events] == [
+        ("boot", None),
+        ("start", "a-1"),
+        ("end", "a-1"),
+    ]
+
+
+def test_bad_payloads_and_routes(backend: tuple[str, Path, subprocess.Popen[str]]) -> None:
+    url, _, _ = backend
+    assert requests.post(f"{url}/render", json={}, timeout=5).status_code == 422
+    assert requests.post(f"{url}/render", data=b"{", timeout=5).status_code == 400
+    failed = requests.post(f"{url}/render", json={"gameId": "g", "fail": True}, timeout=5)
+    assert failed.status_code == 500 and "asked to" in failed.json()["error"]
+    assert requests.post(f"{url}/nope", json={}, timeout=5).status_code == 404
+
+
+def test_one_connection_serves_many_requests(
+    backend: tuple[str, Path, subprocess.Popen[str]],
+) -> None:
+    url, _, _ = backend
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        sockets = set()
+        for _ in range(3):
+            conn.request("GET", "/health")
+            answer = conn.getresponse()
+            assert answer.status == 200 and json.loads(answer.read())["ok"] is True
+            sockets.add(id(conn.sock))
+        assert len(sockets) == 1, "the backend closed a keep-alive connection"
+    finally:
+        conn.close()
+
+
+def test_sigterm_stops_it(backend: tuple[str, Path, subprocess.Popen[str]]) -> None:
+    _, _, proc = backend
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+
+
+def test_openapi_spec_requires_game_id() -> None:
+    spec = yaml.safe_load((ROOT / "examples" / "backend" / "openapi.yml").read_text())
+    body = spec["paths"]["/render"]["post"]["requestBody"]["content"]["application/json"]
+    validator = Draft202012Validator(body["schema"])
+    assert list(validator.iter_errors({"gameId": "g", "format": "mp4"})) == []
+    (error,) = validator.iter_errors({"format": "mp4"})
+    assert "'gameId' is a required property" in error.message
