@@ -1,0 +1,84 @@
+"""Versioned schema migrations, applied in order at start (each once, in its own transaction).
+
+The SQL is written once for both back ends: types and partial indexes that SQLite and
+PostgreSQL both accept. Add a migration by appending to MIGRATIONS; never edit an old one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "jobs as outbox rows, and hourly counters of pruned jobs",
+        (
+            """
+            CREATE TABLE jobs (
+                id TEXT PRIMARY KEY,
+                backend TEXT NOT NULL,
+                tbl TEXT NOT NULL,
+                path TEXT NOT NULL,
+                payload TEXT NOT NULL,
+                status TEXT NOT NULL
+                    CHECK (status IN ('pending', 'processing', 'success', 'failed')),
+                retries INTEGER NOT NULL DEFAULT 0,
+                max_retries INTEGER NOT NULL DEFAULT 3 CHECK (max_retries >= 0),
+                retry_strategy TEXT NOT NULL DEFAULT 'linear'
+                    CHECK (retry_strategy IN ('linear', 'exponential')),
+                delay_ms BIGINT NOT NULL DEFAULT 0,
+                timeout DOUBLE PRECISION,
+                errors TEXT NOT NULL DEFAULT '[]',
+                result TEXT,
+                assignee TEXT,
+                assigned_to TEXT,
+                created_at DOUBLE PRECISION NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL,
+                pool TEXT,
+                priority INTEGER NOT NULL DEFAULT 0,
+                slots INTEGER NOT NULL DEFAULT 1 CHECK (slots >= 1),
+                run_after DOUBLE PRECISION NOT NULL,
+                queue_timeout DOUBLE PRECISION,
+                queue_deadline DOUBLE PRECISION,
+                max_job_duration DOUBLE PRECISION,
+                attempt TEXT,
+                attempt_number INTEGER NOT NULL DEFAULT 0,
+                machine TEXT,
+                lease_expires_at DOUBLE PRECISION,
+                deadline DOUBLE PRECISION,
+                cancel_requested INTEGER NOT NULL DEFAULT 0,
+                started_at DOUBLE PRECISION,
+                finished_at DOUBLE PRECISION,
+                attempts TEXT NOT NULL DEFAULT '[]'
+            )
+            """,
+            "CREATE INDEX jobs_queue ON jobs (tbl, priority DESC, created_at, id)"
+            " WHERE status = 'pending'",
+            "CREATE INDEX jobs_pool_queue ON jobs (pool) WHERE status = 'pending'",
+            "CREATE INDEX jobs_queue_deadline ON jobs (queue_deadline) WHERE status = 'pending'",
+            "CREATE INDEX jobs_in_flight ON jobs (tbl) WHERE status = 'processing'",
+            "CREATE INDEX jobs_leases ON jobs (lease_expires_at) WHERE status = 'processing'",
+            "CREATE INDEX jobs_deadlines ON jobs (deadline) WHERE status = 'processing'",
+            "CREATE INDEX jobs_machine ON jobs (machine) WHERE status = 'processing'",
+            "CREATE INDEX jobs_finished ON jobs (status, tbl, finished_at)",
+            "CREATE INDEX jobs_recent ON jobs (created_at)",
+            """
+            CREATE TABLE job_counters (
+                tbl TEXT NOT NULL,
+                hour BIGINT NOT NULL,
+                outcome TEXT NOT NULL,
+                count BIGINT NOT NULL,
+                PRIMARY KEY (tbl, hour, outcome)
+            )
+            """,
+        ),
+    ),
+)

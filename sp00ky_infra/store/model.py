@@ -1,0 +1,170 @@
+"""Job rows as values, and the store's errors.
+
+StoreError (root)
+├── JobNotFound        no job has that id
+├── InvalidJob         a new job's fields are wrong (names the field)
+├── QueueFull          the pool's maxQueued jobs are already waiting
+├── Conflict           the job is not in a state that allows the operation
+│   └── StaleAttempt   a report for an attempt that is no longer current (fencing)
+└── StoreUnavailable   the store cannot be reached or opened
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+from sp00ky_infra.policy.jobs import RetryStrategy
+
+JobStatus = Literal["pending", "processing", "success", "failed"]
+STATUSES: tuple[JobStatus, ...] = ("pending", "processing", "success", "failed")
+TERMINAL: tuple[JobStatus, ...] = ("success", "failed")
+
+# Error codes written on a job's `errors` (README, "Job error codes").
+LEASE_EXPIRED = "lease_expired"
+CANCELLED = "cancelled"
+TIMEOUT = "timeout"
+BACKEND_ERROR = "backend_error"
+BACKEND_UNREACHABLE = "backend_unreachable"
+BOOT_FAILED = "boot_failed"
+QUEUE_TIMEOUT = "queue_timeout"
+
+
+class ErrorEntry(TypedDict, total=False):
+    code: str
+    reason: str
+    at: float
+    attempt: int
+    status: int  # the backend's HTTP status, for backend_error
+    result: Any  # an answer that came after the job was killed
+
+
+class AttemptEntry(TypedDict, total=False):
+    id: str
+    number: int
+    machine: str | None
+    started_at: float
+    ended_at: float | None
+    outcome: str | None
+
+
+class StoreError(Exception):
+    """Root of every store error."""
+
+
+class JobNotFound(StoreError):
+    pass
+
+
+class InvalidJob(StoreError):
+    pass
+
+
+class QueueFull(StoreError):
+    pass
+
+
+class Conflict(StoreError):
+    pass
+
+
+class StaleAttempt(Conflict):
+    pass
+
+
+class StoreUnavailable(StoreError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to write: the row `run` creates (the docs' db.run())."""
+
+    backend: str
+    table: str
+    path: str
+    payload: Any = None
+    max_retries: int = 3
+    retry_strategy: RetryStrategy = "linear"
+    delay_ms: int = 0
+    timeout: float | None = None  # seconds; shortens the pool's maxJobDuration
+    priority: int = 0
+    slots: int = 1
+    pool: str | None = None
+    assigned_to: str | None = None
+    queue_timeout: float | None = None  # seconds a job may wait once eligible
+    max_job_duration: float | None = None  # the pool's; with timeout, bounds each attempt
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    backend: str
+    table: str
+    path: str
+    payload: Any
+    status: JobStatus
+    retries: int
+    max_retries: int
+    retry_strategy: RetryStrategy
+    delay_ms: int
+    timeout: float | None
+    errors: tuple[ErrorEntry, ...]
+    result: Any
+    assignee: str | None
+    assigned_to: str | None
+    created_at: float
+    updated_at: float
+    pool: str | None
+    priority: int
+    slots: int
+    run_after: float
+    queue_timeout: float | None
+    queue_deadline: float | None
+    max_job_duration: float | None
+    attempt: str | None
+    attempt_number: int
+    machine: str | None
+    lease_expires_at: float | None
+    deadline: float | None
+    cancel_requested: bool
+    started_at: float | None
+    finished_at: float | None
+    attempts: tuple[AttemptEntry, ...] = field(default=())
+
+    def as_json(self) -> dict[str, Any]:
+        """Every field, JSON-ready (``jobs get --json``)."""
+        return {
+            "id": self.id,
+            "backend": self.backend,
+            "table": self.table,
+            "path": self.path,
+            "status": self.status,
+            "payload": self.payload,
+            "result": self.result,
+            "errors": list(self.errors),
+            "retries": self.retries,
+            "max_retries": self.max_retries,
+            "retry_strategy": self.retry_strategy,
+            "delay": self.delay_ms,
+            "timeout": self.timeout,
+            "priority": self.priority,
+            "slots": self.slots,
+            "pool": self.pool,
+            "assigned_to": self.assigned_to,
+            "assignee": self.assignee,
+            "machine": self.machine,
+            "attempt": self.attempt,
+            "attempt_number": self.attempt_number,
+            "attempts": list(self.attempts),
+            "lease_expires_at": self.lease_expires_at,
+            "deadline": self.deadline,
+            "queue_timeout": self.queue_timeout,
+            "queue_deadline": self.queue_deadline,
+            "run_after": self.run_after,
+            "cancel_requested": self.cancel_requested,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }

@@ -1,0 +1,74 @@
+"""The PostgreSQL dialect (psycopg 3; one autocommit connection per thread).
+
+Write transactions are explicit; a queue's admission is serialized by a transaction-scoped
+advisory lock (so the head of a queue is never overtaken), and rows are read with
+``FOR UPDATE SKIP LOCKED`` so that a claim never waits on a row another writer holds.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+from sp00ky_infra.store.model import StoreUnavailable
+from sp00ky_infra.store.sql import Cursor, SqlStore
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
+
+
+class PostgresStore(SqlStore):
+    placeholder = "%s"
+    for_update = " FOR UPDATE"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._local = threading.local()
+        self._opened: list[psycopg.Connection] = []
+        self._guard = threading.Lock()
+
+    def _connection(self) -> psycopg.Connection:
+        conn: psycopg.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            try:
+                conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+            except psycopg.Error as exc:
+                raise StoreUnavailable(
+                    f"cannot connect to PostgreSQL at {redact(self.url)}: {exc}".strip()
+                ) from exc
+            self._local.conn = conn
+            with self._guard:
+                self._opened.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[Cursor]:
+        conn = self._connection()
+        with conn.transaction(), conn.cursor() as cur:
+            yield cur
+
+    @contextmanager
+    def _read(self) -> Iterator[Cursor]:
+        with self._connection().cursor() as cur:
+            yield cur
+
+    def _lock(self, cur: Cursor, key: str) -> None:
+        # Scoped by schema so that stores in different schemas of one database never contend.
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s))", (key,))
+
+    def close(self) -> None:
+        with self._guard:
+            for conn in self._opened:
+                conn.close()
+            self._opened.clear()
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redact(self.url)!r})"

@@ -1,0 +1,701 @@
+"""The job store in SQL, written once for SQLite and PostgreSQL.
+
+Every status change is a compare-and-set on (status, attempt) inside one transaction, so kill,
+retry, recovery and the runner can never leave a job in states they disagree about. The
+dialects (``sqlite.py``, ``postgres.py``) supply connections, transactions and locking.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from sp00ky_infra.policy.jobs import Queued, admit
+from sp00ky_infra.store.migrations import MIGRATIONS
+from sp00ky_infra.store.model import (
+    CANCELLED,
+    LEASE_EXPIRED,
+    QUEUE_TIMEOUT,
+    STATUSES,
+    TERMINAL,
+    TIMEOUT,
+    Conflict,
+    ErrorEntry,
+    Job,
+    JobNotFound,
+    JobStatus,
+    NewJob,
+    QueueFull,
+    StaleAttempt,
+)
+from sp00ky_infra.store.transitions import (
+    after_failure,
+    error_entry,
+    finish,
+    new_job_id,
+    start_attempt,
+    validate_new,
+)
+
+COLUMNS = (
+    "id, backend, tbl, path, payload, status, retries, max_retries, retry_strategy, delay_ms, "
+    "timeout, errors, result, assignee, assigned_to, created_at, updated_at, pool, priority, "
+    "slots, run_after, queue_timeout, queue_deadline, max_job_duration, attempt, "
+    "attempt_number, machine, lease_expires_at, deadline, cancel_requested, started_at, "
+    "finished_at, attempts"
+)
+_COLUMN_NAMES = [name.strip() for name in COLUMNS.split(",")]
+QUEUE_ORDER = "priority DESC, created_at, id"
+DEFAULT_BATCH = 500
+
+
+class Cursor(Protocol):
+    """What the store needs of a DB-API cursor (sqlite3 and psycopg both fit)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Any: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    """What one recovery sweep changed: job ids by reason."""
+
+    lease_expired: tuple[str, ...] = ()
+    timed_out: tuple[str, ...] = ()
+    queue_timed_out: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return len(self.lease_expired) + len(self.timed_out) + len(self.queue_timed_out)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """Rows deleted by retention, by outcome, all folded into the hourly counters first."""
+
+    deleted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.deleted.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    table: str
+    hour: int  # unix time of the hour's start
+    outcome: str
+    count: int
+
+
+def _hour(at: float) -> int:
+    return int(at // 3600) * 3600
+
+
+class SqlStore(ABC):
+    """Job rows on a SQL database. Subclasses supply the dialect."""
+
+    placeholder = "?"
+
+    # --- dialect -------------------------------------------------------------------------
+
+    @abstractmethod
+    def _write(self) -> AbstractContextManager[Cursor]:
+        """A write transaction that commits on success and rolls back on error."""
+
+    @abstractmethod
+    def _read(self) -> AbstractContextManager[Cursor]:
+        """A cursor for reads (autocommit)."""
+
+    @abstractmethod
+    def _lock(self, cur: Cursor, key: str) -> None:
+        """Serialize transactions that share ``key`` (admission of one queue)."""
+
+    for_update = ""  # appended to SELECTs that read a row to change it
+    skip_locked = ""  # appended to the queue's SELECT
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def _sql(self, sql: str) -> str:
+        return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
+
+    def _x(self, cur: Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
+        return cur.execute(self._sql(sql), tuple(params))
+
+    # --- migrations ------------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Apply the migrations not applied yet; returns their versions."""
+        applied: list[int] = []
+        with self._write() as cur:
+            self._lock(cur, "sp00ky-migrations")
+            self._x(
+                cur,
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                "version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
+                "applied_at DOUBLE PRECISION NOT NULL)",
+            )
+            self._x(cur, "SELECT version FROM schema_migrations")
+            done = {row[0] for row in cur.fetchall()}
+            for migration in MIGRATIONS:
+                if migration.version in done:
+                    continue
+                for statement in migration.statements:
+                    self._x(cur, statement)
+                self._x(
+                    cur,
+                    "INSERT INTO schema_migrations (version, description, applied_at) "
+                    "VALUES (?, ?, 0)",
+                    (migration.version, migration.description),
+                )
+                applied.append(migration.version)
+        return applied
+
+    def schema_version(self) -> int:
+        with self._read() as cur:
+            self._x(cur, "SELECT max(version) FROM schema_migrations")
+            row = cur.fetchone()
+        return int(row[0] or 0)
+
+    # --- rows --------------------------------------------------------------------------------
+
+    def _job(self, row: Sequence[Any]) -> Job:
+        values = dict(zip(_COLUMN_NAMES, row, strict=True))
+        return Job(
+            id=values["id"],
+            backend=values["backend"],
+            table=values["tbl"],
+            path=values["path"],
+            payload=json.loads(values["payload"]),
+            status=values["status"],
+            retries=values["retries"],
+            max_retries=values["max_retries"],
+            retry_strategy=values["retry_strategy"],
+            delay_ms=values["delay_ms"],
+            timeout=values["timeout"],
+            errors=tuple(json.loads(values["errors"])),
+            result=None if values["result"] is None else json.loads(values["result"]),
+            assignee=values["assignee"],
+            assigned_to=values["assigned_to"],
+            created_at=values["created_at"],
+            updated_at=values["updated_at"],
+            pool=values["pool"],
+            priority=values["priority"],
+            slots=values["slots"],
+            run_after=values["run_after"],
+            queue_timeout=values["queue_timeout"],
+            queue_deadline=values["queue_deadline"],
+            max_job_duration=values["max_job_duration"],
+            attempt=values["attempt"],
+            attempt_number=values["attempt_number"],
+            machine=values["machine"],
+            lease_expires_at=values["lease_expires_at"],
+            deadline=values["deadline"],
+            cancel_requested=bool(values["cancel_requested"]),
+            started_at=values["started_at"],
+            finished_at=values["finished_at"],
+            attempts=tuple(json.loads(values["attempts"])),
+        )
+
+    def _fetch(self, cur: Cursor, job_id: str, lock: bool = True) -> Job:
+        suffix = self.for_update if lock else ""
+        self._x(cur, f"SELECT {COLUMNS} FROM jobs WHERE id = ?{suffix}", (job_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise JobNotFound(f"no job {job_id!r}; `sp00ky-infra jobs list` shows the jobs")
+        return self._job(row)
+
+    def _save(self, cur: Cursor, before: Job, after: Job) -> None:
+        """Write ``after`` if the row still has ``before``'s status and attempt (CAS)."""
+        self._x(
+            cur,
+            "UPDATE jobs SET status = ?, retries = ?, errors = ?, result = ?, assignee = ?, "
+            "updated_at = ?, run_after = ?, queue_deadline = ?, attempt = ?, "
+            "attempt_number = ?, machine = ?, lease_expires_at = ?, deadline = ?, "
+            "cancel_requested = ?, started_at = ?, finished_at = ?, attempts = ? "
+            "WHERE id = ? AND status = ? AND attempt IS NOT DISTINCT FROM ?",
+            (
+                after.status,
+                after.retries,
+                json.dumps(list(after.errors)),
+                None if after.result is None else json.dumps(after.result),
+                after.assignee,
+                after.updated_at,
+                after.run_after,
+                after.queue_deadline,
+                after.attempt,
+                after.attempt_number,
+                after.machine,
+                after.lease_expires_at,
+                after.deadline,
+                int(after.cancel_requested),
+                after.started_at,
+                after.finished_at,
+                json.dumps(list(after.attempts)),
+                before.id,
+                before.status,
+                before.attempt,
+            ),
+        )
+        if cur.rowcount != 1:
+            raise Conflict(f"{before.id} changed while it was being updated; try again")
+
+    # --- writing jobs --------------------------------------------------------------------------
+
+    def enqueue(self, new: NewJob, now: float, max_queued: int | None = None) -> Job:
+        """Write a pending row. Refuses with QueueFull past the pool's ``max_queued``."""
+        validate_new(new)
+        run_after = now + new.delay_ms / 1000.0
+        queue_deadline = None if new.queue_timeout is None else run_after + new.queue_timeout
+        job_id = new_job_id(new.table)
+        with self._write() as cur:
+            if new.pool is not None and max_queued is not None:
+                self._lock(cur, f"enqueue:{new.pool}")
+                self._x(
+                    cur,
+                    "SELECT count(*) FROM jobs WHERE pool = ? AND status = 'pending'",
+                    (new.pool,),
+                )
+                waiting = int(cur.fetchone()[0])
+                if waiting >= max_queued:
+                    raise QueueFull(
+                        f"pool {new.pool!r} already has {waiting} jobs waiting (maxQueued "
+                        f"{max_queued}); try again later, or raise pools.{new.pool}.maxQueued"
+                    )
+            self._x(
+                cur,
+                "INSERT INTO jobs (id, backend, tbl, path, payload, status, max_retries, "
+                "retry_strategy, delay_ms, timeout, assigned_to, created_at, updated_at, pool, "
+                "priority, slots, run_after, queue_timeout, queue_deadline, max_job_duration) "
+                "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job_id,
+                    new.backend,
+                    new.table,
+                    new.path,
+                    json.dumps(new.payload),
+                    new.max_retries,
+                    new.retry_strategy,
+                    new.delay_ms,
+                    new.timeout,
+                    new.assigned_to,
+                    now,
+                    now,
+                    new.pool,
+                    new.priority,
+                    new.slots,
+                    run_after,
+                    new.queue_timeout,
+                    queue_deadline,
+                    new.max_job_duration,
+                ),
+            )
+            return self._fetch(cur, job_id, lock=False)
+
+    def claim(
+        self,
+        table: str,
+        free_slots: int,
+        owner: str,
+        now: float,
+        lease: float,
+        machine: str | None = None,
+        concurrency: int | None = None,
+    ) -> list[Job]:
+        """Start the jobs at the head of ``table``'s queue that fit in ``free_slots``.
+
+        Admission order is priority, then created_at, then id; the head waits until all the
+        slots it needs are free and nothing behind it overtakes it; ``concurrency`` caps the
+        table's jobs in flight. Each started job gets a new attempt id and a lease.
+        """
+        if free_slots < 1:
+            return []
+        with self._write() as cur:
+            self._lock(cur, f"claim:{table}")
+            in_flight = 0
+            if concurrency is not None:
+                self._x(
+                    cur,
+                    "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'processing'",
+                    (table,),
+                )
+                in_flight = int(cur.fetchone()[0])
+            self._x(
+                cur,
+                f"SELECT {COLUMNS} FROM jobs WHERE tbl = ? AND status = 'pending' "
+                "AND run_after <= ? AND (queue_deadline IS NULL OR queue_deadline > ?) "
+                f"ORDER BY {QUEUE_ORDER} LIMIT ?{self.skip_locked}",
+                (table, now, now, free_slots),
+            )
+            queue = [self._job(row) for row in cur.fetchall()]
+            chosen = set(
+                admit(
+                    (Queued(job.id, job.slots) for job in queue), free_slots, in_flight, concurrency
+                )
+            )
+            started = []
+            for job in queue:
+                if job.id not in chosen:
+                    continue
+                after = start_attempt(job, owner, machine, now, lease)
+                self._save(cur, job, after)
+                started.append(after)
+        return started
+
+    def renew(self, leases: Sequence[tuple[str, str]], now: float, lease: float) -> set[str]:
+        """Extend the leases of (job id, attempt) pairs still current; returns their job ids."""
+        renewed: set[str] = set()
+        if not leases:
+            return renewed
+        with self._write() as cur:
+            for job_id, attempt in leases:
+                self._x(
+                    cur,
+                    "UPDATE jobs SET lease_expires_at = ?, updated_at = ? "
+                    "WHERE id = ? AND attempt = ? AND status = 'processing'",
+                    (now + lease, now, job_id, attempt),
+                )
+                if cur.rowcount == 1:
+                    renewed.add(job_id)
+        return renewed
+
+    def complete(self, job_id: str, attempt: str, result: Any, now: float) -> Job:
+        """Record the backend's answer for the current attempt: success.
+
+        A job killed while it ran fails with ``cancelled`` instead; the late answer is kept
+        on its error entry. A result for an attempt that is not current raises StaleAttempt.
+        """
+        with self._write() as cur:
+            job = self._current(cur, job_id, attempt)
+            if job.cancel_requested:
+                after = finish(
+                    job,
+                    "failed",
+                    now,
+                    error=error_entry(
+                        CANCELLED, "killed while it ran; its answer came later", job, now
+                    ),
+                    late_result=result,
+                )
+            else:
+                after = finish(job, "success", now, result=result)
+            self._save(cur, job, after)
+        return after
+
+    def fail_attempt(
+        self, job_id: str, attempt: str, error: ErrorEntry, now: float, retryable: bool = True
+    ) -> Job:
+        """The current attempt failed: retry with backoff while retries remain, else fail."""
+        with self._write() as cur:
+            job = self._current(cur, job_id, attempt)
+            after = after_failure(job, error, now, retryable)
+            self._save(cur, job, after)
+        return after
+
+    def confirm_cancel(self, job_id: str, attempt: str, now: float) -> Job:
+        """The machine dropped a killed job's request: the job fails with ``cancelled``."""
+        with self._write() as cur:
+            job = self._current(cur, job_id, attempt)
+            if not job.cancel_requested:
+                raise Conflict(f"{job_id} was not killed; nothing to confirm")
+            after = finish(
+                job, "failed", now, error=error_entry(CANCELLED, "killed while it ran", job, now)
+            )
+            self._save(cur, job, after)
+        return after
+
+    def _current(self, cur: Cursor, job_id: str, attempt: str) -> Job:
+        job = self._fetch(cur, job_id)
+        if job.status != "processing" or job.attempt != attempt:
+            raise StaleAttempt(
+                f"attempt {attempt} of {job_id} is no longer current ("
+                + (
+                    f"the job is on attempt {job.attempt} now)"
+                    if job.status == "processing"
+                    else f"the job is {job.status})"
+                )
+            )
+        return job
+
+    def kill(self, job_id: str, now: float) -> Job:
+        """A pending job fails at once with ``cancelled``; a running one is marked for
+        cancellation, which the controller delivers to its machine."""
+        with self._write() as cur:
+            job = self._fetch(cur, job_id)
+            if job.status == "pending":
+                after = finish(
+                    job,
+                    "failed",
+                    now,
+                    error=error_entry(CANCELLED, "killed while waiting", job, now),
+                )
+            elif job.status == "processing":
+                after = replace(job, cancel_requested=True, updated_at=now)
+            else:
+                raise Conflict(f"{job_id} already ended ({job.status}); nothing to kill")
+            self._save(cur, job, after)
+        return after
+
+    def retry(self, job_id: str, now: float) -> Job:
+        """Run a finished job again as a new attempt; its errors and attempts stay."""
+        with self._write() as cur:
+            job = self._fetch(cur, job_id)
+            if job.status not in TERMINAL:
+                raise Conflict(
+                    f"{job_id} is still {job.status}; only a finished job can be retried "
+                    "(kill it first)"
+                )
+            after = replace(
+                job,
+                status="pending",
+                retries=0,
+                result=None,
+                updated_at=now,
+                run_after=now,
+                queue_deadline=None if job.queue_timeout is None else now + job.queue_timeout,
+                cancel_requested=False,
+                finished_at=None,
+                attempt=None,
+                machine=None,
+                lease_expires_at=None,
+                deadline=None,
+            )
+            self._save(cur, job, after)
+        return after
+
+    # --- recovery ------------------------------------------------------------------------------
+
+    def sweep(self, now: float, batch: int = DEFAULT_BATCH) -> SweepReport:
+        """Expire leases, time out attempts past their deadline, fail jobs past their queue
+        deadline. Each change is its own compare-and-set: a report that won the race stands."""
+        expired = self._sweep_running(
+            "lease_expires_at", now, batch, LEASE_EXPIRED, "no renewal within the lease"
+        )
+        timed_out = self._sweep_running("deadline", now, batch, TIMEOUT, "ran past its deadline")
+        waited = []
+        with self._read() as cur:
+            self._x(
+                cur,
+                "SELECT id FROM jobs WHERE status = 'pending' AND queue_deadline < ? LIMIT ?",
+                (now, batch),
+            )
+            candidates = [row[0] for row in cur.fetchall()]
+        for job_id in candidates:
+            with self._write() as cur:
+                job = self._fetch(cur, job_id)
+                if (
+                    job.status != "pending"
+                    or job.queue_deadline is None
+                    or job.queue_deadline >= now
+                ):
+                    continue
+                reason = "waited longer than its queue timeout for a free slot"
+                after = finish(
+                    job, "failed", now, error=error_entry(QUEUE_TIMEOUT, reason, job, now)
+                )
+                self._save(cur, job, after)
+                waited.append(job_id)
+        return SweepReport(tuple(expired), tuple(timed_out), tuple(waited))
+
+    def _sweep_running(
+        self, column: str, now: float, batch: int, code: str, reason: str
+    ) -> list[str]:
+        with self._read() as cur:
+            self._x(
+                cur,
+                f"SELECT id, attempt FROM jobs WHERE status = 'processing' AND {column} < ? "
+                "LIMIT ?",
+                (now, batch),
+            )
+            candidates = [(row[0], row[1]) for row in cur.fetchall()]
+        changed = []
+        for job_id, attempt in candidates:
+            with self._write() as cur:
+                job = self._fetch(cur, job_id)
+                limit = getattr(job, column)
+                if (
+                    job.status != "processing"
+                    or job.attempt != attempt
+                    or limit is None
+                    or limit >= now
+                ):
+                    continue  # renewed or reported since
+                where = f" on machine {job.machine}" if job.machine else ""
+                after = after_failure(job, error_entry(code, reason + where, job, now), now, True)
+                self._save(cur, job, after)
+                changed.append(job_id)
+        return changed
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        with self._read() as cur:
+            return self._fetch(cur, job_id, lock=False)
+
+    def list_jobs(
+        self,
+        status: JobStatus | None = None,
+        limit: int = 100,
+        table: str | None = None,
+        pool: str | None = None,
+    ) -> list[Job]:
+        """Jobs, newest first."""
+        where, params = _filters(status=status, tbl=table, pool=pool)
+        with self._read() as cur:
+            self._x(
+                cur,
+                f"SELECT {COLUMNS} FROM jobs{where} ORDER BY created_at DESC, id DESC LIMIT ?",
+                (*params, limit),
+            )
+            return [self._job(row) for row in cur.fetchall()]
+
+    def queue(self, table: str, now: float, limit: int = 100) -> list[Job]:
+        """Eligible pending jobs of ``table`` in admission order."""
+        with self._read() as cur:
+            self._x(
+                cur,
+                f"SELECT {COLUMNS} FROM jobs WHERE tbl = ? AND status = 'pending' "
+                f"AND run_after <= ? ORDER BY {QUEUE_ORDER} LIMIT ?",
+                (table, now, limit),
+            )
+            return [self._job(row) for row in cur.fetchall()]
+
+    def counts(self, table: str | None = None, pool: str | None = None) -> dict[str, int]:
+        """Jobs by status (every status present, zero or not)."""
+        where, params = _filters(tbl=table, pool=pool)
+        with self._read() as cur:
+            self._x(cur, f"SELECT status, count(*) FROM jobs{where} GROUP BY status", params)
+            found = {row[0]: int(row[1]) for row in cur.fetchall()}
+        return {status: found.get(status, 0) for status in STATUSES}
+
+    def cancels_for(self, machine: str) -> list[tuple[str, str]]:
+        """(job id, attempt) of the killed jobs a machine still runs."""
+        with self._read() as cur:
+            self._x(
+                cur,
+                "SELECT id, attempt FROM jobs WHERE status = 'processing' AND machine = ? "
+                "AND cancel_requested = 1",
+                (machine,),
+            )
+            return [(row[0], row[1]) for row in cur.fetchall()]
+
+    def counters(self, table: str | None = None) -> list[Counter]:
+        where, params = _filters(tbl=table)
+        with self._read() as cur:
+            self._x(
+                cur,
+                f"SELECT tbl, hour, outcome, count FROM job_counters{where} "
+                "ORDER BY tbl, hour, outcome",
+                params,
+            )
+            return [Counter(row[0], int(row[1]), row[2], int(row[3])) for row in cur.fetchall()]
+
+    # --- retention -----------------------------------------------------------------------------
+
+    def prune(
+        self,
+        now: float,
+        success_window: float,
+        failed_window: float,
+        max_rows: int = 0,
+        batch: int = DEFAULT_BATCH,
+    ) -> PruneReport:
+        """Delete finished rows older than their window, and successful rows beyond
+        ``max_rows`` per table (oldest first), folding each into the hourly counters first.
+        Pending and processing rows are never touched."""
+        deleted = {"success": 0, "failed": 0}
+        for status, window in (("success", success_window), ("failed", failed_window)):
+            deleted[status] += self._delete_where(
+                "status = ? AND finished_at < ?", (status, now - window), batch
+            )
+        if max_rows > 0:
+            deleted["success"] += self._trim_to(max_rows, batch)
+        return PruneReport({key: value for key, value in deleted.items() if value})
+
+    def clear(self, status: JobStatus | None = None, batch: int = DEFAULT_BATCH) -> int:
+        """Delete terminal jobs (all, or those of one terminal status) in batches."""
+        if status is not None and status not in TERMINAL:
+            raise Conflict(f"clear deletes finished jobs only (success or failed), not {status}")
+        statuses = (status,) if status else TERMINAL
+        return sum(self._delete_where("status = ?", (each,), batch) for each in statuses)
+
+    def _trim_to(self, max_rows: int, batch: int) -> int:
+        with self._read() as cur:
+            self._x(
+                cur,
+                "SELECT tbl, count(*) FROM jobs WHERE status = 'success' GROUP BY tbl",
+            )
+            over = {row[0]: int(row[1]) - max_rows for row in cur.fetchall()}
+        removed = 0
+        for table, excess in over.items():
+            while excess > 0:
+                take = min(excess, batch)
+                with self._write() as cur:
+                    self._x(
+                        cur,
+                        "SELECT id, tbl, status, finished_at FROM jobs WHERE tbl = ? "
+                        "AND status = 'success' ORDER BY finished_at, id LIMIT ?",
+                        (table, take),
+                    )
+                    rows = cur.fetchall()
+                    self._fold_and_delete(cur, rows)
+                removed += len(rows)
+                excess -= len(rows)
+                if not rows:
+                    break
+        return removed
+
+    def _delete_where(self, condition: str, params: Sequence[Any], batch: int) -> int:
+        removed = 0
+        while True:
+            with self._write() as cur:
+                self._x(
+                    cur,
+                    f"SELECT id, tbl, status, finished_at FROM jobs WHERE {condition} LIMIT ?",
+                    (*params, batch),
+                )
+                rows = cur.fetchall()
+                self._fold_and_delete(cur, rows)
+            removed += len(rows)
+            if len(rows) < batch:
+                return removed
+
+    def _fold_and_delete(self, cur: Cursor, rows: Sequence[Sequence[Any]]) -> None:
+        if not rows:
+            return
+        folded: dict[tuple[str, int, str], int] = {}
+        for _, table, status, finished_at in rows:
+            key = (table, _hour(finished_at or 0.0), status)
+            folded[key] = folded.get(key, 0) + 1
+        for (table, hour, outcome), count in folded.items():
+            self._x(
+                cur,
+                "INSERT INTO job_counters (tbl, hour, outcome, count) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (tbl, hour, outcome) "
+                "DO UPDATE SET count = job_counters.count + excluded.count",
+                (table, hour, outcome, count),
+            )
+        for start in range(0, len(rows), 200):
+            ids = [row[0] for row in rows[start : start + 200]]
+            marks = ", ".join("?" for _ in ids)
+            self._x(
+                cur,
+                f"DELETE FROM jobs WHERE id IN ({marks}) AND status IN ('success', 'failed')",
+                ids,
+            )
+
+
+def _filters(**columns: Any) -> tuple[str, tuple[Any, ...]]:
+    present = {name: value for name, value in columns.items() if value is not None}
+    if not present:
+        return "", ()
+    return " WHERE " + " AND ".join(f"{name} = ?" for name in present), tuple(present.values())

@@ -1,0 +1,90 @@
+"""The SQLite dialect: the embedded default (WAL; one connection per thread).
+
+``BEGIN IMMEDIATE`` takes the database's write lock at the start of every write transaction,
+so writers are serialized and a claim's read-then-update cannot interleave with another's.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sp00ky_infra.store.model import StoreUnavailable
+from sp00ky_infra.store.sql import Cursor, SqlStore
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+class SqliteStore(SqlStore):
+    def __init__(self, path: str) -> None:
+        if path in ("", ":memory:"):
+            raise StoreUnavailable(
+                "an in-memory SQLite store cannot be shared between threads and processes; "
+                "use a file: sqlite:///.sp00ky/state.db"
+            )
+        self.path = path
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create the directory of {path}: {exc}") from exc
+        self._local = threading.local()
+        self._opened: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(
+                    self.path,
+                    isolation_level=None,
+                    timeout=BUSY_TIMEOUT_MS / 1000,
+                    check_same_thread=False,
+                )
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
+            self._local.conn = conn
+            with self._guard:
+                self._opened.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[Cursor]:
+        cur = self._connection().cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield cur
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        else:
+            cur.execute("COMMIT")
+        finally:
+            cur.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[Cursor]:
+        cur = self._connection().cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+
+    def _lock(self, cur: Cursor, key: str) -> None:
+        """Nothing to do: BEGIN IMMEDIATE already serializes every writer."""
+
+    def close(self) -> None:
+        with self._guard:
+            for conn in self._opened:
+                conn.close()
+            self._opened.clear()
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({self.path!r})"

@@ -1,0 +1,159 @@
+"""How one job row changes: pure functions from a Job (and ``now``) to the next Job.
+
+The store applies each result with a compare-and-set; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from dataclasses import replace
+from typing import Any
+
+from sp00ky_infra.policy.jobs import (
+    RETRY_STRATEGIES,
+    backoff,
+    job_deadline_seconds,
+    retry_or_fail,
+)
+from sp00ky_infra.store.model import (
+    CANCELLED,
+    AttemptEntry,
+    ErrorEntry,
+    InvalidJob,
+    Job,
+    JobStatus,
+    NewJob,
+)
+
+
+def new_attempt_id() -> str:
+    return secrets.token_hex(8)
+
+
+def new_job_id(table: str) -> str:
+    return f"{table}:{secrets.token_hex(10)}"
+
+
+def validate_new(new: NewJob) -> None:
+    checks: list[tuple[bool, str]] = [
+        (bool(new.backend), "backend: name the backend that runs the job"),
+        (bool(new.table), "table: the backend's outbox table is required"),
+        (new.path.startswith("/"), f"path: {new.path!r} must start with / (a route of the spec)"),
+        (new.max_retries >= 0, f"max_retries: must be 0 or more, not {new.max_retries}"),
+        (
+            new.retry_strategy in RETRY_STRATEGIES,
+            f"retry_strategy: must be linear or exponential, not {new.retry_strategy!r}",
+        ),
+        (new.delay_ms >= 0, f"delay: must be 0 or more milliseconds, not {new.delay_ms}"),
+        (
+            new.timeout is None or (new.timeout > 0 and math.isfinite(new.timeout)),
+            f"timeout: must be a positive number of seconds, not {new.timeout}",
+        ),
+        (new.slots >= 1, f"slots: a job takes at least 1 slot, not {new.slots}"),
+        (
+            new.queue_timeout is None or new.queue_timeout > 0,
+            f"queue_timeout: must be positive, not {new.queue_timeout}",
+        ),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise InvalidJob(message)
+    try:
+        json.dumps(new.payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"payload: must be JSON ({exc})") from exc
+
+
+def error_entry(code: str, reason: str, job: Job, now: float, **extra: Any) -> ErrorEntry:
+    entry: ErrorEntry = {"code": code, "reason": reason, "at": now, "attempt": job.attempt_number}
+    entry.update(extra)  # type: ignore[typeddict-item]
+    return entry
+
+
+def start_attempt(job: Job, owner: str, machine: str | None, now: float, lease: float) -> Job:
+    attempt = new_attempt_id()
+    limit = job_deadline_seconds(job.timeout, job.max_job_duration)
+    entry: AttemptEntry = {
+        "id": attempt,
+        "number": job.attempt_number + 1,
+        "machine": machine,
+        "started_at": now,
+        "ended_at": None,
+        "outcome": None,
+    }
+    return replace(
+        job,
+        status="processing",
+        assignee=owner,
+        machine=machine,
+        attempt=attempt,
+        attempt_number=job.attempt_number + 1,
+        lease_expires_at=now + lease,
+        deadline=None if limit is None else now + limit,
+        started_at=now,
+        updated_at=now,
+        attempts=(*job.attempts, entry),
+    )
+
+
+def end_attempt(job: Job, now: float, outcome: str) -> tuple[AttemptEntry, ...]:
+    if not job.attempts or job.status != "processing":
+        return job.attempts
+    last: AttemptEntry = {**job.attempts[-1], "ended_at": now, "outcome": outcome}
+    return (*job.attempts[:-1], last)
+
+
+def finish(
+    job: Job,
+    status: JobStatus,
+    now: float,
+    result: Any = None,
+    error: ErrorEntry | None = None,
+    late_result: Any = None,
+) -> Job:
+    errors = job.errors
+    if error is not None:
+        if late_result is not None:
+            error = {**error, "result": late_result}
+        errors = (*errors, error)
+    outcome = status if error is None else error["code"]
+    return replace(
+        job,
+        status=status,
+        result=result,
+        errors=errors,
+        attempts=end_attempt(job, now, outcome),
+        lease_expires_at=None,
+        cancel_requested=False,
+        finished_at=now,
+        updated_at=now,
+    )
+
+
+def after_failure(job: Job, error: ErrorEntry, now: float, retryable: bool) -> Job:
+    """The current attempt failed with ``error``: retry after backoff while retries remain,
+    else fail. A killed job fails with ``cancelled`` whatever the error."""
+    error = {**error, "at": now, "attempt": job.attempt_number}
+    if job.cancel_requested:
+        cancelled = error_entry(CANCELLED, f"killed while it ran ({error['code']})", job, now)
+        return finish(job, "failed", now, error=cancelled)
+    if retryable and retry_or_fail(job.retries, job.max_retries):
+        retry_number = job.retries + 1
+        run_after = now + backoff(job.retry_strategy, retry_number)
+        return replace(
+            job,
+            status="pending",
+            retries=retry_number,
+            errors=(*job.errors, error),
+            attempts=end_attempt(job, now, error["code"]),
+            run_after=run_after,
+            queue_deadline=None if job.queue_timeout is None else run_after + job.queue_timeout,
+            attempt=None,
+            machine=None,
+            lease_expires_at=None,
+            deadline=None,
+            updated_at=now,
+        )
+    return finish(job, "failed", now, error=error)

@@ -1,0 +1,64 @@
+"""Shared fixtures: stores on real SQLite and real PostgreSQL.
+
+PostgreSQL tests use $SPKY_TEST_POSTGRES_URL (each test in a schema of its own). Without it
+they skip, except where $SPKY_TEST_REQUIRE_SERVICES=1 (CI), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sp00ky_infra.store import SqlStore, open_store
+
+POSTGRES_URL = os.environ.get("SPKY_TEST_POSTGRES_URL", "")
+REQUIRE_SERVICES = os.environ.get("SPKY_TEST_REQUIRE_SERVICES") == "1"
+
+
+def need_service(name: str, why: str) -> None:
+    """Skip for lack of a service, or fail where CI requires every service."""
+    message = f"{name} is not available: {why}"
+    if REQUIRE_SERVICES:
+        pytest.fail(message + " (SPKY_TEST_REQUIRE_SERVICES=1: CI must provide it)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL store URL whose tables live in a fresh schema, dropped afterwards."""
+    if not POSTGRES_URL:
+        need_service("PostgreSQL", "set SPKY_TEST_POSTGRES_URL=postgresql://user:pw@host/db")
+    import psycopg
+
+    schema = f"test_{secrets.token_hex(6)}"
+    try:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+    except psycopg.OperationalError as exc:
+        need_service("PostgreSQL", str(exc))
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    yield f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/state.db"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SqlStore]:
+    opened = open_store(store_url)
+    yield opened
+    opened.close()
