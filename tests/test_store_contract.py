@@ -424,3 +424,59 @@ def test_counts_and_listing(store: SqlStore) -> None:
     assert [job.id for job in store.list_jobs()] == ids[::-1]
     assert [job.id for job in store.list_jobs(status="pending", limit=1)] == [ids[2]]
     assert [job.id for job in store.queue("render_job", T0 + 5)] == ids[1:]
+
+
+def test_enqueue_many_is_one_transaction_that_respects_max_queued(store: SqlStore) -> None:
+    ids = store.enqueue_many([new(pool="render", payload={"n": n}) for n in range(5)], T0, 6)
+    assert len(set(ids)) == 5 and store.counts()["pending"] == 5
+    assert [job.payload["n"] for job in store.queue("render_job", T0)] == sorted(
+        range(5), key=lambda n: ids[n]
+    )
+    with pytest.raises(QueueFull, match="already has 5 jobs waiting"):
+        store.enqueue_many([new(pool="render"), new(pool="render")], T0, 6)
+    assert store.counts()["pending"] == 5  # all or nothing
+    with pytest.raises(InvalidJob, match="slots"):
+        store.enqueue_many([new(), new(slots=0)], T0)
+    assert store.counts()["pending"] == 5
+
+
+def test_a_renewal_between_the_sweeps_read_and_write_wins(store: SqlStore) -> None:
+    from sp00ky_infra.store.transitions import overdue
+
+    job = store.enqueue(new(), T0)
+    running = claim_one(store, T0)
+    assert running.attempt is not None
+    late = T0 + LEASE + 1
+    reads = []
+
+    def sweep_step(seen: Any) -> Any:
+        reads.append(seen.lease_expires_at)
+        if len(reads) == 1:  # another writer renews after this read, before the write
+            assert store.renew([(job.id, running.attempt)], late, LEASE) == {job.id}
+        found = overdue(seen, late)
+        return None if found is None else found[1]
+
+    after = store._transition(job.id, sweep_step)
+    assert reads == [T0 + LEASE, late + LEASE]  # the stale write lost; the re-read saw the renewal
+    assert after.status == "processing" and after.attempt == running.attempt
+    assert store.get(job.id).lease_expires_at == late + LEASE
+
+
+def test_a_kill_between_a_reports_read_and_write_is_not_lost(store: SqlStore) -> None:
+    from sp00ky_infra.store.transitions import error_entry, finish
+
+    job = store.enqueue(new(), T0)
+    claim_one(store, T0)
+    seen_kill: list[bool] = []
+
+    def report_step(seen: Any) -> Any:  # what complete() does, with a kill racing it
+        seen_kill.append(seen.cancel_requested)
+        if len(seen_kill) == 1:
+            store.kill(job.id, T0 + 1)
+        if seen.cancel_requested:
+            return finish(seen, "failed", T0 + 2, error=error_entry("cancelled", "k", seen, T0 + 2))
+        return finish(seen, "success", T0 + 2, result={"ok": True})
+
+    after = store._transition(job.id, report_step)
+    assert seen_kill == [False, True]  # the write that missed the kill lost, and was redone
+    assert after.status == "failed" and store.get(job.id).errors[-1]["code"] == "cancelled"

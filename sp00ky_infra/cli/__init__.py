@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from sp00ky_infra import __version__
+from sp00ky_infra.cli.jobs import jobs, run
 from sp00ky_infra.cli.lint import lint, schema
 
 
@@ -16,6 +17,8 @@ def cli() -> None:
 
 cli.add_command(lint)
 cli.add_command(schema)
+cli.add_command(run)
+cli.add_command(jobs)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from sp00ky_infra.store.model import (
+    STATUSES,
     Conflict,
     InvalidJob,
     Job,
@@ -30,6 +31,7 @@ DEFAULT_STORE_URL = "sqlite:///.sp00ky/state.db"
 
 __all__ = [
     "DEFAULT_STORE_URL",
+    "STATUSES",
     "Conflict",
     "Counter",
     "InvalidJob",

@@ -60,14 +60,14 @@ MIGRATIONS: tuple[Migration, ...] = (
                 attempts TEXT NOT NULL DEFAULT '[]'
             )
             """,
+            # Each status change rewrites every index (it is never a HOT update), so there are
+            # few: the queue, queue deadlines, the running jobs (few: at most the slots in
+            # use, so the sweep, kills and in-flight counts scan them all), finished jobs for
+            # retention, and creation time for listings.
             "CREATE INDEX jobs_queue ON jobs (tbl, priority DESC, created_at, id)"
             " WHERE status = 'pending'",
-            "CREATE INDEX jobs_pool_queue ON jobs (pool) WHERE status = 'pending'",
             "CREATE INDEX jobs_queue_deadline ON jobs (queue_deadline) WHERE status = 'pending'",
-            "CREATE INDEX jobs_in_flight ON jobs (tbl) WHERE status = 'processing'",
-            "CREATE INDEX jobs_leases ON jobs (lease_expires_at) WHERE status = 'processing'",
-            "CREATE INDEX jobs_deadlines ON jobs (deadline) WHERE status = 'processing'",
-            "CREATE INDEX jobs_machine ON jobs (machine) WHERE status = 'processing'",
+            "CREATE INDEX jobs_running ON jobs (tbl) WHERE status = 'processing'",
             "CREATE INDEX jobs_finished ON jobs (status, tbl, finished_at)",
             "CREATE INDEX jobs_recent ON jobs (created_at)",
             """

@@ -25,7 +25,6 @@ def redact(url: str) -> str:
 
 class PostgresStore(SqlStore):
     placeholder = "%s"
-    for_update = " FOR UPDATE"
     skip_locked = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, url: str) -> None:
@@ -55,13 +54,24 @@ class PostgresStore(SqlStore):
             yield cur
 
     @contextmanager
-    def _read(self) -> Iterator[Cursor]:
+    def _cursor(self) -> Iterator[Cursor]:
         with self._connection().cursor() as cur:
             yield cur
 
     def _lock(self, cur: Cursor, key: str) -> None:
         # Scoped by schema so that stores in different schemas of one database never contend.
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s))", (key,))
+
+    def _lock_queue(self, cur: Cursor, table: str) -> None:
+        # The claim reads the head of the queue through jobs_queue, already in admission
+        # order. With stale statistics (a table analyzed while nearly empty, then filled by a
+        # burst) the planner expects one row and sorts every pending row instead: 25 ms a claim
+        # at 10,000 pending. Turning sorts off for this transaction only keeps the index walk.
+        cur.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s)), "
+            "set_config('enable_sort', 'off', true)",
+            (f"claim:{table}",),
+        )
 
     def close(self) -> None:
         with self._guard:

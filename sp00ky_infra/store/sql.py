@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -37,6 +37,8 @@ from sp00ky_infra.store.transitions import (
     error_entry,
     finish,
     new_job_id,
+    overdue,
+    rerun,
     start_attempt,
     validate_new,
 )
@@ -50,7 +52,22 @@ COLUMNS = (
 )
 _COLUMN_NAMES = [name.strip() for name in COLUMNS.split(",")]
 QUEUE_ORDER = "priority DESC, created_at, id"
+UPDATE_JOB = (
+    "UPDATE jobs SET status = ?, retries = ?, errors = ?, result = ?, assignee = ?, "
+    "updated_at = ?, run_after = ?, queue_deadline = ?, attempt = ?, attempt_number = ?, "
+    "machine = ?, lease_expires_at = ?, deadline = ?, cancel_requested = ?, started_at = ?, "
+    "finished_at = ?, attempts = ? "
+    "WHERE id = ? AND status = ? AND attempt IS NOT DISTINCT FROM ? AND cancel_requested = ? "
+    "AND lease_expires_at IS NOT DISTINCT FROM ?"
+)
+INSERT_JOB = (
+    "INSERT INTO jobs (id, backend, tbl, path, payload, status, max_retries, retry_strategy, "
+    "delay_ms, timeout, assigned_to, created_at, updated_at, pool, priority, slots, run_after, "
+    "queue_timeout, queue_deadline, max_job_duration) "
+    "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 DEFAULT_BATCH = 500
+CAS_TRIES = 5
 
 
 class Cursor(Protocol):
@@ -62,6 +79,7 @@ class Cursor(Protocol):
     def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Any: ...
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
+    def executemany(self, sql: str, params: Sequence[Sequence[Any]], /) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,14 +130,17 @@ class SqlStore(ABC):
         """A write transaction that commits on success and rolls back on error."""
 
     @abstractmethod
-    def _read(self) -> AbstractContextManager[Cursor]:
+    def _cursor(self) -> AbstractContextManager[Cursor]:
         """A cursor for reads (autocommit)."""
 
     @abstractmethod
     def _lock(self, cur: Cursor, key: str) -> None:
         """Serialize transactions that share ``key`` (admission of one queue)."""
 
-    for_update = ""  # appended to SELECTs that read a row to change it
+    def _lock_queue(self, cur: Cursor, table: str) -> None:
+        """Serialize admission of ``table``'s queue, and prepare the claim's read."""
+        self._lock(cur, f"claim:{table}")
+
     skip_locked = ""  # appended to the queue's SELECT
 
     @abstractmethod
@@ -161,7 +182,7 @@ class SqlStore(ABC):
         return applied
 
     def schema_version(self) -> int:
-        with self._read() as cur:
+        with self._cursor() as cur:
             self._x(cur, "SELECT max(version) FROM schema_migrations")
             row = cur.fetchone()
         return int(row[0] or 0)
@@ -206,100 +227,71 @@ class SqlStore(ABC):
             attempts=tuple(json.loads(values["attempts"])),
         )
 
-    def _fetch(self, cur: Cursor, job_id: str, lock: bool = True) -> Job:
-        suffix = self.for_update if lock else ""
-        self._x(cur, f"SELECT {COLUMNS} FROM jobs WHERE id = ?{suffix}", (job_id,))
+    def _fetch(self, cur: Cursor, job_id: str) -> Job:
+        self._x(cur, f"SELECT {COLUMNS} FROM jobs WHERE id = ?", (job_id,))
         row = cur.fetchone()
         if row is None:
             raise JobNotFound(f"no job {job_id!r}; `sp00ky-infra jobs list` shows the jobs")
         return self._job(row)
 
-    def _save(self, cur: Cursor, before: Job, after: Job) -> None:
-        """Write ``after`` if the row still has ``before``'s status and attempt (CAS)."""
-        self._x(
-            cur,
-            "UPDATE jobs SET status = ?, retries = ?, errors = ?, result = ?, assignee = ?, "
-            "updated_at = ?, run_after = ?, queue_deadline = ?, attempt = ?, "
-            "attempt_number = ?, machine = ?, lease_expires_at = ?, deadline = ?, "
-            "cancel_requested = ?, started_at = ?, finished_at = ?, attempts = ? "
-            "WHERE id = ? AND status = ? AND attempt IS NOT DISTINCT FROM ?",
-            (
-                after.status,
-                after.retries,
-                json.dumps(list(after.errors)),
-                None if after.result is None else json.dumps(after.result),
-                after.assignee,
-                after.updated_at,
-                after.run_after,
-                after.queue_deadline,
-                after.attempt,
-                after.attempt_number,
-                after.machine,
-                after.lease_expires_at,
-                after.deadline,
-                int(after.cancel_requested),
-                after.started_at,
-                after.finished_at,
-                json.dumps(list(after.attempts)),
-                before.id,
-                before.status,
-                before.attempt,
-            ),
-        )
-        if cur.rowcount != 1:
-            raise Conflict(f"{before.id} changed while it was being updated; try again")
+    def _save(self, cur: Cursor, before: Job, after: Job) -> bool:
+        """Write ``after`` if the row is still as ``before`` left it (compare-and-set on
+        status, attempt, kill request and lease); False when another writer got there first."""
+        self._x(cur, UPDATE_JOB, _update_row(before, after))
+        return bool(cur.rowcount == 1)
+
+    def _transition(self, job_id: str, change: Callable[[Job], Job | None]) -> Job:
+        """Read the row, compute its next state with ``change`` (pure; it may raise, or return
+        None to leave the row as it is) and write it with one compare-and-set; on a lost race,
+        read again. Each write is its own transaction: one round trip, one commit."""
+        for _ in range(CAS_TRIES):
+            with self._cursor() as cur:
+                before = self._fetch(cur, job_id)
+                after = change(before)
+                if after is None or self._save(cur, before, after):
+                    return before if after is None else after
+        raise Conflict(f"{job_id} kept changing while it was being updated; try again")
 
     # --- writing jobs --------------------------------------------------------------------------
 
     def enqueue(self, new: NewJob, now: float, max_queued: int | None = None) -> Job:
         """Write a pending row. Refuses with QueueFull past the pool's ``max_queued``."""
-        validate_new(new)
-        run_after = now + new.delay_ms / 1000.0
-        queue_deadline = None if new.queue_timeout is None else run_after + new.queue_timeout
-        job_id = new_job_id(new.table)
+        (job_id,) = self.enqueue_many([new], now, max_queued)
+        return self.get(job_id)
+
+    def enqueue_many(
+        self, news: Sequence[NewJob], now: float, max_queued: int | None = None
+    ) -> list[str]:
+        """Write pending rows in one transaction (a fan-out); returns their ids in order.
+
+        ``max_queued`` caps the waiting jobs of each pool the rows name: if any pool would go
+        past it, nothing is written and QueueFull says which.
+        """
+        for new in news:
+            validate_new(new)
+        rows = [_insert_row(new, new_job_id(new.table), now) for new in news]
         with self._write() as cur:
-            if new.pool is not None and max_queued is not None:
-                self._lock(cur, f"enqueue:{new.pool}")
-                self._x(
-                    cur,
-                    "SELECT count(*) FROM jobs WHERE pool = ? AND status = 'pending'",
-                    (new.pool,),
-                )
-                waiting = int(cur.fetchone()[0])
-                if waiting >= max_queued:
-                    raise QueueFull(
-                        f"pool {new.pool!r} already has {waiting} jobs waiting (maxQueued "
-                        f"{max_queued}); try again later, or raise pools.{new.pool}.maxQueued"
-                    )
-            self._x(
-                cur,
-                "INSERT INTO jobs (id, backend, tbl, path, payload, status, max_retries, "
-                "retry_strategy, delay_ms, timeout, assigned_to, created_at, updated_at, pool, "
-                "priority, slots, run_after, queue_timeout, queue_deadline, max_job_duration) "
-                "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    job_id,
-                    new.backend,
-                    new.table,
-                    new.path,
-                    json.dumps(new.payload),
-                    new.max_retries,
-                    new.retry_strategy,
-                    new.delay_ms,
-                    new.timeout,
-                    new.assigned_to,
-                    now,
-                    now,
-                    new.pool,
-                    new.priority,
-                    new.slots,
-                    run_after,
-                    new.queue_timeout,
-                    queue_deadline,
-                    new.max_job_duration,
-                ),
+            if max_queued is not None:
+                adding: dict[tuple[str, str], int] = {}
+                for new in news:
+                    if new.pool is not None:
+                        key = (new.pool, new.table)
+                        adding[key] = adding.get(key, 0) + 1
+                for (pool, table), count in sorted(adding.items()):
+                    self._check_room(cur, pool, table, count, max_queued)
+            cur.executemany(self._sql(INSERT_JOB), rows)
+        return [row[0] for row in rows]
+
+    def _check_room(self, cur: Cursor, pool: str, table: str, adding: int, max_queued: int) -> None:
+        # A pool runs one backend with one outbox table, so the table's queue is the pool's.
+        self._lock(cur, f"enqueue:{pool}")
+        self._x(cur, "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending'", (table,))
+        waiting = int(cur.fetchone()[0])
+        if waiting + adding > max_queued:
+            raise QueueFull(
+                f"pool {pool!r} already has {waiting} jobs waiting (maxQueued {max_queued}); "
+                f"try again later, or raise pools.{pool}.maxQueued"
             )
-            return self._fetch(cur, job_id, lock=False)
 
     def claim(
         self,
@@ -320,7 +312,7 @@ class SqlStore(ABC):
         if free_slots < 1:
             return []
         with self._write() as cur:
-            self._lock(cur, f"claim:{table}")
+            self._lock_queue(cur, table)
             in_flight = 0
             if concurrency is not None:
                 self._x(
@@ -342,14 +334,16 @@ class SqlStore(ABC):
                     (Queued(job.id, job.slots) for job in queue), free_slots, in_flight, concurrency
                 )
             )
-            started = []
-            for job in queue:
-                if job.id not in chosen:
-                    continue
-                after = start_attempt(job, owner, machine, now, lease)
-                self._save(cur, job, after)
-                started.append(after)
-        return started
+            pairs = [
+                (job, start_attempt(job, owner, machine, now, lease))
+                for job in queue
+                if job.id in chosen
+            ]
+            if pairs:  # rows locked (PostgreSQL) or the database held (SQLite): CAS must hold
+                cur.executemany(self._sql(UPDATE_JOB), [_update_row(*pair) for pair in pairs])
+                if cur.rowcount != len(pairs):
+                    raise Conflict(f"claim of {table} raced another writer; try again")
+        return [after for _, after in pairs]
 
     def renew(self, leases: Sequence[tuple[str, str]], now: float, lease: float) -> set[str]:
         """Extend the leases of (job id, attempt) pairs still current; returns their job ids."""
@@ -374,172 +368,124 @@ class SqlStore(ABC):
         A job killed while it ran fails with ``cancelled`` instead; the late answer is kept
         on its error entry. A result for an attempt that is not current raises StaleAttempt.
         """
-        with self._write() as cur:
-            job = self._current(cur, job_id, attempt)
+
+        def change(job: Job) -> Job:
+            _require_current(job, attempt)
             if job.cancel_requested:
-                after = finish(
-                    job,
-                    "failed",
-                    now,
-                    error=error_entry(
-                        CANCELLED, "killed while it ran; its answer came later", job, now
-                    ),
-                    late_result=result,
-                )
-            else:
-                after = finish(job, "success", now, result=result)
-            self._save(cur, job, after)
-        return after
+                reason = "killed while it ran; its answer came later"
+                cancelled = error_entry(CANCELLED, reason, job, now)
+                return finish(job, "failed", now, error=cancelled, late_result=result)
+            return finish(job, "success", now, result=result)
+
+        return self._transition(job_id, change)
 
     def fail_attempt(
         self, job_id: str, attempt: str, error: ErrorEntry, now: float, retryable: bool = True
     ) -> Job:
         """The current attempt failed: retry with backoff while retries remain, else fail."""
-        with self._write() as cur:
-            job = self._current(cur, job_id, attempt)
-            after = after_failure(job, error, now, retryable)
-            self._save(cur, job, after)
-        return after
+
+        def change(job: Job) -> Job:
+            _require_current(job, attempt)
+            return after_failure(job, error, now, retryable)
+
+        return self._transition(job_id, change)
 
     def confirm_cancel(self, job_id: str, attempt: str, now: float) -> Job:
         """The machine dropped a killed job's request: the job fails with ``cancelled``."""
-        with self._write() as cur:
-            job = self._current(cur, job_id, attempt)
+
+        def change(job: Job) -> Job:
+            _require_current(job, attempt)
             if not job.cancel_requested:
                 raise Conflict(f"{job_id} was not killed; nothing to confirm")
-            after = finish(
+            return finish(
                 job, "failed", now, error=error_entry(CANCELLED, "killed while it ran", job, now)
             )
-            self._save(cur, job, after)
-        return after
 
-    def _current(self, cur: Cursor, job_id: str, attempt: str) -> Job:
-        job = self._fetch(cur, job_id)
-        if job.status != "processing" or job.attempt != attempt:
-            raise StaleAttempt(
-                f"attempt {attempt} of {job_id} is no longer current ("
-                + (
-                    f"the job is on attempt {job.attempt} now)"
-                    if job.status == "processing"
-                    else f"the job is {job.status})"
-                )
-            )
-        return job
+        return self._transition(job_id, change)
 
     def kill(self, job_id: str, now: float) -> Job:
         """A pending job fails at once with ``cancelled``; a running one is marked for
         cancellation, which the controller delivers to its machine."""
-        with self._write() as cur:
-            job = self._fetch(cur, job_id)
+
+        def change(job: Job) -> Job | None:
             if job.status == "pending":
-                after = finish(
-                    job,
-                    "failed",
-                    now,
-                    error=error_entry(CANCELLED, "killed while waiting", job, now),
+                cancelled = error_entry(CANCELLED, "killed while waiting", job, now)
+                return finish(job, "failed", now, error=cancelled)
+            if job.status == "processing":
+                return (
+                    None
+                    if job.cancel_requested
+                    else replace(job, cancel_requested=True, updated_at=now)
                 )
-            elif job.status == "processing":
-                after = replace(job, cancel_requested=True, updated_at=now)
-            else:
-                raise Conflict(f"{job_id} already ended ({job.status}); nothing to kill")
-            self._save(cur, job, after)
-        return after
+            raise Conflict(f"{job_id} already ended ({job.status}); nothing to kill")
+
+        return self._transition(job_id, change)
 
     def retry(self, job_id: str, now: float) -> Job:
         """Run a finished job again as a new attempt; its errors and attempts stay."""
-        with self._write() as cur:
-            job = self._fetch(cur, job_id)
+
+        def change(job: Job) -> Job:
             if job.status not in TERMINAL:
                 raise Conflict(
                     f"{job_id} is still {job.status}; only a finished job can be retried "
                     "(kill it first)"
                 )
-            after = replace(
-                job,
-                status="pending",
-                retries=0,
-                result=None,
-                updated_at=now,
-                run_after=now,
-                queue_deadline=None if job.queue_timeout is None else now + job.queue_timeout,
-                cancel_requested=False,
-                finished_at=None,
-                attempt=None,
-                machine=None,
-                lease_expires_at=None,
-                deadline=None,
-            )
-            self._save(cur, job, after)
-        return after
+            return rerun(job, now)
+
+        return self._transition(job_id, change)
 
     # --- recovery ------------------------------------------------------------------------------
 
     def sweep(self, now: float, batch: int = DEFAULT_BATCH) -> SweepReport:
         """Expire leases, time out attempts past their deadline, fail jobs past their queue
-        deadline. Each change is its own compare-and-set: a report that won the race stands."""
-        expired = self._sweep_running(
-            "lease_expires_at", now, batch, LEASE_EXPIRED, "no renewal within the lease"
-        )
-        timed_out = self._sweep_running("deadline", now, batch, TIMEOUT, "ran past its deadline")
-        waited = []
-        with self._read() as cur:
+        deadline. Each change is its own compare-and-set, so a renewal or report that lands
+        between the read and the write wins and the job is left alone."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                "SELECT id FROM jobs WHERE status = 'processing' "
+                "AND (lease_expires_at < ? OR deadline < ?) LIMIT ?",
+                (now, now, batch),
+            )
+            running = [row[0] for row in cur.fetchall()]
             self._x(
                 cur,
                 "SELECT id FROM jobs WHERE status = 'pending' AND queue_deadline < ? LIMIT ?",
                 (now, batch),
             )
-            candidates = [row[0] for row in cur.fetchall()]
-        for job_id in candidates:
-            with self._write() as cur:
-                job = self._fetch(cur, job_id)
-                if (
-                    job.status != "pending"
-                    or job.queue_deadline is None
-                    or job.queue_deadline >= now
-                ):
-                    continue
-                reason = "waited longer than its queue timeout for a free slot"
-                after = finish(
-                    job, "failed", now, error=error_entry(QUEUE_TIMEOUT, reason, job, now)
-                )
-                self._save(cur, job, after)
-                waited.append(job_id)
-        return SweepReport(tuple(expired), tuple(timed_out), tuple(waited))
+            waiting = [row[0] for row in cur.fetchall()]
+        changed: dict[str, list[str]] = {LEASE_EXPIRED: [], TIMEOUT: [], QUEUE_TIMEOUT: []}
+        for job_id in running + waiting:
+            code = self._sweep_one(job_id, now)
+            if code is not None:
+                changed[code].append(job_id)
+        return SweepReport(
+            tuple(changed[LEASE_EXPIRED]), tuple(changed[TIMEOUT]), tuple(changed[QUEUE_TIMEOUT])
+        )
 
-    def _sweep_running(
-        self, column: str, now: float, batch: int, code: str, reason: str
-    ) -> list[str]:
-        with self._read() as cur:
-            self._x(
-                cur,
-                f"SELECT id, attempt FROM jobs WHERE status = 'processing' AND {column} < ? "
-                "LIMIT ?",
-                (now, batch),
-            )
-            candidates = [(row[0], row[1]) for row in cur.fetchall()]
-        changed = []
-        for job_id, attempt in candidates:
-            with self._write() as cur:
-                job = self._fetch(cur, job_id)
-                limit = getattr(job, column)
-                if (
-                    job.status != "processing"
-                    or job.attempt != attempt
-                    or limit is None
-                    or limit >= now
-                ):
-                    continue  # renewed or reported since
-                where = f" on machine {job.machine}" if job.machine else ""
-                after = after_failure(job, error_entry(code, reason + where, job, now), now, True)
-                self._save(cur, job, after)
-                changed.append(job_id)
-        return changed
+    def _sweep_one(self, job_id: str, now: float) -> str | None:
+        """Apply the sweep's verdict to one job; the error code written, or None."""
+        verdict: list[str] = []
+
+        def change(job: Job) -> Job | None:
+            verdict.clear()
+            found = overdue(job, now)
+            if found is None:
+                return None  # renewed, reported or started since it was listed
+            verdict.append(found[0])
+            return found[1]
+
+        try:
+            self._transition(job_id, change)
+        except JobNotFound:
+            return None  # cleared meanwhile
+        return verdict[0] if verdict else None
 
     # --- reading -------------------------------------------------------------------------------
 
     def get(self, job_id: str) -> Job:
-        with self._read() as cur:
-            return self._fetch(cur, job_id, lock=False)
+        with self._cursor() as cur:
+            return self._fetch(cur, job_id)
 
     def list_jobs(
         self,
@@ -550,7 +496,7 @@ class SqlStore(ABC):
     ) -> list[Job]:
         """Jobs, newest first."""
         where, params = _filters(status=status, tbl=table, pool=pool)
-        with self._read() as cur:
+        with self._cursor() as cur:
             self._x(
                 cur,
                 f"SELECT {COLUMNS} FROM jobs{where} ORDER BY created_at DESC, id DESC LIMIT ?",
@@ -560,7 +506,7 @@ class SqlStore(ABC):
 
     def queue(self, table: str, now: float, limit: int = 100) -> list[Job]:
         """Eligible pending jobs of ``table`` in admission order."""
-        with self._read() as cur:
+        with self._cursor() as cur:
             self._x(
                 cur,
                 f"SELECT {COLUMNS} FROM jobs WHERE tbl = ? AND status = 'pending' "
@@ -572,14 +518,14 @@ class SqlStore(ABC):
     def counts(self, table: str | None = None, pool: str | None = None) -> dict[str, int]:
         """Jobs by status (every status present, zero or not)."""
         where, params = _filters(tbl=table, pool=pool)
-        with self._read() as cur:
+        with self._cursor() as cur:
             self._x(cur, f"SELECT status, count(*) FROM jobs{where} GROUP BY status", params)
             found = {row[0]: int(row[1]) for row in cur.fetchall()}
         return {status: found.get(status, 0) for status in STATUSES}
 
     def cancels_for(self, machine: str) -> list[tuple[str, str]]:
         """(job id, attempt) of the killed jobs a machine still runs."""
-        with self._read() as cur:
+        with self._cursor() as cur:
             self._x(
                 cur,
                 "SELECT id, attempt FROM jobs WHERE status = 'processing' AND machine = ? "
@@ -590,7 +536,7 @@ class SqlStore(ABC):
 
     def counters(self, table: str | None = None) -> list[Counter]:
         where, params = _filters(tbl=table)
-        with self._read() as cur:
+        with self._cursor() as cur:
             self._x(
                 cur,
                 f"SELECT tbl, hour, outcome, count FROM job_counters{where} "
@@ -629,7 +575,7 @@ class SqlStore(ABC):
         return sum(self._delete_where("status = ?", (each,), batch) for each in statuses)
 
     def _trim_to(self, max_rows: int, batch: int) -> int:
-        with self._read() as cur:
+        with self._cursor() as cur:
             self._x(
                 cur,
                 "SELECT tbl, count(*) FROM jobs WHERE status = 'success' GROUP BY tbl",
@@ -699,3 +645,66 @@ def _filters(**columns: Any) -> tuple[str, tuple[Any, ...]]:
     if not present:
         return "", ()
     return " WHERE " + " AND ".join(f"{name} = ?" for name in present), tuple(present.values())
+
+
+def _insert_row(new: NewJob, job_id: str, now: float) -> tuple[Any, ...]:
+    run_after = now + new.delay_ms / 1000.0
+    queue_deadline = None if new.queue_timeout is None else run_after + new.queue_timeout
+    return (
+        job_id,
+        new.backend,
+        new.table,
+        new.path,
+        json.dumps(new.payload),
+        new.max_retries,
+        new.retry_strategy,
+        new.delay_ms,
+        new.timeout,
+        new.assigned_to,
+        now,
+        now,
+        new.pool,
+        new.priority,
+        new.slots,
+        run_after,
+        new.queue_timeout,
+        queue_deadline,
+        new.max_job_duration,
+    )
+
+
+def _update_row(before: Job, after: Job) -> tuple[Any, ...]:
+    return (
+        after.status,
+        after.retries,
+        json.dumps(list(after.errors)),
+        None if after.result is None else json.dumps(after.result),
+        after.assignee,
+        after.updated_at,
+        after.run_after,
+        after.queue_deadline,
+        after.attempt,
+        after.attempt_number,
+        after.machine,
+        after.lease_expires_at,
+        after.deadline,
+        int(after.cancel_requested),
+        after.started_at,
+        after.finished_at,
+        json.dumps(list(after.attempts)),
+        before.id,
+        before.status,
+        before.attempt,
+        int(before.cancel_requested),
+        before.lease_expires_at,
+    )
+
+
+def _require_current(job: Job, attempt: str) -> None:
+    if job.status != "processing" or job.attempt != attempt:
+        state = (
+            f"the job is on attempt {job.attempt} now"
+            if job.status == "processing"
+            else f"the job is {job.status}"
+        )
+        raise StaleAttempt(f"attempt {attempt} of {job.id} is no longer current ({state})")

@@ -69,7 +69,7 @@ class SqliteStore(SqlStore):
             cur.close()
 
     @contextmanager
-    def _read(self) -> Iterator[Cursor]:
+    def _cursor(self) -> Iterator[Cursor]:
         cur = self._connection().cursor()
         try:
             yield cur

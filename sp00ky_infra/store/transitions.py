@@ -19,6 +19,9 @@ from sp00ky_infra.policy.jobs import (
 )
 from sp00ky_infra.store.model import (
     CANCELLED,
+    LEASE_EXPIRED,
+    QUEUE_TIMEOUT,
+    TIMEOUT,
     AttemptEntry,
     ErrorEntry,
     InvalidJob,
@@ -157,3 +160,46 @@ def after_failure(job: Job, error: ErrorEntry, now: float, retryable: bool) -> J
             updated_at=now,
         )
     return finish(job, "failed", now, error=error)
+
+
+def overdue(job: Job, now: float) -> tuple[str, Job] | None:
+    """What the recovery sweep does to ``job`` at ``now``: (error code, next state), or None.
+
+    A running attempt whose lease ran out, or that ran past its deadline, fails (and is
+    retried while retries remain); a job that waited past its queue deadline fails for good.
+    """
+    where = f" on machine {job.machine}" if job.machine else ""
+    if job.status == "processing":
+        if job.lease_expires_at is not None and job.lease_expires_at < now:
+            reason = f"no renewal within the lease{where}"
+            return LEASE_EXPIRED, after_failure(
+                job, error_entry(LEASE_EXPIRED, reason, job, now), now, True
+            )
+        if job.deadline is not None and job.deadline < now:
+            reason = f"ran past its deadline{where}"
+            return TIMEOUT, after_failure(job, error_entry(TIMEOUT, reason, job, now), now, True)
+    if job.status == "pending" and job.queue_deadline is not None and job.queue_deadline < now:
+        reason = "waited longer than its queue timeout for a free slot"
+        return QUEUE_TIMEOUT, finish(
+            job, "failed", now, error=error_entry(QUEUE_TIMEOUT, reason, job, now)
+        )
+    return None
+
+
+def rerun(job: Job, now: float) -> Job:
+    """A finished job made pending again by hand: a fresh retry budget, its history kept."""
+    return replace(
+        job,
+        status="pending",
+        retries=0,
+        result=None,
+        updated_at=now,
+        run_after=now,
+        queue_deadline=None if job.queue_timeout is None else now + job.queue_timeout,
+        cancel_requested=False,
+        finished_at=None,
+        attempt=None,
+        machine=None,
+        lease_expires_at=None,
+        deadline=None,
+    )

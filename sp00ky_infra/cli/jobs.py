@@ -1,0 +1,290 @@
+"""``sp00ky-infra run`` and ``sp00ky-infra jobs [list|get|kill|retry|clear|prune]``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from sp00ky_infra.client import Client, payload_from_text
+from sp00ky_infra.config import ConfigError
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.store import STATUSES, Job, SqlStore, StoreError, open_store
+
+EXIT_REFUSED = 1
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def store_option(func: F) -> F:
+    return click.option(
+        "--store",
+        "store_url",
+        envvar="SPKY_STORE",
+        help="Store URL (default: $SPKY_STORE or sqlite:///.sp00ky/state.db).",
+    )(func)
+
+
+def config_option(func: F) -> F:
+    return click.option(
+        "--config",
+        "config_file",
+        envvar="SPKY_CONFIG",
+        help="sp00ky.yml to read (default: $SPKY_CONFIG or ./sp00ky.yml).",
+    )(func)
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+
+
+@contextmanager
+def refusals() -> Iterator[None]:
+    """Turn the library's errors into one clear line and exit 1 (click's usage errors exit 2)."""
+    try:
+        yield
+    except (StoreError, ConfigError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_REFUSED)
+
+
+@contextmanager
+def opened(store_url: str | None) -> Iterator[SqlStore]:
+    with refusals():
+        store = open_store(store_url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _when(at: float | None) -> str:
+    if at is None:
+        return "-"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+# --- run ---------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("backend")
+@click.argument("path")
+@click.option("--payload", help="The job's payload as JSON (checked against the backend's spec).")
+@click.option("--max-retries", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option(
+    "--retry-strategy",
+    type=click.Choice(["linear", "exponential"]),
+    default="linear",
+    show_default=True,
+)
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds.")
+@click.option("--delay", type=click.IntRange(min=0), default=0, help="Milliseconds to wait first.")
+@click.option("--priority", type=int, default=0, help="Higher runs first.")
+@click.option("--slots", type=click.IntRange(min=1), default=1, help="Slots the job takes.")
+@click.option("--assigned-to", help="The record the job is for (e.g. thread:abc).")
+@json_option
+@config_option
+@store_option
+def run(
+    backend: str,
+    path: str,
+    payload: str | None,
+    max_retries: int,
+    retry_strategy: str,
+    timeout: float | None,
+    delay: int,
+    priority: int,
+    slots: int,
+    assigned_to: str | None,
+    as_json: bool,
+    config_file: str | None,
+    store_url: str | None,
+) -> None:
+    """Create a job: call BACKEND's route PATH with the payload. Prints the new job's id."""
+    with refusals():
+        body = payload_from_text(payload)
+        with Client(store_url, config_file) as client:
+            job = client.run(
+                backend,
+                path,
+                body,
+                max_retries=max_retries,
+                retry_strategy="exponential" if retry_strategy == "exponential" else "linear",
+                timeout=timeout,
+                delay=delay,
+                priority=priority,
+                slots=slots,
+                assigned_to=assigned_to,
+            )
+    click.echo(json.dumps(job.as_json()) if as_json else job.id)
+
+
+# --- jobs --------------------------------------------------------------------------------------
+
+
+@click.group(invoke_without_command=True)
+@click.option("--refresh", type=click.FloatRange(min=0.1), default=1.0, show_default=True)
+@store_option
+@click.pass_context
+def jobs(ctx: click.Context, refresh: float, store_url: str | None) -> None:
+    """Watch and manage jobs. Without a subcommand: a live dashboard until Ctrl-C."""
+    if ctx.invoked_subcommand is None:
+        with opened(store_url) as store:
+            dashboard(store, refresh)
+
+
+def dashboard(store: SqlStore, refresh: float) -> None:
+    console = Console()
+    try:
+        with Live(_dashboard(store), console=console, refresh_per_second=4, screen=False) as live:
+            while True:
+                time.sleep(refresh)
+                live.update(_dashboard(store))
+    except KeyboardInterrupt:
+        pass
+
+
+def _dashboard(store: SqlStore) -> Group:
+    counts = store.counts()
+    summary = Table(title="jobs by status", show_edge=False)
+    for status in STATUSES:
+        summary.add_column(status, justify="right")
+    summary.add_row(*(str(counts[status]) for status in STATUSES))
+    recent = _table(store.list_jobs(limit=15), title="recent jobs")
+    stamp = datetime.now(UTC).strftime("%H:%M:%S")
+    return Group(summary, recent, f"[dim]{stamp} UTC · Ctrl-C to leave[/dim]")
+
+
+def _table(found: list[Job], title: str | None = None) -> Table:
+    table = Table(title=title, show_edge=False)
+    for column in ("id", "backend", "path", "status", "retries", "machine", "created"):
+        table.add_column(column, no_wrap=column in ("id", "created"))
+    for job in found:
+        table.add_row(
+            job.id,
+            job.backend,
+            job.path,
+            job.status + (" (killing)" if job.cancel_requested else ""),
+            f"{job.retries}/{job.max_retries}",
+            job.machine or "-",
+            _when(job.created_at),
+        )
+    return table
+
+
+@jobs.command("list")
+@click.option("--status", type=click.Choice(STATUSES))
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--table", "table_name", help="Only this outbox table's jobs.")
+@click.option("--pool", help="Only this pool's jobs.")
+@json_option
+@store_option
+def list_(
+    status: Any,
+    limit: int,
+    table_name: str | None,
+    pool: str | None,
+    as_json: bool,
+    store_url: str | None,
+) -> None:
+    """Jobs, newest first."""
+    with opened(store_url) as store, refusals():
+        found = store.list_jobs(status=status, limit=limit, table=table_name, pool=pool)
+    if as_json:
+        click.echo(json.dumps([job.as_json() for job in found], indent=2))
+    elif found:
+        Console(width=200 if not sys.stdout.isatty() else None).print(_table(found))
+    else:
+        click.echo("no jobs" + (f" with status {status}" if status else ""))
+
+
+@jobs.command()
+@click.argument("job_id")
+@json_option
+@store_option
+def get(job_id: str, as_json: bool, store_url: str | None) -> None:
+    """One job in full: payload, result, every error and attempt."""
+    with opened(store_url) as store, refusals():
+        job = store.get(job_id)
+    if as_json:
+        click.echo(json.dumps(job.as_json(), indent=2))
+        return
+    lines = [
+        f"id          : {job.id}",
+        f"backend     : {job.backend} {job.path}" + (f" (pool {job.pool})" if job.pool else ""),
+        f"status      : {job.status}" + ("  (kill requested)" if job.cancel_requested else ""),
+        f"retries     : {job.retries} of {job.max_retries} ({job.retry_strategy})",
+        f"priority    : {job.priority}, slots {job.slots}",
+        f"created     : {_when(job.created_at)}   updated {_when(job.updated_at)}",
+        f"payload     : {json.dumps(job.payload)}",
+        f"result      : {json.dumps(job.result)}",
+    ]
+    for attempt in job.attempts:
+        lines.append(
+            f"attempt {attempt.get('number')}   : {attempt.get('id')} on "
+            f"{attempt.get('machine') or '-'} from {_when(attempt.get('started_at'))} "
+            f"-> {attempt.get('outcome') or 'running'}"
+        )
+    for error in job.errors:
+        lines.append(
+            f"error       : [{error.get('code')}] {error.get('reason')} "
+            f"(attempt {error.get('attempt')}, {_when(error.get('at'))})"
+        )
+    click.echo("\n".join(lines))
+
+
+@jobs.command()
+@click.argument("job_id")
+@store_option
+def kill(job_id: str, store_url: str | None) -> None:
+    """Cancel a job: a waiting one fails at once, a running one is stopped on its machine."""
+    with opened(store_url) as store, refusals():
+        job = store.kill(job_id, time.time())
+    if job.status == "failed":
+        click.echo(f"{job.id}: killed (failed with code cancelled)")
+    else:
+        click.echo(f"{job.id}: kill sent to machine {job.machine}; it fails with code cancelled")
+
+
+@jobs.command()
+@click.argument("job_id")
+@store_option
+def retry(job_id: str, store_url: str | None) -> None:
+    """Run a finished job again as a new attempt (its history stays)."""
+    with opened(store_url) as store, refusals():
+        job = store.retry(job_id, time.time())
+    click.echo(f"{job.id}: pending again (attempt {job.attempt_number + 1} next)")
+
+
+@jobs.command()
+@click.option("--status", type=click.Choice(["success", "failed"]), help="Only this outcome.")
+@store_option
+def clear(status: Any, store_url: str | None) -> None:
+    """Delete finished (success/failed) jobs in batches; they stay counted in the counters."""
+    with opened(store_url) as store, refusals():
+        removed = store.clear(status=status)
+    click.echo(f"deleted {removed} finished job(s)")
+
+
+@jobs.command()
+@config_option
+@store_option
+def prune(config_file: str | None, store_url: str | None) -> None:
+    """Apply sp00ky.yml's retention now (the controller also does this on its own)."""
+    with refusals():
+        retention = load_config(config_file).retention
+    with opened(store_url) as store, refusals():
+        report = store.prune(
+            time.time(), retention.success, retention.failed, max_rows=retention.max_rows
+        )
+    parts = ", ".join(f"{count} {outcome}" for outcome, count in report.deleted.items())
+    click.echo(f"pruned {report.total} job(s)" + (f" ({parts})" if parts else ""))

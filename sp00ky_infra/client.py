@@ -1,0 +1,196 @@
+"""Creating jobs from Python: the docs' ``db.run(backend, path, payload, options)``.
+
+    client = Client("sqlite:///.sp00ky/state.db", config="sp00ky.yml")
+    job = client.run("renderer", "/render", {"gameId": "g1"}, max_retries=5)
+
+The payload is validated against the backend's OpenAPI spec before any row is written, so a
+missing required field is refused at once rather than failing later on a machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from sp00ky_infra.config import Backend, Config
+from sp00ky_infra.config.durations import format_duration
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.policy.jobs import RetryStrategy
+from sp00ky_infra.store import InvalidJob, Job, NewJob, SqlStore, open_store
+
+
+class Client:
+    """Writes jobs into the store, checked against sp00ky.yml and the backends' specs."""
+
+    def __init__(
+        self,
+        store: str | SqlStore | None = None,
+        config: str | Path | Config | None = None,
+    ) -> None:
+        self.config = config if isinstance(config, Config) else load_config(config)
+        self.store = store if isinstance(store, SqlStore) else open_store(store)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def run(
+        self,
+        backend: str,
+        path: str,
+        payload: Any = None,
+        *,
+        max_retries: int = 3,
+        retry_strategy: RetryStrategy = "linear",
+        timeout: float | None = None,
+        delay: int = 0,
+        priority: int = 0,
+        slots: int = 1,
+        assigned_to: str | None = None,
+        now: float | None = None,
+    ) -> Job:
+        """Write a pending job; ``timeout`` in seconds, ``delay`` in milliseconds."""
+        target = self._backend(backend)
+        if target.method is None:
+            raise InvalidJob(
+                f"backend: {backend!r} has no outbox method; jobs need "
+                "`method: { type: outbox, table: NAME }` on the backend"
+            )
+        if target.spec:
+            check_payload(self.config.resolve(target.spec), backend, path, payload)
+        pool = self.config.pools.get(target.pool) if target.pool else None
+        if (
+            pool is not None
+            and timeout is not None
+            and timeout > pool.max_job_duration
+            and not target.timeout_overridable
+        ):
+            raise InvalidJob(
+                f"timeout: {format_duration(timeout)} is longer than pool {pool.name}'s "
+                f"maxJobDuration ({format_duration(pool.max_job_duration)}); shorten it, "
+                f"or set `timeoutOverridable: true` on backend {backend} (a job still "
+                "never runs longer than maxJobDuration)"
+            )
+        if pool is not None and slots > pool.slots:
+            raise InvalidJob(
+                f"slots: the job asks for {slots} slots but a machine of pool {pool.name!r} "
+                f"has {pool.slots}; a job must fit on one machine"
+            )
+        new = NewJob(
+            backend=backend,
+            table=target.method.table,
+            path=path,
+            payload=payload,
+            max_retries=max_retries,
+            retry_strategy=retry_strategy,
+            delay_ms=delay,
+            timeout=timeout,
+            priority=priority,
+            slots=slots,
+            pool=pool.name if pool else None,
+            assigned_to=assigned_to,
+            queue_timeout=pool.queue_timeout if pool else None,
+            max_job_duration=pool.max_job_duration if pool else None,
+        )
+        return self.store.enqueue(
+            new, time.time() if now is None else now, max_queued=pool.max_queued if pool else None
+        )
+
+    def _backend(self, name: str) -> Backend:
+        backend = self.config.backends.get(name)
+        if backend is None:
+            known = ", ".join(sorted(self.config.backends)) or "none"
+            raise InvalidJob(f"backend: no backend {name!r} in sp00ky.yml (backends: {known})")
+        return backend
+
+
+def _load_spec(path: str) -> dict[str, Any]:
+    try:
+        modified = Path(path).stat().st_mtime_ns
+    except OSError as exc:
+        raise InvalidJob(f"spec: cannot read the backend's OpenAPI spec {path}: {exc}") from exc
+    return _parse_spec(path, modified)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_spec(path: str, modified: int) -> dict[str, Any]:
+    """Parsed once per version of the file (``modified`` is part of the cache key)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidJob(f"spec: cannot read the backend's OpenAPI spec {path}: {exc}") from exc
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvalidJob(f"spec: {path} is not valid YAML or JSON: {exc}") from exc
+    if not isinstance(spec, dict) or not isinstance(spec.get("paths"), dict):
+        raise InvalidJob(f"spec: {path} has no `paths`; is it an OpenAPI document?")
+    return spec
+
+
+def _pointer(*parts: str) -> str:
+    return "#/" + "/".join(part.replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def check_payload(spec_path: str, backend: str, path: str, payload: Any) -> None:
+    """Raise InvalidJob naming every field of ``payload`` that the spec's POST body refuses."""
+    spec = _load_spec(spec_path)
+    operation = (spec["paths"].get(path) or {}).get("post")
+    if operation is None:
+        routes = ", ".join(
+            route for route, ops in spec["paths"].items() if isinstance(ops, dict) and "post" in ops
+        )
+        raise InvalidJob(
+            f"path: backend {backend}'s spec has no POST {path}; "
+            f"its POST routes: {routes or 'none'}"
+        )
+    body = (operation.get("requestBody") or {}).get("content", {}).get("application/json")
+    if body is None or "schema" not in body:
+        return
+    # Validate against the whole spec as the root resource so that $refs into
+    # #/components/... resolve; unknown top-level keys (openapi, paths) are ignored.
+    pointer = _pointer(
+        "paths", path, "post", "requestBody", "content", "application/json", "schema"
+    )
+    validator = Draft202012Validator({**spec, "$ref": pointer})
+    problems = sorted(validator.iter_errors(payload), key=lambda e: list(map(str, e.path)))
+    if problems:
+        lines = "; ".join(_describe(error) for error in problems)
+        raise InvalidJob(f"payload: refused by backend {backend}'s spec (POST {path}): {lines}")
+
+
+def _describe(error: ValidationError) -> str:
+    where = "payload" + "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
+    )
+    expected: Any = error.validator_value
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [name for name in expected if name not in error.instance]
+        return ", ".join(f"{where}.{name} is required" for name in missing)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set((error.schema or {}).get("properties", {}))  # type: ignore[union-attr]
+        extra = sorted(set(error.instance) - allowed)
+        return ", ".join(f"{where}.{name} is not a field of this route" for name in extra)
+    return f"{where}: {error.message}"
+
+
+def payload_from_text(text: str | None) -> Any:
+    """``--payload`` text as JSON, with an error that names the option."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidJob(f"--payload: not valid JSON ({exc.msg} at column {exc.colno})") from exc

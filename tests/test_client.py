@@ -1,0 +1,145 @@
+"""Client.run: the docs' db.run(), checked against sp00ky.yml and the backend's OpenAPI spec."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sp00ky_infra.client import Client
+from sp00ky_infra.store import InvalidJob, QueueFull, SqlStore
+from tests.configs import DELETE, varied
+from tests.helpers import ROOT
+
+T0 = 1_700_000_000.0
+
+
+def _project(tmp_path: Path, *changes: tuple[str, Any]) -> Path:
+    (tmp_path / "backend").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "examples/backend/openapi.yml", tmp_path / "backend/openapi.yml")
+    path = tmp_path / "sp00ky.yml"
+    path.write_text(yaml.safe_dump(varied(*changes)))
+    return path
+
+
+@pytest.fixture
+def client(tmp_path: Path, store: SqlStore) -> Iterator[Client]:
+    yield Client(store, _project(tmp_path))
+
+
+def test_run_writes_a_pending_job_with_the_pools_settings(client: Client) -> None:
+    job = client.run("renderer", "/render", {"gameId": "g1"}, priority=3, now=T0)
+    assert (job.status, job.table, job.pool, job.priority) == ("pending", "render_job", "render", 3)
+    assert job.queue_timeout == 3600 and job.queue_deadline == T0 + 3600
+    assert job.max_job_duration == 8 * 3600
+    assert client.store.get(job.id) == job
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"format": "mp4"}, "payload.gameId is required"),
+        ({"gameId": "g", "seconds": "slow"}, "payload.seconds: 'slow' is not of type 'number'"),
+        ({"gameId": "g", "format": "avi"}, "payload.format: 'avi' is not one of"),
+        ({"gameId": "g", "colour": "red"}, "payload.colour is not a field of this route"),
+        (None, "payload: None is not of type 'object'"),
+    ],
+)
+def test_a_payload_the_spec_refuses_writes_nothing(
+    client: Client, payload: Any, message: str
+) -> None:
+    with pytest.raises(
+        InvalidJob, match="refused by backend renderer's spec \\(POST /render\\)"
+    ) as e:
+        client.run("renderer", "/render", payload, now=T0)
+    assert message in str(e.value)
+    assert client.store.counts()["pending"] == 0
+
+
+def test_unknown_backend_and_route(client: Client) -> None:
+    with pytest.raises(
+        InvalidJob, match=r"backend: no backend 'paint' in sp00ky.yml \(backends: renderer\)"
+    ):
+        client.run("paint", "/render", {"gameId": "g"})
+    with pytest.raises(
+        InvalidJob,
+        match="path: backend renderer's spec has no POST /paint; its POST routes: /render",
+    ):
+        client.run("renderer", "/paint", {})
+
+
+def test_a_timeout_longer_than_max_job_duration(tmp_path: Path, store: SqlStore) -> None:
+    strict = Client(store, _project(tmp_path))
+    with pytest.raises(
+        InvalidJob, match=r"timeout: 9h is longer than pool render's maxJobDuration \(8h\)"
+    ):
+        strict.run("renderer", "/render", {"gameId": "g"}, timeout=9 * 3600)
+    short = strict.run("renderer", "/render", {"gameId": "g"}, timeout=60, now=T0)
+    assert short.timeout == 60
+
+    loose = Client(store, _project(tmp_path, ("apps.renderer.timeoutOverridable", True)))
+    long = loose.run("renderer", "/render", {"gameId": "g"}, timeout=9 * 3600, now=T0)
+    (running,) = [j for j in store.claim("render_job", 2, "c", T0, 90) if j.id == long.id]
+    assert running.deadline == T0 + 8 * 3600  # a timeout never extends maxJobDuration
+
+
+def test_slots_must_fit_a_machine(tmp_path: Path, store: SqlStore) -> None:
+    client = Client(store, _project(tmp_path, ("pools.render.slots", 2)))
+    assert client.run("renderer", "/render", {"gameId": "g"}, slots=2).slots == 2
+    with pytest.raises(InvalidJob, match="asks for 3 slots but a machine of pool 'render' has 2"):
+        client.run("renderer", "/render", {"gameId": "g"}, slots=3)
+
+
+def test_max_queued(tmp_path: Path, store: SqlStore) -> None:
+    client = Client(store, _project(tmp_path, ("pools.render.maxQueued", 2)))
+    for _ in range(2):
+        client.run("renderer", "/render", {"gameId": "g"})
+    with pytest.raises(QueueFull, match=r"raise pools\.render\.maxQueued"):
+        client.run("renderer", "/render", {"gameId": "g"})
+
+
+def test_refs_into_components_resolve(tmp_path: Path, store: SqlStore) -> None:
+    path = _project(tmp_path)
+    (tmp_path / "backend/openapi.yml").write_text(
+        yaml.safe_dump(
+            {
+                "openapi": "3.1.0",
+                "info": {"title": "t", "version": "1"},
+                "paths": {
+                    "/render": {
+                        "post": {
+                            "requestBody": {
+                                "content": {
+                                    "application/json": {
+                                        "schema": {"$ref": "#/components/schemas/Render"}
+                                    }
+                                }
+                            }
+                        }
+                    }
+                },
+                "components": {
+                    "schemas": {
+                        "Render": {
+                            "type": "object",
+                            "required": ["scene"],
+                            "properties": {"scene": {"type": "string"}},
+                        }
+                    }
+                },
+            }
+        )
+    )
+    client = Client(store, path)
+    assert client.run("renderer", "/render", {"scene": "s"}).payload == {"scene": "s"}
+    with pytest.raises(InvalidJob, match=r"payload\.scene is required"):
+        client.run("renderer", "/render", {"gameId": "g"})
+
+
+def test_a_backend_without_a_spec_takes_any_json(tmp_path: Path, store: SqlStore) -> None:
+    client = Client(store, _project(tmp_path, ("apps.renderer.spec", DELETE)))
+    assert client.run("renderer", "/anything", [1, 2]).payload == [1, 2]
