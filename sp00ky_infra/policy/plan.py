@@ -1,0 +1,171 @@
+"""The reconcile plan of one pool: observed machines and queue in, actions out. Pure.
+
+Every action carries its reason. The controller's executor applies them through its ports
+(store, provisioner); nothing here does I/O or reads the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+from sp00ky_infra.policy.breaker import Breaker
+from sp00ky_infra.policy.sizing import Shape, desired_machines
+
+MachineState = Literal["requested", "booting", "ready", "draining", "failed", "destroyed"]
+LIVE_STATES: tuple[MachineState, ...] = ("requested", "booting", "ready", "draining")
+
+
+class Reason(StrEnum):
+    SCALE_UP = "scale_up"  # desired above the machines the pool has
+    IDLE_SURPLUS = "idle_surplus"  # idle for idleTimeout while the pool has more than it needs
+    MAX_LIFETIME = "max_lifetime"  # lived maxLifetime: renewed piece by piece
+    REVISION_CHANGED = "revision_changed"  # a deploy changed what it runs
+    MANUAL = "manual"  # an operator drained it by hand
+    BOOT_TIMEOUT = "boot_timeout"  # not ready within the boot timeout
+    SILENT = "silent"  # stopped answering
+    DRAINED = "drained"  # draining and no job left: destroy
+
+
+@dataclass(frozen=True, slots=True)
+class MachineView:
+    """What the plan needs to know of one machine."""
+
+    name: str
+    state: MachineState
+    created_at: float
+    revision: str
+    busy_slots: int = 0
+    idle_since: float | None = None  # set while ready with no job
+    last_seen_at: float | None = None  # its agent's last poll
+    drained: bool = False  # its agent said it finished its jobs and left
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """One pool as observed at ``now``."""
+
+    name: str
+    shape: Shape
+    revision: str
+    machines: Sequence[MachineView]
+    queued: int  # eligible pending jobs (counted up to the sizing cap)
+    idle_timeout: float
+    max_lifetime: float
+    boot_timeout: float
+    silence: float  # a ready machine that has not polled for this long has stopped answering
+    breaker: Breaker = field(default_factory=Breaker)
+    paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    pool: str
+    count: int
+    reason: Reason = Reason.SCALE_UP
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    machine: str
+    reason: Reason
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    machine: str
+    reason: Reason
+
+
+@dataclass(frozen=True, slots=True)
+class Destroy:
+    machine: str
+    reason: Reason = Reason.DRAINED
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    pool: str
+    desired: int
+    current: int
+    busy_slots: int
+    create: Create | None = None
+    drain: tuple[Drain, ...] = ()
+    fail: tuple[Fail, ...] = ()
+    destroy: tuple[Destroy, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def empty(self) -> bool:
+        return not (self.create or self.drain or self.fail or self.destroy)
+
+
+def plan_pool(pool: PoolView, now: float) -> Plan:
+    """Decide what happens to one pool at ``now``."""
+    fail: list[Fail] = []
+    drain: list[Drain] = []
+    destroy: list[Destroy] = []
+    notes: list[str] = []
+    serving: list[MachineView] = []  # machines that count towards the pool's size
+    for machine in pool.machines:
+        if machine.state in ("requested", "booting"):
+            if now - machine.created_at > pool.boot_timeout:
+                fail.append(Fail(machine.name, Reason.BOOT_TIMEOUT))
+            else:
+                serving.append(machine)
+        elif machine.state in ("ready", "draining"):
+            if machine.last_seen_at is not None and now - machine.last_seen_at > pool.silence:
+                fail.append(Fail(machine.name, Reason.SILENT))
+            elif machine.state == "draining":
+                if machine.drained:
+                    destroy.append(Destroy(machine.name))
+            elif machine.revision != pool.revision:
+                drain.append(Drain(machine.name, Reason.REVISION_CHANGED))
+            elif now - machine.created_at >= pool.max_lifetime:
+                drain.append(Drain(machine.name, Reason.MAX_LIFETIME))
+            else:
+                serving.append(machine)
+
+    busy = sum(
+        machine.busy_slots for machine in pool.machines if machine.state in ("ready", "draining")
+    )
+    desired = desired_machines(pool.shape, busy, pool.queued)
+    current = len(serving)
+
+    surplus = current - desired
+    if surplus > 0:
+        idle = sorted(
+            (
+                machine
+                for machine in serving
+                if machine.state == "ready"
+                and machine.busy_slots == 0
+                and machine.idle_since is not None
+                and now - machine.idle_since >= pool.idle_timeout
+            ),
+            key=lambda machine: (machine.idle_since, machine.name),
+        )
+        drain.extend(Drain(machine.name, Reason.IDLE_SURPLUS) for machine in idle[:surplus])
+
+    create = None
+    missing = desired - current
+    if missing > 0:
+        if pool.paused:
+            notes.append(f"paused: {missing} machine(s) not created")
+        elif pool.breaker.is_open(now):
+            notes.append(f"breaker open: {missing} machine(s) not created")
+        else:
+            create = Create(pool.name, missing)
+    return Plan(
+        pool=pool.name,
+        desired=desired,
+        current=current,
+        busy_slots=busy,
+        create=create,
+        drain=tuple(drain),
+        fail=tuple(fail),
+        destroy=tuple(destroy),
+        notes=tuple(notes),
+    )

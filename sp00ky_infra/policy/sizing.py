@@ -1,0 +1,45 @@
+"""How many machines a pool wants: the docs' rule, evaluated every tick. Pure.
+
+capacity = busy slots + queued jobs + buffer x slots
+needed   = ceil(capacity / slots)
+desired  = autoscale ? clamp(max(min, needed), min, max) : min
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The sizing settings of one pool."""
+
+    min: int
+    max: int | None
+    autoscale: bool
+    buffer: int
+    slots: int
+
+
+def capacity(shape: Shape, busy_slots: int, queued: int) -> int:
+    """Slots the pool should have: busy ones, one per queued job, and the warm buffer."""
+    return busy_slots + queued + shape.buffer * shape.slots
+
+
+def desired_machines(shape: Shape, busy_slots: int, queued: int) -> int:
+    """The machines the pool wants now."""
+    if not shape.autoscale:
+        return shape.min
+    needed = math.ceil(capacity(shape, busy_slots, queued) / shape.slots)
+    top = shape.max if shape.max is not None else shape.min
+    return max(shape.min, min(max(shape.min, needed), top))
+
+
+def queue_cap(shape: Shape) -> int:
+    """Queued jobs beyond this cannot change the desired count: a count may stop here.
+
+    Counting at most this many keeps a tick's cost flat in the number of pending jobs.
+    """
+    top = shape.max if shape.autoscale and shape.max is not None else shape.min
+    return top * shape.slots + 1
