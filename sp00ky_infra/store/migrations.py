@@ -81,4 +81,63 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        2,
+        "machines, pool state (pause, breaker), incidents, used join tokens",
+        (
+            """
+            CREATE TABLE machines (
+                name TEXT PRIMARY KEY,
+                pool TEXT NOT NULL,
+                provider TEXT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN
+                    ('requested', 'booting', 'ready', 'draining', 'failed', 'destroyed')),
+                revision TEXT NOT NULL,
+                slots INTEGER NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL,
+                joined_at DOUBLE PRECISION,
+                ready_at DOUBLE PRECISION,
+                last_seen_at DOUBLE PRECISION,
+                idle_since DOUBLE PRECISION,
+                drain_reason TEXT,
+                drained INTEGER NOT NULL DEFAULT 0,
+                failed_reason TEXT,
+                destroyed_at DOUBLE PRECISION,
+                provider_id TEXT,
+                provider_state TEXT,
+                session_hash TEXT
+            )
+            """,
+            "CREATE INDEX machines_live ON machines (pool) WHERE state <> 'destroyed'",
+            """
+            CREATE TABLE pool_state (
+                pool TEXT PRIMARY KEY,
+                paused INTEGER NOT NULL DEFAULT 0,
+                breaker_failures INTEGER NOT NULL DEFAULT 0,
+                breaker_opened INTEGER NOT NULL DEFAULT 0,
+                breaker_open_until DOUBLE PRECISION,
+                updated_at DOUBLE PRECISION NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE incidents (
+                id TEXT PRIMARY KEY,
+                pool TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                message TEXT NOT NULL,
+                opened_at DOUBLE PRECISION NOT NULL,
+                closed_at DOUBLE PRECISION
+            )
+            """,
+            "CREATE INDEX incidents_open ON incidents (pool, kind) WHERE closed_at IS NULL",
+            """
+            CREATE TABLE join_nonces (
+                nonce TEXT PRIMARY KEY,
+                machine TEXT NOT NULL,
+                used_at DOUBLE PRECISION NOT NULL
+            )
+            """,
+        ),
+    ),
 )

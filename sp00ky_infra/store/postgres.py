@@ -15,7 +15,42 @@ from contextlib import contextmanager
 import psycopg
 
 from sp00ky_infra.store.model import StoreUnavailable
-from sp00ky_infra.store.sql import Cursor, SqlStore
+from sp00ky_infra.store.sql import Cursor, LeaderLock, SqlStore
+
+LEADER_KEY = "sp00ky-controller-leader"
+
+
+class AdvisoryLock(LeaderLock):
+    """A session-level advisory lock on a connection of its own: the server frees it when the
+    holder's connection ends, which a killed process's does at once."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._conn: psycopg.Connection | None = None
+
+    def try_acquire(self) -> bool:
+        if self._conn is not None:
+            try:
+                self._conn.execute("SELECT 1")
+                return True
+            except psycopg.Error:
+                self.release()  # the connection died, and the lock with it
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        row = conn.execute(
+            "SELECT pg_try_advisory_lock(hashtext(current_schema() || ':' || %s))", (LEADER_KEY,)
+        ).fetchone()
+        if row is None or not row[0]:
+            conn.close()
+            return False
+        self._conn = conn
+        return True
+
+    def release(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
 
 
 def redact(url: str) -> str:
@@ -72,6 +107,9 @@ class PostgresStore(SqlStore):
             "set_config('enable_sort', 'off', true)",
             (f"claim:{table}",),
         )
+
+    def leader_lock(self) -> LeaderLock:
+        return AdvisoryLock(self.url)
 
     def close(self) -> None:
         with self._guard:

@@ -7,6 +7,7 @@ dialects (``sqlite.py``, ``postgres.py``) supply connections, transactions and l
 
 from __future__ import annotations
 
+import functools
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from sp00ky_infra.policy.jobs import Queued, admit
+from sp00ky_infra.store.machines import MachineTable, PoolTable
 from sp00ky_infra.store.migrations import MIGRATIONS
 from sp00ky_infra.store.model import (
     CANCELLED,
@@ -118,10 +120,33 @@ def _hour(at: float) -> int:
     return int(at // 3600) * 3600
 
 
+class LeaderLock(ABC):
+    """Held by at most one controller of a store at a time; freed when its process dies."""
+
+    @abstractmethod
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free (never waits); True while this process holds it."""
+
+    @abstractmethod
+    def release(self) -> None: ...
+
+
 class SqlStore(ABC):
     """Job rows on a SQL database. Subclasses supply the dialect."""
 
     placeholder = "?"
+
+    @functools.cached_property
+    def machines(self) -> MachineTable:
+        return MachineTable(self)
+
+    @functools.cached_property
+    def pools(self) -> PoolTable:
+        return PoolTable(self)
+
+    @abstractmethod
+    def leader_lock(self) -> LeaderLock:
+        """The lock that makes one controller of this store the leader."""
 
     # --- dialect -------------------------------------------------------------------------
 
@@ -522,6 +547,39 @@ class SqlStore(ABC):
             self._x(cur, f"SELECT status, count(*) FROM jobs{where} GROUP BY status", params)
             found = {row[0]: int(row[1]) for row in cur.fetchall()}
         return {status: found.get(status, 0) for status in STATUSES}
+
+    def queued(self, table: str, now: float, cap: int) -> int:
+        """Eligible pending jobs of ``table``, counted up to ``cap`` (cost flat in the backlog)."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE tbl = ? AND status = 'pending' "
+                "AND run_after <= ? LIMIT ?) AS head",
+                (table, now, cap),
+            )
+            return int(cur.fetchone()[0])
+
+    def busy_slots(self, table: str) -> dict[str, int]:
+        """Slots taken by running jobs of ``table``, by machine."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                "SELECT machine, sum(slots) FROM jobs WHERE tbl = ? AND status = 'processing' "
+                "GROUP BY machine",
+                (table,),
+            )
+            return {row[0]: int(row[1]) for row in cur.fetchall() if row[0] is not None}
+
+    def running_on(self, machine: str) -> list[Job]:
+        """The jobs whose current attempt runs on ``machine``."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                f"SELECT {COLUMNS} FROM jobs WHERE status = 'processing' AND machine = ? "
+                "ORDER BY started_at, id",
+                (machine,),
+            )
+            return [self._job(row) for row in cur.fetchall()]
 
     def cancels_for(self, machine: str) -> list[tuple[str, str]]:
         """(job id, attempt) of the killed jobs a machine still runs."""

@@ -6,6 +6,8 @@ so writers are serialized and a claim's read-then-update cannot interleave with 
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -13,7 +15,36 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sp00ky_infra.store.model import StoreUnavailable
-from sp00ky_infra.store.sql import Cursor, SqlStore
+from sp00ky_infra.store.sql import Cursor, LeaderLock, SqlStore
+
+
+class FileLock(LeaderLock):
+    """An exclusive lock on a file beside the database (flock: freed when the process dies)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        if self._fd is not None:
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -78,6 +109,9 @@ class SqliteStore(SqlStore):
 
     def _lock(self, cur: Cursor, key: str) -> None:
         """Nothing to do: BEGIN IMMEDIATE already serializes every writer."""
+
+    def leader_lock(self) -> LeaderLock:
+        return FileLock(f"{self.path}.leader")
 
     def close(self) -> None:
         with self._guard:

@@ -1,0 +1,323 @@
+"""Machine rows and pool state (pause, breaker, incidents): what the controller rebuilds from.
+
+A machine moves requested -> booting -> ready -> draining -> destroyed, or to failed (never
+ready, or stopped answering) and then destroyed. Every move is a compare-and-set on the state.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from sp00ky_infra.policy.breaker import Breaker
+from sp00ky_infra.policy.plan import LIVE_STATES, MachineState
+from sp00ky_infra.store.model import Conflict, StoreError
+
+if TYPE_CHECKING:
+    from sp00ky_infra.store.sql import SqlStore
+
+MACHINE_COLUMNS = (
+    "name, pool, provider, state, revision, slots, created_at, updated_at, joined_at, ready_at, "
+    "last_seen_at, idle_since, drain_reason, drained, failed_reason, destroyed_at, provider_id, "
+    "provider_state, session_hash"
+)
+IncidentKind = Literal["pool_breaker_open"]
+
+
+class MachineNotFound(StoreError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    name: str
+    pool: str
+    provider: str
+    state: MachineState
+    revision: str
+    slots: int
+    created_at: float
+    updated_at: float
+    joined_at: float | None
+    ready_at: float | None
+    last_seen_at: float | None
+    idle_since: float | None
+    drain_reason: str | None
+    drained: bool
+    failed_reason: str | None
+    destroyed_at: float | None
+    provider_id: str | None
+    provider_state: str | None
+    session_hash: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in MACHINE_COLUMNS.replace(" ", "").split(",")}
+        data.pop("session_hash")
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    id: str
+    pool: str
+    kind: str
+    message: str
+    opened_at: float
+    closed_at: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "pool": self.pool,
+            "kind": self.kind,
+            "message": self.message,
+            "opened_at": self.opened_at,
+            "closed_at": self.closed_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    pool: str
+    paused: bool = False
+    breaker: Breaker = field(default_factory=Breaker)
+
+
+def _machine(row: Sequence[Any]) -> Machine:
+    (name, pool, provider, state, revision, slots, created_at, updated_at, joined_at, ready_at,
+     last_seen_at, idle_since, drain_reason, drained, failed_reason, destroyed_at, provider_id,
+     provider_state, session_hash) = row  # fmt: skip
+    return Machine(
+        name=name,
+        pool=pool,
+        provider=provider,
+        state=state,
+        revision=revision,
+        slots=slots,
+        created_at=created_at,
+        updated_at=updated_at,
+        joined_at=joined_at,
+        ready_at=ready_at,
+        last_seen_at=last_seen_at,
+        idle_since=idle_since,
+        drain_reason=drain_reason,
+        drained=bool(drained),
+        failed_reason=failed_reason,
+        destroyed_at=destroyed_at,
+        provider_id=provider_id,
+        provider_state=provider_state,
+        session_hash=session_hash,
+    )
+
+
+class MachineTable:
+    """The machines table, on the store's connections."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._store = store
+
+    def add(
+        self, name: str, pool: str, provider: str, revision: str, slots: int, now: float
+    ) -> Machine:
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "INSERT INTO machines (name, pool, provider, state, revision, slots, created_at, "
+                "updated_at) VALUES (?, ?, ?, 'requested', ?, ?, ?, ?)",
+                (name, pool, provider, revision, slots, now, now),
+            )
+        return self.get(name)
+
+    def get(self, name: str) -> Machine:
+        with self._store._cursor() as cur:
+            self._store._x(cur, f"SELECT {MACHINE_COLUMNS} FROM machines WHERE name = ?", (name,))
+            row = cur.fetchone()
+        if row is None:
+            raise MachineNotFound(f"no machine {name!r}; `sp00ky-infra pools get POOL` lists them")
+        return _machine(row)
+
+    def live(self, pool: str | None = None) -> list[Machine]:
+        """Machines not yet destroyed (failed ones too, until they are), oldest first."""
+        where = " AND pool = ?" if pool else ""
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                f"SELECT {MACHINE_COLUMNS} FROM machines WHERE state <> 'destroyed'{where} "
+                "ORDER BY created_at, name",
+                (pool,) if pool else (),
+            )
+            return [_machine(row) for row in cur.fetchall()]
+
+    def recent(self, pool: str, limit: int = 50) -> list[Machine]:
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                f"SELECT {MACHINE_COLUMNS} FROM machines WHERE pool = ? "
+                "ORDER BY created_at DESC, name LIMIT ?",
+                (pool, limit),
+            )
+            return [_machine(row) for row in cur.fetchall()]
+
+    def move(
+        self,
+        name: str,
+        from_states: Sequence[MachineState],
+        to: MachineState,
+        now: float,
+        **fields: Any,
+    ) -> bool:
+        """Set ``to`` (and ``fields``) if the machine is in one of ``from_states``."""
+        assignments = ["state = ?", "updated_at = ?", *(f"{key} = ?" for key in fields)]
+        marks = ", ".join("?" for _ in from_states)
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                f"UPDATE machines SET {', '.join(assignments)} "
+                f"WHERE name = ? AND state IN ({marks})",
+                (to, now, *fields.values(), name, *from_states),
+            )
+            return bool(cur.rowcount == 1)
+
+    def update(self, name: str, **fields: Any) -> None:
+        """Set bookkeeping fields that do not change the state (provider id, idle_since)."""
+        assignments = ", ".join(f"{key} = ?" for key in fields)
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur, f"UPDATE machines SET {assignments} WHERE name = ?", (*fields.values(), name)
+            )
+
+    def join(self, name: str, session_hash: str, now: float) -> Machine:
+        """The machine's agent joined: bind its session. Only once, and only while booting."""
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "UPDATE machines SET session_hash = ?, joined_at = ?, last_seen_at = ?, "
+                "state = 'booting', updated_at = ? WHERE name = ? AND session_hash IS NULL "
+                "AND state IN ('requested', 'booting')",
+                (session_hash, now, now, now, name),
+            )
+            if cur.rowcount != 1:
+                raise Conflict(f"machine {name!r} cannot join: it joined already or is not booting")
+        return self.get(name)
+
+    def seen(self, name: str, now: float) -> None:
+        self.update(name, last_seen_at=now)
+
+    def machine_seconds(self, pool: str, now: float) -> float:
+        """Machine time from creation to destruction (or now), summed over the pool's machines."""
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "SELECT coalesce(sum(coalesce(destroyed_at, ?) - created_at), 0) "
+                "FROM machines WHERE pool = ?",
+                (now, pool),
+            )
+            return float(cur.fetchone()[0])
+
+    def use_nonce(self, nonce: str, machine: str, now: float) -> bool:
+        """Record a join token's nonce; False when it was used before (a replay)."""
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "INSERT INTO join_nonces (nonce, machine, used_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (nonce) DO NOTHING",
+                (nonce, machine, now),
+            )
+            return bool(cur.rowcount == 1)
+
+
+class PoolTable:
+    """Pause flags, breakers and incidents of pools."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._store = store
+
+    def state(self, pool: str) -> PoolState:
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "SELECT paused, breaker_failures, breaker_opened, breaker_open_until "
+                "FROM pool_state WHERE pool = ?",
+                (pool,),
+            )
+            row = cur.fetchone()
+        if row is None:
+            return PoolState(pool)
+        return PoolState(pool, bool(row[0]), Breaker(int(row[1]), int(row[2]), row[3]))
+
+    def _upsert(self, pool: str, now: float, column_values: dict[str, Any]) -> None:
+        columns = ", ".join(column_values)
+        marks = ", ".join("?" for _ in column_values)
+        updates = ", ".join(f"{name} = excluded.{name}" for name in column_values)
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                f"INSERT INTO pool_state (pool, updated_at, {columns}) VALUES (?, ?, {marks}) "
+                f"ON CONFLICT (pool) DO UPDATE SET updated_at = excluded.updated_at, {updates}",
+                (pool, now, *column_values.values()),
+            )
+
+    def set_paused(self, pool: str, paused: bool, now: float) -> None:
+        self._upsert(pool, now, {"paused": int(paused)})
+
+    def save_breaker(self, pool: str, breaker: Breaker, now: float) -> None:
+        self._upsert(
+            pool,
+            now,
+            {
+                "breaker_failures": breaker.failures,
+                "breaker_opened": breaker.opened,
+                "breaker_open_until": breaker.open_until,
+            },
+        )
+
+    def open_incident(self, pool: str, kind: IncidentKind, message: str, now: float) -> bool:
+        """Open an incident unless one of that kind is open for the pool; True if opened."""
+        with self._store._write() as cur:
+            self._store._x(
+                cur,
+                "SELECT id FROM incidents WHERE pool = ? AND kind = ? AND closed_at IS NULL",
+                (pool, kind),
+            )
+            if cur.fetchone() is not None:
+                return False
+            self._store._x(
+                cur,
+                "INSERT INTO incidents (id, pool, kind, message, opened_at) VALUES (?, ?, ?, ?, ?)",
+                (f"incident:{secrets.token_hex(8)}", pool, kind, message, now),
+            )
+            return True
+
+    def close_incidents(self, pool: str, kind: IncidentKind, now: float) -> int:
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "UPDATE incidents SET closed_at = ? WHERE pool = ? AND kind = ? "
+                "AND closed_at IS NULL",
+                (now, pool, kind),
+            )
+            return int(cur.rowcount)
+
+    def incidents(self, pool: str | None = None, limit: int = 50) -> list[Incident]:
+        where = " WHERE pool = ?" if pool else ""
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                f"SELECT id, pool, kind, message, opened_at, closed_at FROM incidents{where} "
+                "ORDER BY opened_at DESC LIMIT ?",
+                (*((pool,) if pool else ()), limit),
+            )
+            return [Incident(*row) for row in cur.fetchall()]
+
+
+__all__ = [
+    "LIVE_STATES",
+    "Incident",
+    "Machine",
+    "MachineNotFound",
+    "MachineTable",
+    "PoolState",
+    "PoolTable",
+]
