@@ -1,3 +1,5 @@
 import sys
 
-sys.exit("sp00ky agent: not built yet (issues #4 and #5)")
+from agent.main import main
+
+sys.exit(main())

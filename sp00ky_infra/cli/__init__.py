@@ -5,8 +5,10 @@ from __future__ import annotations
 import click
 
 from sp00ky_infra import __version__
+from sp00ky_infra.cli.controller import controller, dev
 from sp00ky_infra.cli.jobs import jobs, run
 from sp00ky_infra.cli.lint import lint, schema
+from sp00ky_infra.cli.pools import pools
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,6 +21,9 @@ cli.add_command(lint)
 cli.add_command(schema)
 cli.add_command(run)
 cli.add_command(jobs)
+cli.add_command(controller)
+cli.add_command(dev)
+cli.add_command(pools)
 
 
 def main() -> None:

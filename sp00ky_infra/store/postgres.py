@@ -15,9 +15,26 @@ from contextlib import contextmanager
 import psycopg
 
 from sp00ky_infra.store.model import StoreUnavailable
-from sp00ky_infra.store.sql import Cursor, LeaderLock, SqlStore
+from sp00ky_infra.store.sql import Cursor, LeaderLock, SqlStore, Watcher
 
 LEADER_KEY = "sp00ky-controller-leader"
+CHANNEL = "sp00ky_jobs"
+
+
+class NotifyWatcher(Watcher):
+    """LISTENs on the schema's channel; writers NOTIFY in their transactions."""
+
+    def __init__(self, url: str) -> None:
+        self._conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        schema = self._conn.execute("SELECT current_schema()").fetchone()
+        channel = f"{CHANNEL}_{schema[0] if schema else 'public'}"
+        self._conn.execute(f'LISTEN "{channel}"')
+
+    def wait(self, timeout: float) -> bool:
+        return any(True for _ in self._conn.notifies(timeout=timeout, stop_after=1))
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 class AdvisoryLock(LeaderLock):
@@ -110,6 +127,12 @@ class PostgresStore(SqlStore):
 
     def leader_lock(self) -> LeaderLock:
         return AdvisoryLock(self.url)
+
+    def watch(self) -> Watcher:
+        return NotifyWatcher(self.url)
+
+    def _changed(self, cur: Cursor) -> None:
+        cur.execute(f"SELECT pg_notify('{CHANNEL}_' || current_schema(), '')")
 
     def close(self) -> None:
         with self._guard:

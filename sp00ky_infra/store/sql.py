@@ -131,6 +131,17 @@ class LeaderLock(ABC):
     def release(self) -> None: ...
 
 
+class Watcher(ABC):
+    """Tells a waiting process that the store changed (a job written, killed, retried)."""
+
+    @abstractmethod
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; True if the store changed meanwhile."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
 class SqlStore(ABC):
     """Job rows on a SQL database. Subclasses supply the dialect."""
 
@@ -147,6 +158,14 @@ class SqlStore(ABC):
     @abstractmethod
     def leader_lock(self) -> LeaderLock:
         """The lock that makes one controller of this store the leader."""
+
+    @abstractmethod
+    def watch(self) -> Watcher:
+        """A watcher of changes made by any process."""
+
+    @abstractmethod
+    def _changed(self, cur: Cursor) -> None:
+        """Tell watchers in other processes that jobs changed."""
 
     # --- dialect -------------------------------------------------------------------------
 
@@ -273,8 +292,12 @@ class SqlStore(ABC):
             with self._cursor() as cur:
                 before = self._fetch(cur, job_id)
                 after = change(before)
-                if after is None or self._save(cur, before, after):
-                    return before if after is None else after
+                if after is None:
+                    return before
+                if self._save(cur, before, after):
+                    if after.status != before.status or after.cancel_requested:
+                        self._changed(cur)
+                    return after
         raise Conflict(f"{job_id} kept changing while it was being updated; try again")
 
     # --- writing jobs --------------------------------------------------------------------------
@@ -305,6 +328,7 @@ class SqlStore(ABC):
                 for (pool, table), count in sorted(adding.items()):
                     self._check_room(cur, pool, table, count, max_queued)
             cur.executemany(self._sql(INSERT_JOB), rows)
+            self._changed(cur)
         return [row[0] for row in rows]
 
     def _check_room(self, cur: Cursor, pool: str, table: str, adding: int, max_queued: int) -> None:
@@ -580,6 +604,16 @@ class SqlStore(ABC):
                 (machine,),
             )
             return [self._job(row) for row in cur.fetchall()]
+
+    def cancelling_machines(self) -> set[str]:
+        """Machines that run a killed job (the kill waits for their next poll)."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                "SELECT DISTINCT machine FROM jobs WHERE status = 'processing' "
+                "AND cancel_requested = 1",
+            )
+            return {row[0] for row in cur.fetchall() if row[0] is not None}
 
     def cancels_for(self, machine: str) -> list[tuple[str, str]]:
         """(job id, attempt) of the killed jobs a machine still runs."""

@@ -10,12 +10,41 @@ import fcntl
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from sp00ky_infra.store.model import StoreUnavailable
-from sp00ky_infra.store.sql import Cursor, LeaderLock, SqlStore
+from sp00ky_infra.store.sql import Cursor, LeaderLock, SqlStore, Watcher
+
+WATCH_INTERVAL_SECONDS = 0.005
+
+
+class DataVersionWatcher(Watcher):
+    """Polls ``PRAGMA data_version``, which changes when another connection commits: a read
+    of shared memory, no disk I/O, so every few milliseconds is cheap."""
+
+    def __init__(self, path: str) -> None:
+        self._conn = sqlite3.connect(path, check_same_thread=False)
+        self._last = self._version()
+
+    def _version(self) -> int:
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            version = self._version()
+            if version != self._last:
+                self._last = version
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(WATCH_INTERVAL_SECONDS)
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 class FileLock(LeaderLock):
@@ -112,6 +141,12 @@ class SqliteStore(SqlStore):
 
     def leader_lock(self) -> LeaderLock:
         return FileLock(f"{self.path}.leader")
+
+    def watch(self) -> Watcher:
+        return DataVersionWatcher(self.path)
+
+    def _changed(self, cur: Cursor) -> None:
+        """Nothing to send: watchers see every commit in PRAGMA data_version."""
 
     def close(self) -> None:
         with self._guard:

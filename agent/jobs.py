@@ -1,0 +1,98 @@
+"""One job on the machine: a POST to the backend on loopback, held open until it answers or
+the job's deadline, in a thread of its own so that polls (and so renewals) keep flowing."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+REASON_EXCERPT = 300
+
+
+@dataclass(eq=False)
+class JobRun:
+    job: str
+    attempt: str
+    path: str
+    payload: Any
+    deadline: float | None  # unix time
+    renewed_at: float  # monotonic send time of the last poll that renewed the lease
+    margin: float
+    report: dict[str, Any] | None = None  # what to tell the controller, once done
+    stopped: str | None = None  # cancelled, stale, abandoned, shutdown
+    done: threading.Event = field(default_factory=threading.Event)
+    _conn: http.client.HTTPConnection | None = None
+
+    def start(self, port: int, on_done: Callable[[], None]) -> None:
+        threading.Thread(
+            target=self._run, args=(port, on_done), name=f"job-{self.job}", daemon=True
+        ).start()
+
+    def _run(self, port: int, on_done: Callable[[], None]) -> None:
+        try:
+            report = self._call(port)
+            if self.stopped is None:
+                self.report = report
+        finally:
+            self.done.set()
+            on_done()
+
+    def _call(self, port: int) -> dict[str, Any] | None:
+        timeout = None
+        if self.deadline is not None:
+            timeout = max(0.05, self.deadline - time.time() - self.margin)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        self._conn = conn
+        if self.stopped is not None:
+            return None
+        body = json.dumps(self.payload).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "X-Sp00ky-Job": self.job,
+            "X-Sp00ky-Attempt": self.attempt,
+        }
+        try:
+            conn.request("POST", self.path, body=body, headers=headers)
+            answer = conn.getresponse()
+            data = answer.read()
+        except TimeoutError:
+            return _failed("timeout", "the backend did not answer by the job's deadline")
+        except (OSError, http.client.HTTPException) as exc:
+            return _failed("backend_unreachable", f"POST {self.path}: {exc or type(exc).__name__}")
+        finally:
+            conn.close()
+        if 200 <= answer.status < 300:
+            return {"status": "success", "result": _decode(data)}
+        excerpt = data[:REASON_EXCERPT].decode(errors="replace")
+        return _failed("backend_error", f"HTTP {answer.status}: {excerpt}", answer.status)
+
+    def stop(self, reason: str) -> None:
+        """Drop the request: the connection is shut, so the backend sees the client leave."""
+        self.stopped = reason
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
+
+
+def _decode(data: bytes) -> Any:
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode(errors="replace")
+
+
+def _failed(code: str, reason: str, status: int | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "reason": reason}
+    if status is not None:
+        error["status"] = status
+    return {"status": "failed", "error": error}

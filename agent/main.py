@@ -1,0 +1,314 @@
+"""The agent's loop: join, start the backend, report ready, then poll for work, run jobs,
+renew their leases with every poll, and deliver results until the controller has them.
+
+Logs go to stdout, one line an event: ``agent machine=NAME event=EVENT key=value ...``.
+Exit codes: 0 drained or told to leave, 1 stopped by a second signal, 2 bad settings,
+3 join refused, 4 the backend never became ready, 5 the backend could not be restarted,
+6 out of contact with the controller for too long.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent import controller as remote
+from agent.jobs import JobRun
+from agent.leases import abandon_at, safety_margin
+from agent.runtime import ProcessRuntime, Runtime, RuntimeError_, wait_ready
+from agent.settings import Settings, SettingsError
+
+JOIN_BUDGET_SECONDS = 600.0
+
+
+@dataclass
+class Backend:
+    name: str
+    port: int | None
+    healthcheck: str | None
+    command: list[str]
+    env: dict[str, str]
+
+
+def log(machine: str, event: str, **fields: Any) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    extra = " ".join(f"{key}={value}" for key, value in fields.items() if value is not None)
+    print(f"{stamp} agent machine={machine} event={event} {extra}".rstrip(), flush=True)
+
+
+class Agent:
+    def __init__(self, settings: Settings, runtime_factory: Any = None) -> None:
+        self.settings = settings
+        self.machine = settings.machine
+        self.remote = remote.Controller(settings.controller_url, settings.machine)
+        self.runs: dict[str, JobRun] = {}  # by job id: running, or finished and unreported
+        self.wake = threading.Event()
+        self.stopping = 0  # signals received: 1 drains, 2 stops at once
+        self.draining = False
+        self.recycle_due = False
+        self.last_contact = time.monotonic()
+        self.runtime: Runtime | None = None
+        self.runtime_factory = runtime_factory or self._process_runtime
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def log(self, event: str, **fields: Any) -> None:
+        log(self.machine, event, **fields)
+
+    def on_signal(self, signum: int, _: Any) -> None:
+        self.stopping += 1
+        self.log("signal", signal=signal.Signals(signum).name, stopping=self.stopping)
+        self.wake.set()
+
+    def run(self) -> int:
+        try:
+            joined = self.join()
+        except remote.Refused as exc:
+            self.log("join_refused", reason=exc)
+            return 3
+        self.backend = Backend(
+            **{k: joined["backend"][k] for k in ("name", "port", "healthcheck", "command", "env")}
+        )
+        self.config = joined["settings"]
+        self.margin = safety_margin(self.config["lease"])
+        self.log(
+            "joined", pool=joined["pool"], backend=self.backend.name, slots=self.config["slots"]
+        )
+        try:
+            problem = self.start_backend()
+        except RuntimeError_ as exc:
+            problem = str(exc)
+        if problem:
+            self.log("boot_failed", reason=problem)
+            self.call(lambda: self.remote.ready(False, problem))
+            self.stop_backend()
+            return 4
+        self.call(lambda: self.remote.ready(True))
+        self.log("ready", backend=self.runtime.describe() if self.runtime else None)
+        try:
+            return self.loop()
+        finally:
+            for run in self.runs.values():
+                run.stop("shutdown")
+            self.stop_backend()
+
+    def join(self) -> dict[str, Any]:
+        started, attempt = time.monotonic(), 0
+        while True:
+            try:
+                reply = self.remote.join(self.settings.join_token)
+                self.last_contact = time.monotonic()
+                return reply
+            except remote.Refused:
+                raise
+            except remote.ControllerError as exc:
+                if time.monotonic() - started > JOIN_BUDGET_SECONDS:
+                    raise remote.Refused(
+                        f"could not join in {JOIN_BUDGET_SECONDS:.0f}s: {exc}"
+                    ) from exc
+                pause = remote.backoff(attempt)
+                self.log("join_retry", reason=exc, wait=f"{pause:.2f}")
+                time.sleep(pause)
+                attempt += 1
+
+    def call(self, action: Any) -> Any:
+        """One request to the controller; contact is noted, errors are logged and None."""
+        try:
+            result = action()
+            self.last_contact = time.monotonic()
+            return result
+        except remote.Gone:
+            raise
+        except remote.ControllerError as exc:
+            self.log("controller_error", reason=exc)
+            return None
+
+    # --- the backend -----------------------------------------------------------------------
+
+    def _process_runtime(self, backend: Backend) -> Runtime:
+        return ProcessRuntime(backend.command, backend.env, self.settings.workdir, output=None)
+
+    def start_backend(self) -> str | None:
+        self.runtime = self.runtime_factory(self.backend)
+        assert self.runtime is not None
+        self.runtime.start()
+        deadline = time.monotonic() + float(self.config["boot_timeout"])
+        return wait_ready(self.runtime, self.backend.healthcheck, deadline)
+
+    def stop_backend(self) -> None:
+        if self.runtime is not None:
+            self.runtime.stop()
+
+    def runtime_alive(self) -> bool:
+        return self.runtime is not None and self.runtime.alive()
+
+    def restart_backend(self, why: str) -> bool:
+        self.log("backend_restart", reason=why)
+        self.stop_backend()
+        try:
+            problem = self.start_backend()
+        except RuntimeError_ as exc:
+            problem = str(exc)
+        if problem:
+            self.log("backend_down", reason=problem)
+            return False
+        return True
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def running(self) -> list[JobRun]:
+        return [run for run in self.runs.values() if not run.done.is_set()]
+
+    def loop(self) -> int:
+        failures = 0
+        while True:
+            if self.stopping >= 2:
+                self.log("stopped", reason="second signal")
+                return 1
+            if self.stopping == 1 and not self.draining:
+                self.draining = True
+                self.log("draining", reason="signal")
+            self.deliver_results()
+            self.enforce_leases()
+            if self.draining and not self.runs:
+                self.call(self.remote.drained)
+                self.log("drained")
+                return 0
+            idle = not self.running() and self.runtime is not None
+            if idle and (self.recycle_due or not self.runtime_alive()):
+                why = "recycle" if self.recycle_due else "the backend exited"
+                self.recycle_due = False
+                if not self.restart_backend(why):
+                    return 5
+            free = 0
+            if not self.draining and self.runtime is not None and self.runtime.alive():
+                free = max(0, int(self.config["slots"]) - len(self.runs))
+            wait = float(self.config["poll_wait"]) if free > 0 else 0.0
+            reported = [{"job": run.job, "attempt": run.attempt} for run in self.runs.values()]
+            sent = time.monotonic()
+            try:
+                reply = self.remote.poll(reported, free, wait)
+            except remote.Gone as exc:
+                self.log("gone", reason=exc)
+                return 0
+            except remote.ControllerError as exc:
+                if time.monotonic() - self.last_contact > float(self.config["max_offline"]):
+                    self.log("offline", reason=f"no contact for {self.config['max_offline']}s")
+                    return 6
+                pause = remote.backoff(failures)
+                failures += 1
+                self.log("poll_error", reason=exc, wait=f"{pause:.2f}")
+                self.wake.wait(pause)
+                self.wake.clear()
+                continue
+            failures = 0
+            self.last_contact = sent
+            self.handle(reply, sent)
+            if free == 0 and not reply["assignments"]:
+                # busy: poll again soon for kills and renewals, or at once when a job ends
+                self.wake.wait(min(1.0, float(self.config["lease"]) / 6))
+                self.wake.clear()
+
+    def handle(self, reply: dict[str, Any], sent: float) -> None:
+        stopped = {item["job"] for item in reply["stop"]}
+        for run in self.runs.values():
+            if run.job not in stopped:
+                run.renewed_at = sent  # this poll's send time renewed its lease
+        for item in reply["stop"]:
+            stopping = self.runs.get(item["job"])
+            if stopping is None or stopping.attempt != item["attempt"]:
+                continue
+            self.log("stop", job=stopping.job, attempt=stopping.attempt, reason=item["reason"])
+            self.drop(stopping, item["reason"])
+        for item in reply["assignments"]:
+            known = self.runs.get(item["job"])
+            if known is not None and known.attempt == item["attempt"]:
+                continue  # sent again after a lost answer: it runs already
+            run = JobRun(
+                job=item["job"],
+                attempt=item["attempt"],
+                path=item["path"],
+                payload=item["payload"],
+                deadline=item["deadline"],
+                renewed_at=sent,
+                margin=self.margin,
+            )
+            self.runs[run.job] = run
+            self.log("job_start", job=run.job, attempt=run.attempt, path=run.path)
+            assert self.runtime is not None
+            run.start(self.runtime.port, on_done=self.wake.set)
+        if reply["drain"] and not self.draining:
+            self.draining = True
+            self.log("draining", reason="controller")
+
+    def drop(self, run: JobRun, reason: str) -> None:
+        """Stop a job: drop its request and, when it was the only job, restart the backend so
+        the work really stops. A killed job is then reported cancelled; others are forgotten."""
+        alone = len(self.running()) == 1 and not run.done.is_set()
+        run.stop(reason)
+        if reason == "cancelled":
+            run.report = {"status": "cancelled"}
+        else:
+            self.runs.pop(run.job, None)
+        if alone and self.runtime is not None:
+            self.recycle_due = True
+
+    def enforce_leases(self) -> None:
+        """Give a job up before the controller can count its lease as expired."""
+        now = time.monotonic()
+        lease = float(self.config["lease"])
+        for run in list(self.runs.values()):
+            if not run.done.is_set() and now >= abandon_at(run.renewed_at, lease, self.margin):
+                self.log("abandon", job=run.job, attempt=run.attempt, reason="lease not renewed")
+                self.drop(run, "abandoned")
+
+    def deliver_results(self) -> None:
+        for run in list(self.runs.values()):
+            if not run.done.is_set() or run.report is None:
+                continue
+            if run.report.get("status") != "cancelled" and self.config["recycle"] == "job":
+                self.recycle_due = True
+            try:
+                answer = self.remote.result(run.job, run.attempt, run.report)
+                self.last_contact = time.monotonic()
+                self.log(
+                    "result", job=run.job, attempt=run.attempt, status=answer.get("job_status")
+                )
+                self.runs.pop(run.job, None)
+            except remote.Refused as exc:
+                self.log("result_refused", job=run.job, attempt=run.attempt, reason=exc)
+                self.runs.pop(run.job, None)
+            except remote.ControllerError as exc:
+                self.log("result_held", job=run.job, attempt=run.attempt, reason=exc)
+                return  # kept until the controller has it; tried again next turn
+
+
+def main() -> int:
+    try:
+        settings = Settings.load()
+    except SettingsError as exc:
+        print(f"agent: {exc}", file=sys.stderr)
+        return 2
+    if settings.runtime != "process":
+        print(
+            f"agent: the {settings.runtime} runtime is not available in this build", file=sys.stderr
+        )
+        return 2
+    agent = Agent(settings)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, agent.on_signal)
+    Path(settings.workdir).is_dir() or print(
+        f"agent: workdir {settings.workdir} missing", file=sys.stderr
+    )
+    try:
+        code = agent.run()
+    except remote.Gone as exc:
+        agent.log("gone", reason=exc)
+        code = 0
+    agent.log("exit", code=code)
+    return code

@@ -1,0 +1,59 @@
+"""The agent's own settings: who it is and where its controller is."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    controller_url: str
+    machine: str
+    join_token: str
+    runtime: str = "process"  # process | docker
+    workdir: str = "."
+    poweroff: bool = False  # on a VM: power the machine off when out of contact too long
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """From SPKY_AGENT_SETTINGS_FILE (JSON, written by cloud-init), then the environment."""
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        path = env.get("SPKY_AGENT_SETTINGS_FILE")
+        if path:
+            try:
+                values.update(json.loads(Path(path).read_text()))
+            except (OSError, ValueError) as exc:
+                raise SettingsError(f"SPKY_AGENT_SETTINGS_FILE {path}: {exc}") from exc
+        for key, name in (
+            ("controller_url", "SPKY_AGENT_CONTROLLER_URL"),
+            ("machine", "SPKY_AGENT_MACHINE"),
+            ("join_token", "SPKY_AGENT_JOIN_TOKEN"),
+            ("runtime", "SPKY_AGENT_RUNTIME"),
+            ("workdir", "SPKY_AGENT_WORKDIR"),
+        ):
+            if env.get(name):
+                values[key] = env[name]
+        if env.get("SPKY_AGENT_POWEROFF"):
+            values["poweroff"] = env["SPKY_AGENT_POWEROFF"] == "1"
+        missing = [
+            key for key in ("controller_url", "machine", "join_token") if not values.get(key)
+        ]
+        if missing:
+            raise SettingsError(
+                "missing "
+                + ", ".join(missing)
+                + " (SPKY_AGENT_CONTROLLER_URL, SPKY_AGENT_MACHINE, "
+                "SPKY_AGENT_JOIN_TOKEN, or SPKY_AGENT_SETTINGS_FILE)"
+            )
+        if values.get("runtime", "process") not in ("process", "docker"):
+            raise SettingsError(f"SPKY_AGENT_RUNTIME: {values['runtime']!r}; use process or docker")
+        return cls(**values)  # type: ignore[arg-type]

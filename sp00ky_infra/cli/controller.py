@@ -1,0 +1,314 @@
+"""``sp00ky-infra controller`` (the service) and ``sp00ky-infra dev`` (the embedded default)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from sp00ky_infra.cli.jobs import refusals
+from sp00ky_infra.client import Client, payload_from_text
+from sp00ky_infra.controller import admin
+from sp00ky_infra.controller.reconcile import TickReport
+from sp00ky_infra.controller.server import Runtime
+from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def _start(settings: ControllerSettings) -> Runtime:
+    try:
+        return Runtime(settings)
+    except SettingsError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+def _signals(runtime: Runtime) -> dict[str, int]:
+    """First SIGINT/SIGTERM: stop gracefully; a second one: exit at once."""
+    received = {"count": 0}
+
+    def handle(signum: int, _: object) -> None:
+        received["count"] += 1
+        if received["count"] > 1:
+            os._exit(130)
+        runtime.stop()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, handle)
+    return received
+
+
+@click.command()
+@click.option(
+    "--config", "config_file", envvar="SPKY_CONFIG", default="sp00ky.yml", show_default=True
+)
+@click.option("--store", "store_url", envvar="SPKY_STORE", help="Store URL (default: $SPKY_STORE).")
+def controller(config_file: str, store_url: str | None) -> None:
+    """Run the controller: pools sized every tick, the agents' endpoint and the admin API.
+
+    Settings come from the environment (SPKY_POOL_PORT, SPKY_POOL_PUBLIC_URL, SPKY_POOL_SECRET,
+    SPKY_ADMIN_PORT, SPKY_ADMIN_TOKEN, SPKY_TICK, ...; see the README). SIGTERM stops it and
+    leaves the machines running: they reconnect to the next controller.
+    """
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    with refusals():
+        settings = _settings(config_file=config_file, store_url=store_url)
+        runtime = _start(settings)
+    state = runtime.write_state()
+    print(
+        f"controller: agents' endpoint on {runtime.settings.agents_url}, admin API on "
+        f"{runtime.admin_url} (state in {state})",
+        flush=True,
+    )
+    _signals(runtime)
+    try:
+        asyncio.run(runtime.serve())
+    finally:
+        runtime.close()
+    print("controller: stopped; machines keep running and reconnect to the next controller")
+
+
+def _settings(**overrides: Any) -> ControllerSettings:
+    try:
+        return ControllerSettings.from_env(**overrides)
+    except SettingsError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+# --- dev -----------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("file", default="sp00ky.yml", required=False)
+@click.option("--store", "store_url", help="Store URL (default: sqlite:///.sp00ky/state.db).")
+@click.option(
+    "--burst", type=click.IntRange(min=0), default=0, help="Queue this many jobs at start."
+)
+@click.option("--backend", help="Backend of the burst (default: the first pool's).")
+@click.option("--path", "route", default=None, help="Route of the burst's jobs.")
+@click.option("--payload", help="Payload of the burst's jobs (JSON).")
+@click.option(
+    "--timings",
+    default="",
+    help="Shorter pool durations for a demo, e.g. idleTimeout=5s (never below the docs' rules "
+    "in production).",
+)
+@click.option(
+    "--exit-when-idle", is_flag=True, help="Exit once every job ended and pools are at rest."
+)
+@click.option("--plain", is_flag=True, help="Print events as lines instead of the live view.")
+def dev(
+    file: str,
+    store_url: str | None,
+    burst: int,
+    backend: str | None,
+    route: str | None,
+    payload: str | None,
+    timings: str,
+    exit_when_idle: bool,
+    plain: bool,
+) -> None:
+    """Run FILE's pools on local processes with a SQLite store, in the foreground.
+
+    The controller, the agents' endpoint, the admin API and local machines (agent processes
+    running each backend's deploy.command) with a live view per pool. Ctrl-C stops
+    everything and leaves no process behind.
+    """
+    env = dict(os.environ)
+    if timings:
+        env["SPKY_POOL_TIMINGS"] = timings
+    env.setdefault("SPKY_POOL_PROVIDER", "local")
+    env.pop("SPKY_POOL_DOCKER", None)
+    try:
+        settings = ControllerSettings.from_env(
+            env, config_path=file, store_url=store_url or env.get("SPKY_STORE") or None
+        )
+    except SettingsError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        level=logging.INFO,
+        format=LOG_FORMAT,
+        filename=str(Path(settings.state_dir) / "controller.log"),
+    )
+    with refusals():
+        runtime = _start(settings)
+    runtime.write_state()
+    console = Console()
+    live_view = not plain and console.is_terminal
+    queued: list[str] = []
+    if burst:
+        with refusals():
+            queued = _burst(runtime, burst, backend, route, payload)
+    printer = _EventPrinter(runtime, console) if not live_view else None
+    finished = threading.Event()
+
+    def on_tick(report: TickReport) -> None:
+        if printer is not None:
+            printer.flush()
+        if exit_when_idle and report.leader and _at_rest(runtime, queued):
+            finished.set()
+            runtime.stop()
+
+    console.print(
+        f"dev: {file} on local processes; store {settings.store_url}; agents' endpoint "
+        f"{runtime.settings.agents_url}; admin API {runtime.admin_url}"
+        + (f"; {len(queued)} job(s) queued" if queued else "")
+        + ". Ctrl-C stops everything."
+    )
+    _signals(runtime)
+    started = time.monotonic()
+    try:
+        if live_view:
+            with Live(_view(runtime), console=console, refresh_per_second=4) as live:
+                refresher = _Refresher(lambda: live.update(_view(runtime)))
+                refresher.start()
+                try:
+                    asyncio.run(runtime.serve(on_tick))
+                finally:
+                    refresher.stop()
+                    live.update(_view(runtime))
+        else:
+            asyncio.run(runtime.serve(on_tick))
+    finally:
+        count = runtime.destroy_machines()
+        if printer is not None:
+            printer.flush()
+        summary = _summary(runtime, queued, time.monotonic() - started)
+        runtime.close()
+        console.print(f"dev: stopped; {count} machine(s) destroyed. {summary}")
+    if exit_when_idle and not finished.is_set():
+        sys.exit(130)
+
+
+def _burst(
+    runtime: Runtime, count: int, backend: str | None, route: str | None, payload: str | None
+) -> list[str]:
+    controller = runtime.controller
+    if backend is None:
+        if not controller.backends:
+            raise click.UsageError("--burst needs a pool backend; this file declares no pools")
+        backend = next(iter(controller.backends.values())).name
+    if route is None:
+        raise click.UsageError("--burst needs --path, the route the jobs call (e.g. /render)")
+    body = payload_from_text(payload)
+    client = Client(controller.store, controller.config)
+    return [client.run(backend, route, body).id for _ in range(count)]
+
+
+def _at_rest(runtime: Runtime, queued: list[str]) -> bool:
+    """Every queued job ended, and every pool is down to what it wants with nothing booting."""
+    store = runtime.controller.store
+    if any(store.get(job_id).status in ("pending", "processing") for job_id in queued):
+        return False
+    for name in runtime.controller.pools:
+        view = admin.pool_view(runtime.controller, name, machines=False)
+        if sum(view["machines"].values()) != view["desired"]:
+            return False
+    return True
+
+
+def _summary(runtime: Runtime, queued: list[str], seconds: float) -> str:
+    store = runtime.controller.store
+    if not queued:
+        return f"Ran {seconds:.0f}s."
+    statuses = [store.get(job_id).status for job_id in queued]
+    hours = (
+        sum(
+            store.machines.machine_seconds(pool, runtime.controller.clock())
+            for pool in runtime.controller.pools
+        )
+        / 3600
+    )
+    return (
+        f"{statuses.count('success')} of {len(queued)} job(s) succeeded, "
+        f"{statuses.count('failed')} failed, in {seconds:.0f}s; machine time "
+        f"{hours * 3600:.0f}s ({hours:.4f} pool_machine_hours)."
+    )
+
+
+class _Refresher(threading.Thread):
+    def __init__(self, refresh: Callable[[], None]) -> None:
+        super().__init__(name="live-view", daemon=True)
+        self.refresh = refresh
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.5):
+            try:
+                self.refresh()
+            except Exception as exc:  # a store hiccup must not end the view
+                logging.getLogger("sp00ky.dev").warning("live view: %s", exc)
+
+    def stop(self) -> None:
+        self._halt.set()
+
+
+class _EventPrinter:
+    """Without a terminal: each event as a line, as it happens."""
+
+    def __init__(self, runtime: Runtime, console: Console) -> None:
+        self.runtime = runtime
+        self.console = console
+        self.seen = 0.0
+
+    def flush(self) -> None:
+        for event in self.runtime.controller.recent_events(200):
+            if event.at > self.seen:
+                self.seen = event.at
+                stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
+                self.console.print(
+                    f"{stamp} {event.pool} {event.kind}: {event.message}", highlight=False
+                )
+
+
+def _view(runtime: Runtime) -> Group:
+    controller = runtime.controller
+    table = Table(title="pools", show_edge=False)
+    for column in (
+        "pool",
+        "desired",
+        "booting",
+        "ready",
+        "busy",
+        "draining",
+        "queued",
+        "running",
+        "breaker",
+    ):
+        table.add_column(column, justify="right" if column != "pool" else "left")
+    for name in controller.pools:
+        view = admin.pool_view(controller, name, machines=False)
+        machines = view["machines"]
+        table.add_row(
+            name + (" (paused)" if view["paused"] else ""),
+            str(view["desired"]),
+            str(machines.get("requested", 0) + machines.get("booting", 0)),
+            str(machines.get("ready", 0)),
+            str(view["busy_machines"]),
+            str(machines.get("draining", 0)),
+            str(view["queue"]["queued"]),
+            str(view["queue"]["running"]),
+            "open" if view["breaker"]["open"] else "closed",
+        )
+    events = Table(title="recent events", show_edge=False, show_header=False)
+    for event in controller.recent_events(10):
+        stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
+        events.add_row(stamp, event.pool, event.kind, event.message)
+    leader = "leader" if controller.leader else "waiting for leadership"
+    return Group(table, events, f"[dim]{leader} · Ctrl-C stops everything[/dim]")

@@ -1,0 +1,153 @@
+"""``sp00ky-infra pools list|get|pause|resume|drain``: a client of the admin API.
+
+The API is found at $SPKY_ADMIN_URL, else where the local controller wrote it
+(``.sp00ky/controller.json``), else http://127.0.0.1:9670; the token is $SPKY_ADMIN_TOKEN,
+else ``.sp00ky/admin-token``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import requests
+from rich.console import Console
+from rich.table import Table
+
+from sp00ky_infra.cli.jobs import json_option
+from sp00ky_infra.controller.settings import DEFAULT_ADMIN_PORT
+
+STATE_DIR = Path(".sp00ky")
+
+
+def _admin() -> tuple[str, str]:
+    url = os.environ.get("SPKY_ADMIN_URL", "")
+    if not url:
+        try:
+            url = json.loads((STATE_DIR / "controller.json").read_text())["admin_url"]
+        except (OSError, ValueError, KeyError):
+            url = f"http://127.0.0.1:{DEFAULT_ADMIN_PORT}"
+    token = os.environ.get("SPKY_ADMIN_TOKEN", "")
+    if not token:
+        try:
+            token = (STATE_DIR / "admin-token").read_text().strip()
+        except OSError:
+            token = ""
+    return url.rstrip("/"), token
+
+
+def call(method: str, path: str) -> Any:
+    url, token = _admin()
+    try:
+        answer = requests.request(
+            method, f"{url}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+    except requests.RequestException as exc:
+        click.echo(
+            f"error: cannot reach the admin API at {url} ({exc.__class__.__name__}); is the "
+            "controller running? Set SPKY_ADMIN_URL to point at it",
+            err=True,
+        )
+        sys.exit(1)
+    if answer.status_code >= 400:
+        try:
+            message = answer.json().get("error") or answer.text
+        except ValueError:
+            message = answer.text
+        click.echo(f"error: {message}", err=True)
+        sys.exit(1)
+    return answer.json()
+
+
+@click.group()
+def pools() -> None:
+    """Machine pools: capacity, machines, queue, breaker; pause, resume, drain."""
+
+
+@pools.command("list")
+@json_option
+def list_(as_json: bool) -> None:
+    """Every pool with its machines by state, queue and breaker."""
+    found = call("GET", "/pools")
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+        return
+    table = Table(show_edge=False)
+    for column in (
+        "pool",
+        "desired",
+        "machines",
+        "queued",
+        "running",
+        "breaker",
+        "paused",
+        "hours",
+    ):
+        table.add_column(column)
+    for pool in found:
+        machines = ", ".join(f"{n} {state}" for state, n in sorted(pool["machines"].items())) or "-"
+        table.add_row(
+            pool["name"],
+            str(pool["desired"]),
+            machines,
+            str(pool["queue"]["queued"]),
+            str(pool["queue"]["running"]),
+            "open" if pool["breaker"]["open"] else "closed",
+            "yes" if pool["paused"] else "no",
+            f"{pool['pool_machine_hours']:.3f}",
+        )
+    Console(width=160 if not sys.stdout.isatty() else None).print(table)
+
+
+@pools.command()
+@click.argument("name")
+@json_option
+def get(name: str, as_json: bool) -> None:
+    """One pool in full, with its machines and open incidents."""
+    pool = call("GET", f"/pools/{name}")
+    if as_json:
+        click.echo(json.dumps(pool, indent=2))
+        return
+    click.echo(
+        f"{pool['name']}: backend {pool['backend']} on {pool['provider']}; "
+        f"desired {pool['desired']} (min {pool['min']}, max {pool['max']}, "
+        f"{'autoscale' if pool['autoscale'] else 'fixed'}, {pool['slots']} slot(s)); "
+        f"queued {pool['queue']['queued']}, running {pool['queue']['running']}; "
+        f"breaker {'open' if pool['breaker']['open'] else 'closed'}"
+        + ("; PAUSED" if pool["paused"] else "")
+    )
+    for machine in pool["machine_list"]:
+        click.echo(
+            f"  {machine['name']:<20} {machine['state']:<9} busy {machine['busy_slots']}"
+            + (f"  ({machine['drain_reason']})" if machine.get("drain_reason") else "")
+        )
+    for incident in pool["incidents"]:
+        click.echo(f"  incident {incident['kind']}: {incident['message']}")
+
+
+@pools.command()
+@click.argument("name")
+def pause(name: str) -> None:
+    """Create and bind nothing new in pool NAME (running jobs finish). A deploy never un-pauses."""
+    call("POST", f"/pools/{name}/pause")
+    click.echo(f"{name}: paused")
+
+
+@pools.command()
+@click.argument("name")
+def resume(name: str) -> None:
+    """Undo pause."""
+    call("POST", f"/pools/{name}/resume")
+    click.echo(f"{name}: resumed")
+
+
+@pools.command()
+@click.argument("machine")
+def drain(machine: str) -> None:
+    """Drain MACHINE by hand: it takes no new job, finishes its jobs, and is destroyed."""
+    call("POST", f"/machines/{machine}/drain")
+    click.echo(f"{machine}: draining")

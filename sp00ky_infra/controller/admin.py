@@ -1,0 +1,128 @@
+"""The admin operations on pools: views, pause, resume, drain, cancel waiting work, start."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from sp00ky_infra.client import Client
+from sp00ky_infra.controller.core import Controller, Refusal
+from sp00ky_infra.controller.reconcile import shape_of
+from sp00ky_infra.policy.plan import LIVE_STATES
+from sp00ky_infra.policy.sizing import capacity, desired_machines
+from sp00ky_infra.store import Job
+from sp00ky_infra.store.machines import MachineNotFound
+
+
+class NotFound(Refusal):
+    status = 404
+
+
+def _pool(controller: Controller, name: str) -> None:
+    if name not in controller.pools:
+        known = ", ".join(sorted(controller.pools)) or "none"
+        raise NotFound(f"no pool {name!r} (pools: {known})")
+
+
+def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[str, Any]:
+    """One pool as the admin API and `pools get` show it."""
+    _pool(controller, name)
+    now = controller.clock()
+    pool = controller.pools[name]
+    table = controller.table_of(name)
+    store = controller.store
+    live = store.machines.live(name)
+    busy = store.busy_slots(table)
+    counts = store.counts(table=table)
+    shape = shape_of(controller, name)
+    busy_slots = sum(busy.values())
+    queued = store.queued(table, now, 10**9)
+    breaker = controller.breakers[name]
+    view: dict[str, Any] = {
+        "name": name,
+        "backend": controller.backends[name].name,
+        "provider": controller.provisioner.name,
+        "min": pool.min,
+        "max": pool.max,
+        "autoscale": pool.autoscale,
+        "buffer": pool.buffer,
+        "slots": pool.slots,
+        "paused": controller.paused.get(name, False),
+        "capacity": capacity(shape, busy_slots, queued),
+        "desired": desired_machines(shape, busy_slots, queued),
+        "machines": dict(Counter(m.state for m in live if m.state in LIVE_STATES)),
+        "busy_machines": sum(1 for m in live if busy.get(m.name)),
+        "queue": {"queued": queued, "pending": counts["pending"], "running": counts["processing"]},
+        "breaker": {
+            "open": breaker.is_open(now),
+            "failures": breaker.failures,
+            "open_until": breaker.open_until,
+        },
+        "incidents": [i.as_json() for i in store.pools.incidents(name) if i.closed_at is None],
+        "pool_machine_hours": round(store.machines.machine_seconds(name, now) / 3600, 4),
+    }
+    if machines:
+        view["machine_list"] = [{**m.as_json(), "busy_slots": busy.get(m.name, 0)} for m in live]
+    return view
+
+
+def pools_view(controller: Controller) -> list[dict[str, Any]]:
+    return [pool_view(controller, name, machines=False) for name in controller.pools]
+
+
+def set_paused(controller: Controller, name: str, paused: bool) -> dict[str, Any]:
+    """Pause: the pool creates and binds nothing new (running jobs finish). Resume undoes it."""
+    _pool(controller, name)
+    controller.store.pools.set_paused(name, paused, controller.clock())
+    controller.paused[name] = paused
+    controller.event(name, "paused" if paused else "resumed", "by the admin API")
+    if not paused:
+        controller.notify_pool(name)
+    return pool_view(controller, name, machines=False)
+
+
+def drain_machine(controller: Controller, machine: str) -> dict[str, Any]:
+    try:
+        found = controller.store.machines.get(machine)
+    except MachineNotFound as exc:
+        raise NotFound(str(exc)) from exc
+    if not controller.store.machines.move(
+        machine, ["ready"], "draining", controller.clock(), drain_reason="manual"
+    ):
+        raise Refusal(f"machine {machine} is {found.state}; only a ready machine can be drained")
+    controller.event(found.pool, "drain", f"{machine}: manual")
+    controller.notify_machine(machine)
+    return controller.store.machines.get(machine).as_json()
+
+
+def cancel_queued(controller: Controller, name: str, key: str) -> dict[str, Any]:
+    """Cancel a job that waits in the pool's queue (resource-pools.txt's cancel)."""
+    _pool(controller, name)
+    job = controller.store.get(key)
+    if job.pool != name:
+        raise NotFound(f"job {key} is not in pool {name}'s queue")
+    if job.status != "pending":
+        raise Refusal(f"job {key} is {job.status}, not waiting; use `jobs kill` to stop it")
+    return controller.store.kill(key, controller.clock()).as_json()
+
+
+def start_job(controller: Controller, name: str, body: dict[str, Any]) -> Job:
+    """A manual start: a new job on the pool's backend, validated like `run`."""
+    _pool(controller, name)
+    client = Client(controller.store, controller.config)
+    options = {
+        key: body[key]
+        for key in (
+            "max_retries",
+            "retry_strategy",
+            "timeout",
+            "delay",
+            "priority",
+            "slots",
+            "assigned_to",
+        )
+        if key in body
+    }
+    job = client.run(controller.backends[name].name, body["path"], body.get("payload"), **options)
+    controller.notify_pool(name)
+    return job

@@ -1,0 +1,91 @@
+"""The admin API: separate from the agents' endpoint, and authenticated (a bearer token)."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from sp00ky_infra import __version__
+from sp00ky_infra.controller import admin
+from sp00ky_infra.controller.core import Controller, ControllerError, Unauthorized
+from sp00ky_infra.store import StoreError
+
+
+class StartJob(BaseModel):
+    path: str
+    payload: Any = None
+    priority: int = 0
+    max_retries: int = Field(default=3, ge=0)
+    delay: int = Field(default=0, ge=0)
+    timeout: float | None = Field(default=None, gt=0)
+
+
+def admin_app(controller: Controller) -> FastAPI:
+    def authorized(authorization: Annotated[str | None, Header()] = None) -> None:
+        expected = f"Bearer {controller.settings.admin_token}"
+        if not authorization or not hmac.compare_digest(authorization, expected):
+            raise Unauthorized("send the admin token as `Authorization: Bearer <token>`")
+
+    app = FastAPI(
+        title="sp00ky admin API",
+        description="Pools: capacity, machines, queue, breaker, incidents; pause, drain, cancel.",
+        version=__version__,
+        dependencies=[Depends(authorized)],
+        docs_url=None,
+        redoc_url=None,
+    )
+
+    @app.exception_handler(ControllerError)
+    async def problem(_: Request, exc: ControllerError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(StoreError)
+    async def refused(_: Request, exc: StoreError) -> JSONResponse:
+        status = 404 if type(exc).__name__ == "JobNotFound" else 409
+        return JSONResponse({"error": str(exc)}, status_code=status)
+
+    @app.get("/pools")
+    def pools() -> list[dict[str, Any]]:
+        return admin.pools_view(controller)
+
+    @app.get("/pools/{name}")
+    def pool(name: str) -> dict[str, Any]:
+        return admin.pool_view(controller, name)
+
+    @app.post("/pools/{name}/pause")
+    def pause(name: str) -> dict[str, Any]:
+        return admin.set_paused(controller, name, True)
+
+    @app.post("/pools/{name}/resume")
+    def resume(name: str) -> dict[str, Any]:
+        return admin.set_paused(controller, name, False)
+
+    @app.post("/machines/{name}/drain")
+    def drain(name: str) -> dict[str, Any]:
+        return admin.drain_machine(controller, name)
+
+    @app.post("/pools/{name}/queue/{key}/cancel")
+    def cancel(name: str, key: str) -> dict[str, Any]:
+        return admin.cancel_queued(controller, name, key)
+
+    @app.post("/pools/{name}/jobs", status_code=202)
+    def start(name: str, body: StartJob) -> dict[str, Any]:
+        job = admin.start_job(controller, name, body.model_dump())
+        return {"queued": True, "queueId": job.id, "pool": name}
+
+    @app.get("/incidents")
+    def incidents() -> list[dict[str, Any]]:
+        return [incident.as_json() for incident in controller.store.pools.incidents()]
+
+    @app.get("/events")
+    def events(limit: int = 50) -> list[dict[str, Any]]:
+        return [
+            {"at": e.at, "pool": e.pool, "kind": e.kind, "message": e.message}
+            for e in controller.recent_events(limit)
+        ]
+
+    return app

@@ -1,0 +1,119 @@
+"""The pool listener: the agents' endpoint, versioned JSON under /v1 (OpenAPI at
+/v1/openapi.json). Machines only ever dial out to it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Annotated
+
+from fastapi import FastAPI, Header, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from sp00ky_infra import __version__
+from sp00ky_infra.controller.core import Controller, ControllerError, Unauthorized
+from sp00ky_infra.controller.hub import Hub
+from sp00ky_infra.controller.protocol import (
+    JoinReply,
+    JoinRequest,
+    PollReply,
+    PollRequest,
+    Problem,
+    ReadyRequest,
+    ResultReply,
+    ResultRequest,
+)
+
+ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"model": Problem, "description": text}
+    for code, text in {
+        401: "bad join token or session",
+        409: "stale attempt, or a state that does not allow it",
+        410: "the machine is failed or destroyed: shut down",
+        503: "not the leader: retry",
+    }.items()
+}
+
+
+def _session(authorization: str | None) -> str:
+    if not authorization or not authorization.startswith("Bearer "):
+        raise Unauthorized("send the session as `Authorization: Bearer <session>`")
+    return authorization.removeprefix("Bearer ").strip()
+
+
+def agents_app(controller: Controller, hub: Hub) -> FastAPI:
+    app = FastAPI(
+        title="sp00ky pool listener",
+        description="The endpoint pool machines' agents dial: join, poll, results.",
+        version=__version__,
+        openapi_url="/v1/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+    )
+
+    @app.exception_handler(ControllerError)
+    async def problem(_: Request, exc: ControllerError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+    @app.get("/v1/health")
+    def health() -> dict[str, object]:
+        return {"ok": True, "leader": controller.leader}
+
+    @app.post("/v1/join", responses=ERRORS)
+    def join(body: JoinRequest) -> JoinReply:
+        """Trade the machine's one-time join token for a session, the backend and its env."""
+        return controller.join(body.machine, body.token)
+
+    @app.post("/v1/machines/{name}/ready", responses=ERRORS)
+    def ready(
+        name: str, body: ReadyRequest, authorization: Annotated[str | None, Header()] = None
+    ) -> dict[str, bool]:
+        """The backend answers its healthcheck (ok), or never will (a failed boot)."""
+        controller.ready(name, _session(authorization), body.ok, body.reason)
+        return {"ok": True}
+
+    @app.post("/v1/machines/{name}/poll", responses=ERRORS)
+    async def poll(
+        name: str, body: PollRequest, authorization: Annotated[str | None, Header()] = None
+    ) -> PollReply:
+        """Renew leases; answer with work, stops and drain, waiting up to ``wait`` seconds
+        (at most a third of the lease) when there is nothing to say yet."""
+        session = _session(authorization)
+        loop = asyncio.get_running_loop()
+        pool = await run_in_threadpool(controller.pool_of, name) if body.wait > 0 else ""
+        limit = controller.poll_wait(controller.pools[pool]) if pool in controller.pools else 0.0
+        deadline = loop.time() + min(body.wait, limit)
+        while True:
+            woken = hub.waiter(name, pool)
+            try:
+                reply = await run_in_threadpool(controller.poll, name, session, body)
+                left = deadline - loop.time()
+                if reply.assignments or reply.stop or reply.drain or left <= 0:
+                    return reply
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), timeout=left)
+            finally:
+                hub.done(name, woken)
+
+    @app.post("/v1/machines/{name}/jobs/{job}/attempts/{attempt}/result", responses=ERRORS)
+    def result(
+        name: str,
+        job: str,
+        attempt: str,
+        body: ResultRequest,
+        authorization: Annotated[str | None, Header()] = None,
+    ) -> ResultReply:
+        """What the backend answered for this attempt; refused (409) if it is not current."""
+        status = controller.result(name, _session(authorization), job, attempt, body)
+        return ResultReply(job_status=status)
+
+    @app.post("/v1/machines/{name}/drained", responses=ERRORS)
+    def drained(
+        name: str, authorization: Annotated[str | None, Header()] = None
+    ) -> dict[str, bool]:
+        """The agent finished its jobs after a drain and is leaving."""
+        controller.drained(name, _session(authorization))
+        return {"ok": True}
+
+    return app

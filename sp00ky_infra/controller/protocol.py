@@ -1,0 +1,106 @@
+"""The agents' protocol, version 1: JSON shapes of /v1 on the pool listener.
+
+The agent (standard library + requests only) speaks the same shapes as plain dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+PROTOCOL_VERSION = "v1"
+
+
+class JoinRequest(BaseModel):
+    machine: str
+    token: str = Field(description="The one-time join token from the machine's user-data.")
+
+
+class BackendInfo(BaseModel):
+    name: str
+    port: int | None = Field(description="deploy.port: where the backend listens in its image.")
+    healthcheck: str | None
+    command: list[str] = Field(description="deploy.command, for process machines.")
+    image: str | None = Field(default=None, description="The image, for docker machines.")
+    env: dict[str, str] = Field(description="The backend's own env (never the store's secrets).")
+
+
+class AgentSettings(BaseModel):
+    slots: int
+    lease: float = Field(description="Seconds an attempt's lease lasts without a renewal.")
+    poll_wait: float = Field(description="The longest a poll waits for work.")
+    recycle: Literal["job", "never"]
+    boot_timeout: float
+    max_offline: float = Field(description="Out of contact this long, the machine shuts down.")
+
+
+class JoinReply(BaseModel):
+    session: str = Field(description="Send as `Authorization: Bearer <session>` from now on.")
+    machine: str
+    pool: str
+    backend: BackendInfo
+    settings: AgentSettings
+
+
+class ReadyRequest(BaseModel):
+    ok: bool
+    reason: str | None = None
+
+
+class RunningAttempt(BaseModel):
+    job: str
+    attempt: str
+
+
+class PollRequest(BaseModel):
+    running: list[RunningAttempt] = Field(
+        default_factory=list,
+        description="Attempts the machine holds: running, or finished with a result not yet "
+        "acknowledged. Their leases are renewed.",
+    )
+    free_slots: int = Field(default=0, ge=0, description="Jobs the machine can start now.")
+    wait: float = Field(default=0.0, ge=0, le=60, description="Seconds to wait for work.")
+
+
+class Assignment(BaseModel):
+    job: str
+    attempt: str
+    path: str
+    payload: Any
+    deadline: float | None = Field(description="Unix time by which the attempt must end.")
+    lease_expires_at: float
+
+
+class Stop(BaseModel):
+    job: str
+    attempt: str
+    reason: Literal["cancelled", "stale"]
+
+
+class PollReply(BaseModel):
+    assignments: list[Assignment] = Field(default_factory=list)
+    stop: list[Stop] = Field(default_factory=list)
+    drain: bool = False
+    lease: float
+    now: float
+
+
+class ErrorInfo(BaseModel):
+    code: Literal["backend_error", "backend_unreachable", "timeout"]
+    reason: str
+    status: int | None = Field(default=None, description="The backend's HTTP status.")
+
+
+class ResultRequest(BaseModel):
+    status: Literal["success", "failed", "cancelled"]
+    result: Any = None
+    error: ErrorInfo | None = None
+
+
+class ResultReply(BaseModel):
+    job_status: str
+
+
+class Problem(BaseModel):
+    error: str

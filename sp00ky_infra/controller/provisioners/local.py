@@ -1,0 +1,120 @@
+"""Local-process machines: each machine is an agent subprocess that runs the backend's
+``deploy.command`` as its child. The embedded default, and the workhorse of the tests.
+
+Agents run in sessions of their own, so that a restarted controller finds them still
+working (they reconnect), and so that destroying a machine ends its whole process group.
+The process's start time is kept beside its pid, so a recycled pid is never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
+
+STOP_GRACE_SECONDS = 3.0  # a destroyed machine was drained (or failed): no long goodbye
+
+
+def session_members(session: int) -> list[int]:
+    """Processes in session ``session``: the agent, its backend and whatever that started."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # after ")": state, ppid, pgrp, session
+            members.append(int(entry.name))
+    return members
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+class LocalProvisioner:
+    name = "local"
+
+    def __init__(self, log_dir: str | Path, agent_env: dict[str, str] | None = None) -> None:
+        self.log_dir = Path(log_dir)
+        self.agent_env = agent_env or {}
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def create(self, spec: MachineSpec) -> Provisioned:
+        self._reap()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            **self.agent_env,
+            "SPKY_AGENT_CONTROLLER_URL": spec.controller_url,
+            "SPKY_AGENT_MACHINE": spec.name,
+            "SPKY_AGENT_JOIN_TOKEN": spec.join_token,
+            "SPKY_AGENT_RUNTIME": "process",
+            "SPKY_AGENT_WORKDIR": str(Path(spec.workdir).resolve()),
+            "PYTHONUNBUFFERED": "1",
+        }
+        for secret in ("SPKY_POOL_SECRET", "SPKY_STORE", "SPKY_ADMIN_TOKEN"):
+            env.pop(secret, None)  # the machine gets none of the controller's secrets
+        log = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 (the child keeps it)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agent"],
+                env=env,
+                cwd=spec.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise Refused(f"cannot start the agent process: {exc}") from exc
+        finally:
+            log.close()
+        self._children[spec.name] = proc
+        return Provisioned(str(proc.pid), process_start_time(proc.pid) or "")
+
+    def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
+        if not provider_id:
+            return
+        pid = int(provider_id)
+        started = process_start_time(pid)
+        if started is None or (provider_state and started != provider_state):
+            self._children.pop(name, None)
+            return  # gone already, or the pid now belongs to another process
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while time.monotonic() < deadline and process_start_time(pid) == started:
+            child = self._children.get(name)
+            if child is not None and child.poll() is not None:
+                break
+            time.sleep(0.05)
+        for member in session_members(pid):  # the agent's group and its backend's
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(member, signal.SIGKILL)
+        child = self._children.pop(name, None)
+        if child is not None:
+            child.wait(timeout=5)
+
+    def close(self) -> None:
+        self._reap()
+
+    def _reap(self) -> None:
+        for name, child in list(self._children.items()):
+            if child.poll() is not None:
+                del self._children[name]

@@ -1,0 +1,204 @@
+"""Running a controller: the agents' endpoint and the admin API (uvicorn, one event loop), the
+tick (every SPKY_TICK seconds, corrected for drift), and the dispatcher, a thread that wakes
+waiting long-polls as soon as the store has work or a kill for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import uvicorn
+
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller.api_admin import admin_app
+from sp00ky_infra.controller.api_agents import agents_app
+from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.hub import Hub
+from sp00ky_infra.controller.provisioners import Provisioner
+from sp00ky_infra.controller.provisioners.local import LocalProvisioner
+from sp00ky_infra.controller.reconcile import TickReport, destroy_machine, tick
+from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
+from sp00ky_infra.store import open_store
+
+log = logging.getLogger("sp00ky.controller")
+DISPATCH_INTERVAL_SECONDS = 0.2  # due jobs (delays, backoffs) are noticed at least this often
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the controller handles signals itself (two-stage shutdown)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SettingsError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(512)
+    sock.set_inheritable(False)
+    return sock
+
+
+def make_provisioner(settings: ControllerSettings) -> Provisioner:
+    if settings.provider == "local":
+        return LocalProvisioner(Path(settings.state_dir) / "machines")
+    raise SettingsError(f"provisioner {settings.provider!r} is not available in this build")
+
+
+class Dispatcher(threading.Thread):
+    """Wakes the long-polls of pools that have due work, and machines with a kill to deliver."""
+
+    def __init__(self, controller: Controller, hub: Hub) -> None:
+        super().__init__(name="dispatcher", daemon=True)
+        self.controller = controller
+        self.hub = hub
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        store = self.controller.store
+        watcher = store.watch()
+        try:
+            while not self._halt.is_set():
+                changed = watcher.wait(DISPATCH_INTERVAL_SECONDS)
+                if not self.controller.leader:
+                    continue
+                try:
+                    self.dispatch(changed)
+                except Exception:  # the store may be briefly unreachable: try again
+                    log.exception("dispatcher: cannot read the store")
+                    self._halt.wait(1.0)
+        finally:
+            watcher.close()
+
+    def dispatch(self, changed: bool) -> None:
+        controller, now = self.controller, self.controller.clock()
+        for pool in self.hub.waiting_pools():
+            open_for_work = pool in controller.pools and not controller.paused.get(pool, False)
+            if open_for_work and controller.store.queued(controller.table_of(pool), now, 1):
+                self.hub.notify_pool(pool)
+        if changed:
+            for machine in controller.store.cancelling_machines():
+                self.hub.notify_machine(machine)
+
+    def stop(self) -> None:
+        self._halt.set()
+
+
+class Runtime:
+    """A controller with its listeners bound: ``serve()`` until ``stop()``."""
+
+    def __init__(self, settings: ControllerSettings) -> None:
+        settings = settings.with_secrets()
+        config = load_config(settings.config_path)
+        self.agents_socket = bind(settings.pool_host, settings.pool_port)
+        self.admin_socket = bind(settings.admin_host, settings.admin_port)
+        settings = replace(
+            settings,
+            pool_port=self.agents_socket.getsockname()[1],
+            admin_port=self.admin_socket.getsockname()[1],
+        )
+        store = open_store(settings.store_url)
+        self.controller = Controller(settings, config, store, make_provisioner(settings))
+        self.settings = settings
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.settings.admin_host}:{self.settings.admin_port}"
+
+    def write_state(self) -> Path:
+        """Where the CLI finds the admin API (``.sp00ky/controller.json``)."""
+        path = Path(self.settings.state_dir) / "controller.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps(
+                {"admin_url": self.admin_url, "agents_url": self.settings.agents_url}, indent=2
+            )
+        )
+        return path
+
+    def stop(self) -> None:
+        """Ask ``serve()`` to return (safe from any thread or a signal handler)."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def serve(self, on_tick: Callable[[TickReport], None] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        controller = self.controller
+        hub = Hub(self._loop)
+        controller.notify_machine = hub.notify_machine
+        controller.notify_pool = hub.notify_pool
+        servers = [
+            _Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+            for app in (agents_app(controller, hub), admin_app(controller))
+        ]
+        serving = [
+            asyncio.create_task(server.serve(sockets=[sock]))
+            for server, sock in zip(servers, (self.agents_socket, self.admin_socket), strict=True)
+        ]
+        dispatcher = Dispatcher(controller, hub)
+        dispatcher.start()
+        ticking = asyncio.create_task(self._tick_forever(on_tick))
+        try:
+            await self._stop.wait()
+        finally:
+            ticking.cancel()
+            for server in servers:
+                server.should_exit = True
+            dispatcher.stop()
+            await asyncio.gather(*serving, ticking, return_exceptions=True)
+            dispatcher.join(timeout=5)
+
+    async def _tick_forever(self, on_tick: Callable[[TickReport], None] | None) -> None:
+        assert self._loop is not None and self._stop is not None
+        interval = self.settings.tick
+        next_at = self._loop.time()
+        while not self._stop.is_set():
+            try:
+                report = await asyncio.to_thread(tick, self.controller)
+            except Exception:
+                log.exception("tick failed; trying again next tick")
+            else:
+                if on_tick is not None:
+                    on_tick(report)
+            next_at = max(next_at + interval, self._loop.time())  # no burst after a slow tick
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=next_at - self._loop.time())
+
+    def destroy_machines(self) -> int:
+        """Destroy every live machine (``dev`` on Ctrl-C leaves no process behind)."""
+        controller = self.controller
+        machines = controller.store.machines.live()
+        for machine in machines:
+            now = controller.clock()
+            controller.store.machines.move(
+                machine.name,
+                ["requested", "booting", "ready"],
+                "draining",
+                now,
+                drain_reason="shutdown",
+            )
+            destroy_machine(controller, machine.pool, machine.name)
+        return len(machines)
+
+    def close(self) -> None:
+        lock = self.controller.leader_lock
+        lock.release()
+        self.controller.provisioner.close()
+        self.controller.store.close()
+        for sock in (self.agents_socket, self.admin_socket):
+            sock.close()

@@ -1,0 +1,181 @@
+"""The controller's settings: one home each, read from the environment, documented defaults.
+
+Names follow the docs' self-hosting section (SPKY_POOL_PORT, SPKY_POOL_PUBLIC_URL,
+SPKY_POOL_SECRET, SPKY_POOL_DOCKER, SPKY_POOL_DOCKER_NETWORK) plus this project's own.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from sp00ky_infra.config.durations import DurationError, parse_duration
+from sp00ky_infra.config.model import Pool
+from sp00ky_infra.store import DEFAULT_STORE_URL, store_url
+
+DEFAULT_POOL_PORT = 9669  # the docs' example
+DEFAULT_ADMIN_PORT = 9670
+DEFAULT_TICK_SECONDS = 2.0  # machine-pools.txt: "evaluated every two seconds"
+MAX_POLL_WAIT_SECONDS = 20.0  # a long-poll waits up to ~20 s for work
+PRUNE_EVERY_SECONDS = 60.0
+TIMING_KEYS = {
+    "lease": "lease",
+    "idleTimeout": "idle_timeout",
+    "bootTimeout": "boot_timeout",
+    "maxLifetime": "max_lifetime",
+    "maxJobDuration": "max_job_duration",
+}
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the message names the variable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Overrides of sp00ky.yml's pool durations, for tests and demos (SPKY_POOL_TIMINGS,
+    e.g. ``lease=3s,idleTimeout=2s``). Production leaves them unset."""
+
+    lease: float | None = None
+    idle_timeout: float | None = None
+    boot_timeout: float | None = None
+    max_lifetime: float | None = None
+    max_job_duration: float | None = None
+
+    @classmethod
+    def parse(cls, text: str, name: str = "SPKY_POOL_TIMINGS") -> Timings:
+        values: dict[str, float] = {}
+        for part in filter(None, (piece.strip() for piece in text.split(","))):
+            key, _, value = part.partition("=")
+            if key not in TIMING_KEYS:
+                raise SettingsError(f"{name}: unknown timing {key!r}; use {', '.join(TIMING_KEYS)}")
+            try:
+                values[TIMING_KEYS[key]] = parse_duration(value)
+            except DurationError as exc:
+                raise SettingsError(f"{name}: {key}: {exc}") from exc
+        return cls(**values)
+
+    def apply(self, pool: Pool) -> Pool:
+        changes = {
+            name: getattr(self, name)
+            for name in TIMING_KEYS.values()
+            if getattr(self, name) is not None
+        }
+        return replace(pool, **changes) if changes else pool
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    config_path: str = "sp00ky.yml"
+    store_url: str = field(default_factory=store_url)
+    pool_host: str = "127.0.0.1"  # SPKY_POOL_HOST: where the agents' endpoint listens
+    pool_port: int = DEFAULT_POOL_PORT  # SPKY_POOL_PORT
+    public_url: str = ""  # SPKY_POOL_PUBLIC_URL: as a machine reaches it (default: local)
+    secret: str = ""  # SPKY_POOL_SECRET: signs join tokens; keep it stable
+    admin_host: str = "127.0.0.1"  # SPKY_ADMIN_HOST
+    admin_port: int = DEFAULT_ADMIN_PORT  # SPKY_ADMIN_PORT
+    admin_token: str = ""  # SPKY_ADMIN_TOKEN (default: generated into .sp00ky/admin-token)
+    provider: str = "local"  # SPKY_POOL_PROVIDER: local | docker (or SPKY_POOL_DOCKER=1)
+    docker_network: str = ""  # SPKY_POOL_DOCKER_NETWORK
+    tick: float = DEFAULT_TICK_SECONDS  # SPKY_TICK
+    poll_wait: float = MAX_POLL_WAIT_SECONDS
+    max_machines: int | None = None  # SPKY_POOL_MAX_MACHINES: the project's cap, all pools
+    breaker_first_pause: float = 60.0  # SPKY_BREAKER_PAUSE, doubling ...
+    breaker_max_pause: float = 900.0  # ... up to SPKY_BREAKER_MAX_PAUSE
+    join_ttl: float = 900.0
+    prune_every: float = PRUNE_EVERY_SECONDS
+    timings: Timings = field(default_factory=Timings)
+    controller_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    state_dir: str = ".sp00ky"
+
+    @property
+    def agents_url(self) -> str:
+        return self.public_url or f"http://{self.pool_host}:{self.pool_port}"
+
+    def pool(self, pool: Pool) -> Pool:
+        """The pool with this controller's timing overrides applied."""
+        return self.timings.apply(pool)
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, **overrides: object
+    ) -> ControllerSettings:
+        env = os.environ if env is None else env
+        values: dict[str, object] = {
+            "config_path": env.get("SPKY_CONFIG") or "sp00ky.yml",
+            "store_url": env.get("SPKY_STORE") or DEFAULT_STORE_URL,
+            "pool_host": env.get("SPKY_POOL_HOST", "127.0.0.1"),
+            "pool_port": _int(env, "SPKY_POOL_PORT", DEFAULT_POOL_PORT),
+            "public_url": env.get("SPKY_POOL_PUBLIC_URL", ""),
+            "secret": env.get("SPKY_POOL_SECRET", ""),
+            "admin_host": env.get("SPKY_ADMIN_HOST", "127.0.0.1"),
+            "admin_port": _int(env, "SPKY_ADMIN_PORT", DEFAULT_ADMIN_PORT),
+            "admin_token": env.get("SPKY_ADMIN_TOKEN", ""),
+            "provider": "docker"
+            if env.get("SPKY_POOL_DOCKER") == "1"
+            else env.get("SPKY_POOL_PROVIDER", "local"),
+            "docker_network": env.get("SPKY_POOL_DOCKER_NETWORK", ""),
+            "tick": _seconds(env, "SPKY_TICK", DEFAULT_TICK_SECONDS),
+            "max_machines": _int(env, "SPKY_POOL_MAX_MACHINES", None),
+            "breaker_first_pause": _seconds(env, "SPKY_BREAKER_PAUSE", 60.0),
+            "breaker_max_pause": _seconds(env, "SPKY_BREAKER_MAX_PAUSE", 900.0),
+            "timings": Timings.parse(env.get("SPKY_POOL_TIMINGS", "")),
+        }
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        settings = cls(**values)  # type: ignore[arg-type]
+        if settings.provider not in ("local", "docker"):
+            raise SettingsError(
+                f"SPKY_POOL_PROVIDER: {settings.provider!r} is not a provisioner; "
+                "use local or docker"
+            )
+        return settings
+
+    def with_secrets(self) -> ControllerSettings:
+        """Fill in a generated admin token (kept in the state dir for the CLI) and, for local
+        machines only, a generated pool secret; machines elsewhere need a stable one."""
+        admin_token = self.admin_token or read_or_create_token(Path(self.state_dir) / "admin-token")
+        secret = self.secret
+        if not secret:
+            if self.provider != "local":
+                raise SettingsError(
+                    "SPKY_POOL_SECRET is not set; machines' join tokens are signed with it. "
+                    "Set a long random string and keep it stable"
+                )
+            secret = secrets.token_urlsafe(32)
+        return replace(self, admin_token=admin_token, secret=secret)
+
+
+def read_or_create_token(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(token + "\n")
+        return token
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    text = env.get(name, "")
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {text!r} is not a whole number") from exc
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name, "")
+    if not text:
+        return default
+    try:
+        return parse_duration(text)
+    except DurationError as exc:
+        raise SettingsError(f"{name}: {exc}") from exc
