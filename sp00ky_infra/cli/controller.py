@@ -65,7 +65,7 @@ def controller(config_file: str, store_url: str | None) -> None:
     """
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
     with refusals():
-        settings = _settings(config_file=config_file, store_url=store_url)
+        settings = _settings(config_path=config_file, store_url=store_url)
         runtime = _start(settings)
     state = runtime.write_state()
     print(

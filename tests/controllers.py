@@ -1,0 +1,199 @@
+"""A real controller process for tests: its own project dir, store, ports and short timings.
+
+Every process a test starts is stopped at teardown: the controller, and every machine the
+store knows of (agents and backends, found by their session).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from sp00ky_infra.controller.provisioners.local import session_members
+from sp00ky_infra.store import SqlStore, open_store
+from tests.helpers import ROOT
+
+SERVER = ROOT / "examples" / "backend" / "server.py"
+LISTENING = re.compile(r"agents' endpoint on (http://\S+), admin API on (http://\S+) ")
+SECRET = "test-pool-secret-0123456789abcdef"
+ADMIN_TOKEN = "test-admin-token"
+
+
+def backend_app(
+    pool: str,
+    table: str,
+    log: Path,
+    command: list[str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "type": "backend",
+        "runOn": {"pool": pool},
+        "spec": str(ROOT / "examples" / "backend" / "openapi.yml"),
+        "method": {"type": "outbox", "table": table},
+        "deploy": {
+            "dockerfile": str(ROOT / "examples" / "backend" / "Dockerfile"),
+            "port": 8080,
+            "healthcheck": "/health",
+            "command": command or [sys.executable, str(SERVER)],
+        },
+        "env": {"BACKEND_LOG": str(log), "RENDER_SECONDS": "0"},
+        **extra,
+    }
+
+
+def project(
+    folder: Path, pools: dict[str, dict[str, Any]], apps: dict[str, dict[str, Any]]
+) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "sp00ky.yml"
+    path.write_text(yaml.safe_dump({"mode": "cluster", "pools": pools, "apps": apps}))
+    return path
+
+
+class ControllerProcess:
+    def __init__(self, folder: Path, config: Path, store_url: str, env: dict[str, str]) -> None:
+        self.folder = folder
+        self.config = config
+        self.store_url = store_url
+        self.env = env
+        self.proc: subprocess.Popen[str] | None = None
+        self.agents_url = ""
+        self.admin_url = ""
+        self.output: list[str] = []
+
+    def start(self, timeout: float = 30) -> ControllerProcess:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "SPKY_CONFIG": str(self.config),
+            "SPKY_STORE": self.store_url,
+            "SPKY_POOL_PORT": "0",
+            "SPKY_ADMIN_PORT": "0",
+            "SPKY_POOL_SECRET": SECRET,
+            "SPKY_ADMIN_TOKEN": ADMIN_TOKEN,
+            "SPKY_TICK": "200ms",
+            "SPKY_POOL_TIMINGS": "lease=3s,idleTimeout=2s,bootTimeout=15s",
+            "PYTHONUNBUFFERED": "1",
+            **self.env,
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sp00ky_infra", "controller"],
+            cwd=self.folder,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=open(self.folder / "controller.err", "a"),  # noqa: SIM115
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            found = LISTENING.search(line)
+            if found:
+                self.agents_url, self.admin_url = found.group(1), found.group(2)
+                return self
+        raise AssertionError(
+            f"controller did not start: {''.join(self.output)}"
+            + (self.folder / "controller.err").read_text()
+        )
+
+    def admin(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        return requests.request(
+            method,
+            f"{self.admin_url}{path}",
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=30,
+            **kwargs,
+        )
+
+    def pool(self, name: str) -> dict[str, Any]:
+        answer = self.admin("GET", f"/pools/{name}")
+        assert answer.status_code == 200, answer.text
+        result: dict[str, Any] = answer.json()
+        return result
+
+    def leader(self) -> bool:
+        try:
+            return bool(requests.get(f"{self.agents_url}/v1/health", timeout=5).json()["leader"])
+        except requests.RequestException:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def log(self) -> str:
+        return (self.folder / "controller.err").read_text()
+
+
+def wait_for(
+    check: Callable[[], Any], timeout: float = 30, interval: float = 0.1, what: str = ""
+) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: last {last!r}")
+
+
+def kill_machines(store_url: str) -> None:
+    """Stop every machine process the store knows of (agents and their backends)."""
+    store = open_store(store_url)
+    try:
+        with store._cursor() as cur:
+            store._x(cur, "SELECT provider_id FROM machines WHERE provider_id IS NOT NULL")
+            pids = [int(row[0]) for row in cur.fetchall()]
+    finally:
+        store.close()
+    for pid in pids:
+        for member in session_members(pid):
+            with suppress(ProcessLookupError):
+                os.kill(member, signal.SIGKILL)
+
+
+@contextmanager
+def running_controller(
+    folder: Path, config: Path, store_url: str, **env: str
+) -> Iterator[ControllerProcess]:
+    process = ControllerProcess(folder, config, store_url, env).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        kill_machines(store_url)
+
+
+def backend_events(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def live_machines(store: SqlStore, pool: str, state: str | None = None) -> list[str]:
+    return [m.name for m in store.machines.live(pool) if state is None or m.state == state]
