@@ -66,7 +66,10 @@ MIGRATIONS: tuple[Migration, ...] = (
             # retention, and creation time for listings.
             "CREATE INDEX jobs_queue ON jobs (tbl, priority DESC, created_at, id)"
             " WHERE status = 'pending'",
-            "CREATE INDEX jobs_queue_deadline ON jobs (queue_deadline) WHERE status = 'pending'",
+            # (status, queue_deadline), not (queue_deadline): without statistics SQLite would
+            # rather walk jobs_finished by status, every pending row, than a one-column index.
+            "CREATE INDEX jobs_queue_deadline ON jobs (status, queue_deadline)"
+            " WHERE status = 'pending' AND queue_deadline IS NOT NULL",
             "CREATE INDEX jobs_running ON jobs (tbl) WHERE status = 'processing'",
             "CREATE INDEX jobs_finished ON jobs (status, tbl, finished_at)",
             "CREATE INDEX jobs_recent ON jobs (created_at)",

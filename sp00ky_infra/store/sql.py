@@ -499,7 +499,8 @@ class SqlStore(ABC):
             running = [row[0] for row in cur.fetchall()]
             self._x(
                 cur,
-                "SELECT id FROM jobs WHERE status = 'pending' AND queue_deadline < ? LIMIT ?",
+                "SELECT id FROM jobs WHERE status = 'pending' AND queue_deadline IS NOT NULL "
+                "AND queue_deadline < ? LIMIT ?",
                 (now, batch),
             )
             waiting = [row[0] for row in cur.fetchall()]
