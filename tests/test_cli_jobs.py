@@ -21,7 +21,9 @@ from tests.helpers import ROOT, cli
 
 @pytest.fixture
 def project(tmp_path: Path, store_url: str) -> tuple[Path, dict[str, str]]:
-    shutil.copytree(ROOT / "examples", tmp_path / "project")
+    shutil.copytree(
+        ROOT / "examples", tmp_path / "project", ignore=shutil.ignore_patterns(".sp00ky")
+    )
     return tmp_path / "project", {"SPKY_STORE": store_url, "SPKY_CONFIG": ""}
 
 

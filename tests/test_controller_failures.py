@@ -143,3 +143,46 @@ def test_the_breaker_opens_after_three_failed_boots_and_closes_after_a_good_one(
         incidents = controller.admin("GET", "/incidents").json()
         assert incidents[0]["closed_at"] is not None
     client.close()
+
+
+def test_a_changed_config_replaces_machines_without_interrupting_a_job(tmp_path: Path) -> None:
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    log = tmp_path / "backend.jsonl"
+    app = backend_app("render", "render_job", log)
+    config = project(tmp_path, {"render": {"min": 1}}, {"renderer": app})
+    client = Client(store_url, config)
+    store = client.store
+    first = ControllerProcess(tmp_path, config, store_url, {}).start()
+    try:
+        old = wait_for(lambda: live_machines(store, "render", "ready"), what="a machine")[0]
+        job_id = client.run("renderer", "/render", {"gameId": "long", "seconds": 4}).id
+        wait_for(lambda: store.get(job_id).status == "processing", what="the job running")
+        first.stop()  # a deploy: the controller restarts with a new env for the backend
+        app["env"]["RENDER_QUALITY"] = "ultra"
+        project(tmp_path, {"render": {"min": 1}}, {"renderer": app})
+        port = first.agents_url.rsplit(":", 1)[1]
+        second = ControllerProcess(tmp_path, config, store_url, {"SPKY_POOL_PORT": port}).start()
+        try:
+            wait_for(
+                lambda: store.machines.get(old).state == "draining", what="old machine draining"
+            )
+            assert store.machines.get(old).drain_reason == "revision_changed"
+            new = wait_for(
+                lambda: [m for m in live_machines(store, "render", "ready") if m != old],
+                timeout=20,
+                what="a replacement",
+            )
+            assert store.machines.get(new[0]).revision != store.machines.get(old).revision
+            done = wait_for(
+                lambda: store.get(job_id).status == "success" and store.get(job_id), timeout=20
+            )
+            assert done.attempt_number == 1 and done.machine == old  # never interrupted
+            wait_for(
+                lambda: store.machines.get(old).state == "destroyed", timeout=20, what="old gone"
+            )
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+        kill_machines(store_url)
+        client.close()

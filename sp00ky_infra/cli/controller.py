@@ -149,7 +149,7 @@ def dev(
     with refusals():
         runtime = _start(settings)
     runtime.write_state()
-    console = Console()
+    console = Console(soft_wrap=True, highlight=False)  # status lines stay whole, uncoloured
     live_view = not plain and console.is_terminal
     queued: list[str] = []
     if burst:
@@ -173,6 +173,7 @@ def dev(
     )
     _signals(runtime)
     started = time.monotonic()
+    started_at = runtime.controller.clock()
     try:
         if live_view:
             with Live(_view(runtime), console=console, refresh_per_second=4) as live:
@@ -189,7 +190,7 @@ def dev(
         count = runtime.destroy_machines()
         if printer is not None:
             printer.flush()
-        summary = _summary(runtime, queued, time.monotonic() - started)
+        summary = _summary(runtime, queued, time.monotonic() - started, started_at)
         runtime.close()
         console.print(f"dev: stopped; {count} machine(s) destroyed. {summary}")
     if exit_when_idle and not finished.is_set():
@@ -223,22 +224,23 @@ def _at_rest(runtime: Runtime, queued: list[str]) -> bool:
     return True
 
 
-def _summary(runtime: Runtime, queued: list[str], seconds: float) -> str:
+def _summary(runtime: Runtime, queued: list[str], seconds: float, since: float) -> str:
+    """What this run did: its jobs, and the machine time of the machines it created."""
     store = runtime.controller.store
-    if not queued:
-        return f"Ran {seconds:.0f}s."
-    statuses = [store.get(job_id).status for job_id in queued]
-    hours = (
-        sum(
-            store.machines.machine_seconds(pool, runtime.controller.clock())
-            for pool in runtime.controller.pools
-        )
-        / 3600
+    now = runtime.controller.clock()
+    machine_seconds = sum(
+        (machine.destroyed_at or now) - machine.created_at
+        for pool in runtime.controller.pools
+        for machine in store.machines.recent(pool, limit=1000)
+        if machine.created_at >= since
     )
+    spent = f"machine time {machine_seconds:.0f}s ({machine_seconds / 3600:.4f} pool_machine_hours)"
+    if not queued:
+        return f"Ran {seconds:.0f}s; {spent}."
+    statuses = [store.get(job_id).status for job_id in queued]
     return (
         f"{statuses.count('success')} of {len(queued)} job(s) succeeded, "
-        f"{statuses.count('failed')} failed, in {seconds:.0f}s; machine time "
-        f"{hours * 3600:.0f}s ({hours:.4f} pool_machine_hours)."
+        f"{statuses.count('failed')} failed, in {seconds:.0f}s; {spent}."
     )
 
 
