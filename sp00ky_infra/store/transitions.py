@@ -144,20 +144,13 @@ def after_failure(job: Job, error: ErrorEntry, now: float, retryable: bool) -> J
         return finish(job, "failed", now, error=cancelled)
     if retryable and retry_or_fail(job.retries, job.max_retries):
         retry_number = job.retries + 1
-        run_after = now + backoff(job.retry_strategy, retry_number)
-        return replace(
+        return requeued(
             job,
-            status="pending",
+            now,
+            now + backoff(job.retry_strategy, retry_number),
             retries=retry_number,
             errors=(*job.errors, error),
             attempts=end_attempt(job, now, error["code"]),
-            run_after=run_after,
-            queue_deadline=None if job.queue_timeout is None else run_after + job.queue_timeout,
-            attempt=None,
-            machine=None,
-            lease_expires_at=None,
-            deadline=None,
-            updated_at=now,
         )
     return finish(job, "failed", now, error=error)
 
@@ -188,18 +181,21 @@ def overdue(job: Job, now: float) -> tuple[str, Job] | None:
 
 def rerun(job: Job, now: float) -> Job:
     """A finished job made pending again by hand: a fresh retry budget, its history kept."""
+    return requeued(job, now, now, retries=0, result=None, cancel_requested=False, finished_at=None)
+
+
+def requeued(job: Job, now: float, run_after: float, **changes: Any) -> Job:
+    """Back in the queue, due at ``run_after``: no attempt, machine, lease or deadline, and a
+    fresh queue deadline counted from when it is due."""
     return replace(
         job,
         status="pending",
-        retries=0,
-        result=None,
-        updated_at=now,
-        run_after=now,
-        queue_deadline=None if job.queue_timeout is None else now + job.queue_timeout,
-        cancel_requested=False,
-        finished_at=None,
+        run_after=run_after,
+        queue_deadline=None if job.queue_timeout is None else run_after + job.queue_timeout,
         attempt=None,
         machine=None,
         lease_expires_at=None,
         deadline=None,
+        updated_at=now,
+        **changes,
     )
