@@ -133,3 +133,61 @@ def test_idle_machines_go_and_a_busy_one_is_never_drained(tmp_path: Path, store_
         assert gone.state == "destroyed" and gone.drain_reason == "idle_surplus"
         assert gone.destroyed_at is not None and gone.destroyed_at > (done.finished_at or 0)
     client.close()
+
+
+def test_killing_a_running_job_stops_it_on_its_machine(tmp_path: Path, store_path: str) -> None:
+    log = tmp_path / "backend.jsonl"
+    config = project(
+        tmp_path, {"render": {"min": 1}}, {"renderer": backend_app("render", "render_job", log)}
+    )
+    client, store = _client(store_path, config)
+    with running_controller(tmp_path, config, store_path):
+        job = client.run("renderer", "/render", {"gameId": "doomed", "seconds": 30})
+        wait_for(lambda: any(e["event"] == "start" for e in backend_events(log)), what="started")
+        pid_before = next(e["pid"] for e in backend_events(log) if e["event"] == "start")
+        killed_at = time.monotonic()
+        assert store.kill(job.id, time.time()).cancel_requested
+        done = wait_for(
+            lambda: store.get(job.id).status == "failed" and store.get(job.id), timeout=10
+        )
+        assert time.monotonic() - killed_at < 5  # with the next poll, not after the job's 30 s
+        assert done.errors[-1]["code"] == "cancelled" and done.retries == 0
+        # it was the machine's only job: the backend was restarted, so the work really stopped
+        wait_for(
+            lambda: any(
+                e["event"] == "boot" and e["pid"] != pid_before for e in backend_events(log)
+            ),
+            what="a new backend process",
+        )
+        assert not any(e["event"] == "end" and e["gameId"] == "doomed" for e in backend_events(log))
+    client.close()
+
+
+def test_a_refusal_by_the_machine_cap_counts_as_a_failed_boot(
+    tmp_path: Path, store_path: str
+) -> None:
+    log = tmp_path / "backend.jsonl"
+    config = project(
+        tmp_path, {"render": {"min": 2}}, {"renderer": backend_app("render", "render_job", log)}
+    )
+    client, store = _client(store_path, config)
+    env = {"SPKY_POOL_MAX_MACHINES": "1", "SPKY_BREAKER_PAUSE": "30s"}
+    with running_controller(tmp_path, config, store_path, **env) as controller:
+        incident = wait_for(
+            lambda: controller.pool("render")["incidents"], timeout=20, what="breaker"
+        )
+        assert "the project's machine cap is 1" in incident[0]["message"]
+        (good,) = [m for m in store.machines.recent("render") if m.ready_at is not None]
+        refused = sorted(
+            (
+                m
+                for m in store.machines.recent("render")
+                if (m.failed_reason or "").startswith("refused")
+            ),
+            key=lambda m: m.created_at,
+        )
+        assert all(m.state == "destroyed" for m in refused)
+        # three refusals in a row, after the last good boot (which reset the count), opened it
+        assert len([m for m in refused if m.created_at > (good.ready_at or 0)]) == 3
+        assert len(live_machines(store, "render")) == 1  # the cap holds
+    client.close()
