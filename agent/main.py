@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import controller as remote
+from agent.docker import DockerRuntime
 from agent.jobs import JobRun
 from agent.leases import abandon_at, safety_margin
 from agent.runtime import ProcessRuntime, Runtime, RuntimeError_, wait_ready
@@ -33,6 +34,7 @@ class Backend:
     healthcheck: str | None
     command: list[str]
     env: dict[str, str]
+    image: str | None = None
 
 
 def log(machine: str, event: str, **fields: Any) -> None:
@@ -71,9 +73,9 @@ class Agent:
         except remote.Refused as exc:
             self.log("join_refused", reason=exc)
             return 3
-        self.backend = Backend(
-            **{k: joined["backend"][k] for k in ("name", "port", "healthcheck", "command", "env")}
-        )
+        fields = ("name", "port", "healthcheck", "command", "env", "image")
+        self.backend = Backend(**{key: joined["backend"].get(key) for key in fields})
+        self.pool = joined["pool"]
         self.config = joined["settings"]
         self.margin = safety_margin(self.config["lease"])
         self.log(
@@ -131,10 +133,23 @@ class Agent:
     # --- the backend -----------------------------------------------------------------------
 
     def _process_runtime(self, backend: Backend) -> Runtime:
+        if self.settings.runtime == "docker":
+            image = self.settings.image or backend.image
+            if not image:
+                raise RuntimeError_("the docker runtime needs an image (SPKY_AGENT_IMAGE)")
+            labels = {"sp00ky/machine": self.machine, "sp00ky/pool": self.pool}
+            return DockerRuntime(
+                image=image,
+                env=backend.env,
+                container_port=backend.port or 8080,
+                labels={**labels, "sp00ky/role": "backend"},
+                name=f"sp00ky-{self.machine}-backend",
+            )
         return ProcessRuntime(backend.command, backend.env, self.settings.workdir, output=None)
 
     def start_backend(self) -> str | None:
-        self.runtime = self.runtime_factory(self.backend)
+        if self.runtime is None:
+            self.runtime = self.runtime_factory(self.backend)
         assert self.runtime is not None
         self.runtime.start()
         deadline = time.monotonic() + float(self.config["boot_timeout"])
@@ -294,17 +309,12 @@ def main() -> int:
     except SettingsError as exc:
         print(f"agent: {exc}", file=sys.stderr)
         return 2
-    if settings.runtime != "process":
-        print(
-            f"agent: the {settings.runtime} runtime is not available in this build", file=sys.stderr
-        )
+    if not Path(settings.workdir).is_dir():
+        print(f"agent: SPKY_AGENT_WORKDIR {settings.workdir} is not a directory", file=sys.stderr)
         return 2
     agent = Agent(settings)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, agent.on_signal)
-    Path(settings.workdir).is_dir() or print(
-        f"agent: workdir {settings.workdir} missing", file=sys.stderr
-    )
     try:
         code = agent.run()
     except remote.Gone as exc:

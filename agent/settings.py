@@ -20,6 +20,7 @@ class Settings:
     join_token: str
     runtime: str = "process"  # process | docker
     workdir: str = "."
+    image: str = ""  # the docker runtime's image; default: the one the controller names
     poweroff: bool = False  # on a VM: power the machine off when out of contact too long
 
     @classmethod
@@ -39,6 +40,7 @@ class Settings:
             ("join_token", "SPKY_AGENT_JOIN_TOKEN"),
             ("runtime", "SPKY_AGENT_RUNTIME"),
             ("workdir", "SPKY_AGENT_WORKDIR"),
+            ("image", "SPKY_AGENT_IMAGE"),
         ):
             if env.get(name):
                 values[key] = env[name]

@@ -62,3 +62,41 @@ def store(store_url: str) -> Iterator[SqlStore]:
     opened = open_store(store_url)
     yield opened
     opened.close()
+
+
+BASE_IMAGE = "sp00ky-test/python:3"
+BACKEND_IMAGE = "sp00ky-dev-pool-renderer"
+
+
+def docker_available() -> str | None:
+    """Why Docker cannot be used here, or None when it can."""
+    import shutil
+    import subprocess
+
+    if shutil.which("docker") is None:
+        return "the docker client is not installed (apt-get install docker.io)"
+    info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=30)
+    if info.returncode != 0:
+        return f"no Docker engine answers (start dockerd): {info.stderr.strip()[:200]}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def docker_images() -> str:
+    """A real Docker engine with the example backend's image built on a local base image."""
+    import subprocess
+
+    from tests.helpers import ROOT
+
+    why = docker_available()
+    if why:
+        need_service("Docker", why)
+    subprocess.run(
+        [str(ROOT / "scripts" / "docker-base-image"), BASE_IMAGE], check=True, timeout=900
+    )
+    subprocess.run(
+        ["docker", "build", "-q", "--build-arg", f"BASE={BASE_IMAGE}", "-t", BACKEND_IMAGE,
+         str(ROOT / "examples" / "backend")],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    return BACKEND_IMAGE

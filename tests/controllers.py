@@ -26,7 +26,7 @@ from sp00ky_infra.store import SqlStore, open_store
 from tests.helpers import ROOT
 
 SERVER = ROOT / "examples" / "backend" / "server.py"
-LISTENING = re.compile(r"agents' endpoint on (http://\S+), admin API on (http://\S+) ")
+LISTENING = re.compile(r"agents' endpoint on (http://[^\s,]+).*, admin API on (http://\S+) ")
 SECRET = "test-pool-secret-0123456789abcdef"
 ADMIN_TOKEN = "test-admin-token"
 
@@ -52,6 +52,15 @@ def backend_app(
         "env": {"BACKEND_LOG": str(log), "RENDER_SECONDS": "0"},
         **extra,
     }
+
+
+def revision_of(config: Path, pool: str) -> str:
+    """The revision the controller expects of ``pool``'s machines (a hand-made machine row
+    with another one would be drained and replaced at once)."""
+    from sp00ky_infra.config.loader import load_config
+
+    loaded = load_config(config)
+    return loaded.backend_for(pool).revision(loaded.pools[pool])
 
 
 def project(

@@ -24,6 +24,7 @@ from tests.controllers import (
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[tuple[ControllerProcess, Client]]:
+    """A controller, and a client whose ``config`` names its sp00ky.yml."""
     store_url = f"sqlite:///{tmp_path}/state.db"
     log = tmp_path / "backend.jsonl"
     app = backend_app("render", "render_job", log)
@@ -40,7 +41,8 @@ def setup(tmp_path: Path) -> Iterator[tuple[ControllerProcess, Client]]:
 
 def _machine(client: Client, name: str) -> str:
     """A machine row the way the controller writes one, and its join token."""
-    client.store.machines.add(name, "render", "local", "rev", 1, time.time())
+    revision = client.config.backend_for("render").revision(client.config.pools["render"])
+    client.store.machines.add(name, "render", "local", revision, 1, time.time())
     return tokens.issue_join_token(SECRET, name, time.time(), ttl=60)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 FORMATS = ("mp4", "gif", "webm")
 _calls = 0
 _lock = threading.Lock()
+_in_flight: dict[int, str] = {}  # thread -> attempt, for the log of a stop
 
 
 def _log(event: str, **fields: Any) -> None:
@@ -33,8 +34,11 @@ def _log(event: str, **fields: Any) -> None:
     if not path:
         return
     line = json.dumps({"event": event, "pid": os.getpid(), "t": time.time(), **fields})
-    with _lock, open(path, "a", encoding="utf-8") as out:
-        out.write(line + "\n")
+    try:
+        with _lock, open(path, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+    except OSError as exc:  # the log is optional: a backend does not die for it
+        print(f"backend: cannot write BACKEND_LOG {path}: {exc}", file=sys.stderr, flush=True)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -85,7 +89,11 @@ class Handler(BaseHTTPRequestHandler):
         attempt = self.headers.get("X-Sp00ky-Attempt", "")
         seconds = float(payload.get("seconds", os.environ.get("RENDER_SECONDS", "0.05")))
         _log("start", attempt=attempt, gameId=payload["gameId"])
-        time.sleep(max(seconds, 0.0))
+        _in_flight[threading.get_ident()] = attempt
+        try:
+            time.sleep(max(seconds, 0.0))
+        finally:
+            _in_flight.pop(threading.get_ident(), None)
         _log("end", attempt=attempt, gameId=payload["gameId"])
         if payload.get("fail"):
             self._answer(500, {"error": "render failed (asked to by the payload)"})
@@ -99,7 +107,13 @@ def main() -> None:
     port = int(os.environ.get("PORT", "8080"))
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+
+    def stop(*_: Any) -> None:
+        # Jobs in flight die with the process: say so, so a test can tell when their work ended.
+        _log("stop", attempts=sorted(_in_flight.values()))
+        threading.Thread(target=server.shutdown).start()
+
+    signal.signal(signal.SIGTERM, stop)
     print(f"backend: listening on {host}:{server.server_port} pid={os.getpid()}", flush=True)
     _log("boot")
     try:

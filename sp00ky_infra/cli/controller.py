@@ -68,8 +68,10 @@ def controller(config_file: str, store_url: str | None) -> None:
         settings = _settings(config_path=config_file, store_url=store_url)
         runtime = _start(settings)
     state = runtime.write_state()
+    public = runtime.settings.agents_url
+    reached = f" (machines reach it at {public})" if public != runtime.listen_url else ""
     print(
-        f"controller: agents' endpoint on {runtime.settings.agents_url}, admin API on "
+        f"controller: agents' endpoint on {runtime.listen_url}{reached}, admin API on "
         f"{runtime.admin_url} (state in {state})",
         flush=True,
     )

@@ -181,7 +181,7 @@ class Controller:
                 port=backend.deploy.port,
                 healthcheck=backend.deploy.healthcheck,
                 command=list(backend.deploy.command),
-                image=None,
+                image=machine_image(backend),
                 env=machine_env(backend),
             ),
             settings=self.agent_settings(pool),
@@ -341,6 +341,12 @@ class Controller:
         elif machine.state != "draining":
             raise Refusal(f"machine {name} is {machine.state}, not draining")
         self.store.machines.update(name, drained=1, updated_at=now)
+
+
+def machine_image(backend: Backend) -> str:
+    """The image a docker machine runs: what the docker provisioner builds from
+    deploy.dockerfile (the docs' name for it)."""
+    return f"sp00ky-dev-pool-{backend.name}"
 
 
 def machine_env(backend: Backend) -> dict[str, str]:

@@ -122,6 +122,11 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
+    def listen_url(self) -> str:
+        """Where the agents' endpoint listens (SPKY_POOL_PUBLIC_URL may front it)."""
+        return f"http://{self.settings.pool_host}:{self.settings.pool_port}"
+
+    @property
     def admin_url(self) -> str:
         return f"http://{self.settings.admin_host}:{self.settings.admin_port}"
 

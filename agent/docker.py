@@ -1,0 +1,129 @@
+"""The ``docker`` runtime: the backend's image as a container on the machine's Docker engine.
+
+Spoken to over the Engine API on its unix socket with the standard library. The backend's
+port is bound to 127.0.0.1 only (a free port on the host), so nothing outside the machine
+reaches it; the container carries labels that name the machine and the pool.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from agent.runtime import RuntimeError_, free_port
+
+DOCKER_SOCKET = "/var/run/docker.sock"
+API_VERSION = "v1.41"  # Docker 20.10 and later
+STOP_GRACE_SECONDS = 5
+
+
+class DockerError(RuntimeError_):
+    """The Docker engine refused or failed a request; the message carries its answer."""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.socket_path)
+        self.sock = sock
+
+
+class DockerAPI:
+    def __init__(self, socket_path: str = DOCKER_SOCKET, timeout: float = 60.0) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> Any:
+        conn = _UnixConnection(self.socket_path, self.timeout)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            headers = {"Content-Type": "application/json"} if data is not None else {}
+            conn.request(method, f"/{API_VERSION}{path}", body=data, headers=headers)
+            answer = conn.getresponse()
+            raw = answer.read()
+        except OSError as exc:
+            raise DockerError(
+                f"cannot reach the Docker engine at {self.socket_path}: {exc}"
+            ) from exc
+        finally:
+            conn.close()
+        if answer.status >= 400 and answer.status not in ok:
+            try:
+                message = json.loads(raw).get("message", raw.decode(errors="replace"))
+            except ValueError:
+                message = raw.decode(errors="replace")
+            raise DockerError(f"docker {method} {path}: {answer.status}: {message}")
+        return json.loads(raw) if raw else None
+
+
+class DockerRuntime:
+    def __init__(
+        self,
+        image: str,
+        env: Mapping[str, str],
+        container_port: int,
+        labels: Mapping[str, str],
+        name: str,
+        api: DockerAPI | None = None,
+    ) -> None:
+        self.image = image
+        self.env = dict(env)
+        self.container_port = container_port
+        self.labels = dict(labels)
+        self.name = name
+        self.api = api or DockerAPI()
+        self.port = 0
+        self.container: str | None = None
+
+    def start(self) -> None:
+        self.api.call("DELETE", f"/containers/{quote(self.name)}?force=true", ok=(404,))
+        self.port = free_port()
+        exposed = f"{self.container_port}/tcp"
+        created = self.api.call(
+            "POST",
+            f"/containers/create?name={quote(self.name)}",
+            {
+                "Image": self.image,
+                "Env": [
+                    f"{k}={v}" for k, v in {**self.env, "PORT": str(self.container_port)}.items()
+                ],
+                "Labels": self.labels,
+                "ExposedPorts": {exposed: {}},
+                "HostConfig": {
+                    "PortBindings": {
+                        exposed: [{"HostIp": "127.0.0.1", "HostPort": str(self.port)}]
+                    },
+                },
+            },
+        )
+        self.container = created["Id"]
+        self.api.call("POST", f"/containers/{self.container}/start")
+
+    def stop(self) -> None:
+        container, self.container = self.container, None
+        if container is None:
+            return
+        self.api.call("POST", f"/containers/{container}/stop?t={STOP_GRACE_SECONDS}", ok=(304, 404))
+        self.api.call("DELETE", f"/containers/{container}?force=true", ok=(404,))
+
+    def alive(self) -> bool:
+        if self.container is None:
+            return False
+        try:
+            state = self.api.call("GET", f"/containers/{self.container}/json")["State"]
+        except DockerError:
+            return False
+        return bool(state.get("Running"))
+
+    def describe(self) -> str:
+        short = self.container[:12] if self.container else None
+        return f"docker container={short} image={self.image} port=127.0.0.1:{self.port}"

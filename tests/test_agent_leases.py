@@ -1,0 +1,48 @@
+"""The agent's lease arithmetic, pure: it always gives a job up before the controller can
+count the lease as expired and hand the attempt to another machine."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent.leases import MIN_MARGIN_SECONDS, abandon_at, safety_margin
+
+leases = st.floats(min_value=30, max_value=3600)  # lint: lease is at least 30 s
+
+
+def test_margins_for_the_docs_lease_and_short_test_leases() -> None:
+    assert safety_margin(90) == 9.0  # a tenth of the default 90 s lease
+    assert safety_margin(30) == 3.0
+    assert safety_margin(3) == 1.0  # test timings: never more than a third of the lease
+    assert safety_margin(10) == MIN_MARGIN_SECONDS
+
+
+@given(
+    lease=leases,
+    sent=st.floats(min_value=0, max_value=1e6),
+    delay=st.floats(min_value=0, max_value=600),  # the poll's trip to the controller
+    drift=st.floats(min_value=0, max_value=0.05),  # the agent's clock this much slower
+)
+def test_the_agent_gives_up_before_the_controller_expires_the_lease(
+    lease: float, sent: float, delay: float, drift: float
+) -> None:
+    margin = safety_margin(lease)
+    # The controller renews when it *processes* the poll, at least `delay` after the send.
+    expires = sent + delay + lease
+    # The agent counts from the *send*, on a clock that may run up to 5% slow: its
+    # `lease - margin` seconds take up to (lease - margin) / (1 - drift) real seconds.
+    gives_up = sent + (abandon_at(sent, lease, margin) - sent) / (1 - drift)
+    assert gives_up < expires
+
+
+@given(lease=leases, renewals=st.lists(st.floats(min_value=0, max_value=100), max_size=20))
+def test_only_a_successful_renewal_moves_the_point_of_giving_up(
+    lease: float, renewals: list[float]
+) -> None:
+    margin = safety_margin(lease)
+    sent = 0.0
+    for step in renewals:  # each renewal is sent later than the last
+        sent += step
+        assert abandon_at(sent, lease, margin) == sent + lease - margin
+    assert abandon_at(sent, lease, margin) > sent
