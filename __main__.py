@@ -1,9 +1,36 @@
-"""The Pulumi program: pool configs -> firewalled servers whose cloud-init installs the agent.
+"""The Pulumi program (`pulumi up`): sp00ky.yml's pools as firewalled Hetzner servers whose
+cloud-init installs the agent, or (provider docker) as containers on the local engine.
 
-Not built yet (issue #6: "Pulumi program"). It fails loudly rather than deploy nothing.
+The only module that reads Pulumi config (namespace ``sp00ky``):
+  configFile  path to sp00ky.yml (default: sp00ky.yml beside this file)
+  provider    hetzner | docker (default: hetzner)
+  machines    {pool: [machine names]}: what exists; the controller writes it
+  poolUrl     the scheduler's pool listener, as a machine reaches it
+  poolSecret  (secret) SPKY_POOL_SECRET: signs the machines' join tokens
+  project     the sp00ky/project label (default: the Pulumi project's name)
 """
 
-raise SystemExit(
-    "sp00ky-infra: the Pulumi program is not built yet (issue #6); "
-    "`pulumi up` has nothing to deploy"
+import pulumi
+
+from sp00ky_infra.config import ConfigInvalid
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.infra.program import build
+
+settings = pulumi.Config("sp00ky")
+provider = settings.get("provider") or "hetzner"
+if provider not in ("hetzner", "docker"):
+    raise pulumi.RunError(f"sp00ky:provider is {provider!r}; use hetzner or docker")
+try:
+    config = load_config(settings.get("configFile") or "sp00ky.yml")
+except ConfigInvalid as exc:
+    raise pulumi.RunError(str(exc)) from exc
+
+components = build(
+    config,
+    provider=provider,
+    machines=settings.get_object("machines") or {},
+    pool_url=settings.require("poolUrl"),
+    pool_secret=settings.require("poolSecret"),  # signs join tokens; user-data is secret
+    project=settings.get("project") or pulumi.get_project(),
 )
+pulumi.export("pools", {name: component.urn for name, component in components.items()})

@@ -1,0 +1,96 @@
+"""A pool machine's user-data: built as data, dumped as ``#cloud-config``.
+
+It writes the agent's settings (controller URL, machine name, one-time join token: the only
+secret in it, never the backend's env), installs the agent, pinned by sha256 and embedded
+compressed, with ``cloud-init/install-agent.sh``, and runs it as the systemd service of
+``cloud-init/sp00ky-agent.service``. Hetzner takes at most 32 KiB of user-data.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+CLOUD_INIT = ROOT / "cloud-init"
+AGENT = ROOT / "agent"
+USER_DATA_LIMIT = 32 * 1024  # Hetzner Cloud's limit on user-data
+
+
+class UserDataTooLarge(ValueError):
+    pass
+
+
+@functools.cache
+def agent_archive() -> bytes:
+    """The agent's sources as a reproducible tar.gz (sorted, no times or owners)."""
+    buffer = io.BytesIO()
+    with tarfile.open(
+        fileobj=buffer, mode="w:gz", compresslevel=9, format=tarfile.PAX_FORMAT
+    ) as tar:
+        for path in sorted(AGENT.glob("*.py")):
+            info = tarfile.TarInfo(f"agent/{path.name}")
+            data = path.read_bytes()
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    # gzip stamps the time in its header: zero it so the archive, and its hash, are stable
+    raw = bytearray(buffer.getvalue())
+    raw[4:8] = b"\x00\x00\x00\x00"
+    return bytes(raw)
+
+
+def agent_sha256() -> str:
+    return hashlib.sha256(agent_archive()).hexdigest()
+
+
+def user_data(machine: str, controller_url: str, join_token: str, runtime: str = "docker") -> str:
+    """The ``#cloud-config`` of one machine; UserDataTooLarge past Hetzner's limit."""
+    settings = {
+        "controller_url": controller_url,
+        "machine": machine,
+        "join_token": join_token,
+        "runtime": runtime,
+        "poweroff": True,
+    }
+    document: dict[str, Any] = {
+        "write_files": [
+            {
+                "path": "/etc/sp00ky/agent.json",
+                "owner": "root:root",
+                "permissions": "0600",
+                "content": json.dumps(settings, indent=2) + "\n",
+            },
+            {
+                "path": "/opt/sp00ky/agent.tar.gz",
+                "permissions": "0644",
+                "encoding": "b64",
+                "content": base64.b64encode(agent_archive()).decode(),
+            },
+            {
+                "path": "/opt/sp00ky/install-agent.sh",
+                "permissions": "0755",
+                "content": (CLOUD_INIT / "install-agent.sh").read_text(),
+            },
+            {
+                "path": "/etc/systemd/system/sp00ky-agent.service",
+                "permissions": "0644",
+                "content": (CLOUD_INIT / "sp00ky-agent.service").read_text(),
+            },
+        ],
+        "runcmd": [["/opt/sp00ky/install-agent.sh", agent_sha256()]],
+    }
+    text = "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False, width=1000)
+    if len(text.encode()) > USER_DATA_LIMIT:
+        raise UserDataTooLarge(
+            f"user-data of {machine} is {len(text.encode())} bytes; Hetzner takes at most "
+            f"{USER_DATA_LIMIT}"
+        )
+    return text

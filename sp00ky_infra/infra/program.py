@@ -1,0 +1,186 @@
+"""The Pulumi program: pool configs -> firewalled machines whose cloud-init installs the agent.
+
+Components take typed args and parent their children; none reads Pulumi config (only the
+project's ``__main__.py`` does). The stack holds machine names, not counts
+(``sp00ky:machines``), so scaling down removes exactly the machine the controller chose.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pulumi
+import pulumi_docker as docker
+import pulumi_hcloud as hcloud
+
+from sp00ky_infra.config import Config, Pool
+from sp00ky_infra.controller.tokens import issue_join_token
+from sp00ky_infra.infra.cloud_init import user_data
+from sp00ky_infra.infra.machine import HetznerMachine
+
+JOIN_TTL_SECONDS = 3600.0  # a VM boots in about a minute; the token is one-time anyway
+
+
+@dataclass(frozen=True, slots=True)
+class PoolArgs:
+    project: str
+    pool: Pool
+    backend: str
+    revision: str
+    machines: Sequence[str]
+    pool_url: str
+    pool_secret: str
+    config_root: str = "."
+    dockerfile: str | None = None
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def labels(args: PoolArgs, machine: str | None = None) -> dict[str, str]:
+    """The labels every resource of a pool carries (DESIGN.md), plus the guardian's limit."""
+    found = {
+        "sp00ky/project": args.project,
+        "sp00ky/pool": args.pool.name,
+        "sp00ky/revision": args.revision,
+        "sp00ky/limit": str(args.pool.limit),
+        **args.extra_labels,
+    }
+    if machine is not None:
+        found["sp00ky/machine"] = machine
+    return found
+
+
+class HetznerPool(pulumi.ComponentResource):
+    """A pool on Hetzner Cloud: a firewall with no inbound rules (outbound open), and one
+    server per machine name, each with the firewall, the labels and its user-data."""
+
+    def __init__(
+        self, name: str, args: PoolArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("sp00ky:infra:HetznerPool", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        pool_labels = labels(args)
+        pool_labels.pop("sp00ky/revision")
+        # No rules at all: Hetzner then drops every inbound packet and lets all outbound go.
+        self.firewall = hcloud.Firewall(
+            f"{name}-firewall",
+            name=f"sp00ky-{args.project}-{args.pool.name}",
+            labels=pool_labels,
+            rules=[],
+            opts=child,
+        )
+        self.machines: dict[str, HetznerMachine] = {}
+        for machine in args.machines:
+            token = issue_join_token(args.pool_secret, machine, time.time(), JOIN_TTL_SECONDS)
+            self.machines[machine] = HetznerMachine(
+                machine,
+                name=machine,
+                server_type=args.pool.machine.type,
+                fallback_types=list(args.pool.machine.fallback_types),
+                locations=list(args.pool.machine.locations),
+                labels=labels(args, machine),
+                user_data=user_data(machine, args.pool_url, token, runtime="docker"),
+                firewall_ids=[self.firewall.id],
+                opts=child,
+            )
+        self.register_outputs(
+            {
+                "firewall_id": self.firewall.id,
+                "servers": {m: r.id for m, r in self.machines.items()},
+            }
+        )
+
+
+class DockerPool(pulumi.ComponentResource):
+    """A pool on the local Docker engine: the backend's image built from deploy.dockerfile
+    (``sp00ky-dev-pool-<backend>``), and a machine container per name on the stack's network,
+    running the agent. The backend's port is never published."""
+
+    def __init__(
+        self,
+        name: str,
+        args: PoolArgs,
+        network: docker.Network,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("sp00ky:infra:DockerPool", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        if not args.dockerfile:
+            raise ValueError(f"pool {args.pool.name}: its backend has no deploy.dockerfile")
+        dockerfile = Path(args.config_root, args.dockerfile)
+        self.image = docker.Image(
+            f"{name}-image",
+            image_name=f"sp00ky-dev-pool-{args.backend}",
+            build=docker.DockerBuildArgs(
+                context=str(dockerfile.parent), dockerfile=str(dockerfile), platform="linux/amd64"
+            ),
+            skip_push=True,
+            opts=child,
+        )
+        self.containers: dict[str, docker.Container] = {}
+        for machine in args.machines:
+            token = issue_join_token(args.pool_secret, machine, time.time(), JOIN_TTL_SECONDS)
+            self.containers[machine] = docker.Container(
+                machine,
+                name=f"sp00ky-{machine}",
+                image=self.image.image_name,
+                envs=[
+                    f"SPKY_AGENT_CONTROLLER_URL={args.pool_url}",
+                    f"SPKY_AGENT_MACHINE={machine}",
+                    f"SPKY_AGENT_JOIN_TOKEN={token}",
+                    "SPKY_AGENT_RUNTIME=process",
+                ],
+                command=["python3", "-m", "agent"],
+                networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network.name)],
+                labels=[
+                    docker.ContainerLabelArgs(label=k, value=v)
+                    for k, v in labels(args, machine).items()
+                ],
+                restart="no",
+                opts=child,
+            )
+        self.register_outputs({"containers": {m: c.id for m, c in self.containers.items()}})
+
+
+def build(
+    config: Config,
+    provider: str,
+    machines: Mapping[str, Sequence[str]],
+    pool_url: str,
+    pool_secret: str,
+    project: str,
+) -> dict[str, pulumi.ComponentResource]:
+    """One component per pool of ``config``, with the machines the stack asks for."""
+    unknown = sorted(set(machines) - set(config.pools))
+    if unknown:
+        raise ValueError(
+            f"sp00ky:machines names pools that sp00ky.yml does not declare: {', '.join(unknown)}"
+        )
+    network = None
+    if provider == "docker":
+        network = docker.Network(
+            "sp00ky-network",
+            name=f"sp00ky-{project}",
+            labels=[docker.NetworkLabelArgs(label="sp00ky/project", value=project)],
+        )
+    components: dict[str, pulumi.ComponentResource] = {}
+    for name, pool in config.pools.items():
+        backend = config.backend_for(name)
+        args = PoolArgs(
+            project=project,
+            pool=pool,
+            backend=backend.name,
+            revision=backend.revision(pool),
+            machines=list(machines.get(name, [])),
+            pool_url=pool_url,
+            pool_secret=pool_secret,
+            config_root=config.root,
+            dockerfile=backend.deploy.dockerfile,
+        )
+        if network is not None:
+            components[name] = DockerPool(name, args, network)
+        else:
+            components[name] = HetznerPool(name, args)
+    return components

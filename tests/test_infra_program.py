@@ -1,0 +1,229 @@
+"""The Pulumi program's shape under pulumi.runtime.set_mocks, and its user-data checked by the
+real `cloud-init schema`."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller import tokens
+from sp00ky_infra.infra.cloud_init import USER_DATA_LIMIT, UserDataTooLarge, user_data
+from tests.configs import varied
+from tests.conftest import need_service
+from tests.helpers import ROOT
+
+SECRET = "pool-secret-for-tests"
+BACKEND_SECRET = "s3cret-backend-api-key"
+
+
+class Mocks(pulumi.runtime.Mocks):
+    def __init__(self) -> None:
+        self.resources: list[pulumi.runtime.MockResourceArgs] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.resources.append(args)
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(
+        self, args: pulumi.runtime.MockCallArgs
+    ) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
+        return {}, None
+
+
+def _config(tmp_path: Path) -> Any:
+    data = varied(
+        ("pools.render.machine", {"type": "cpx42", "locations": ["fsn1", "nbg1"],
+                                  "types": ["ccx33"]}),
+        ("apps.renderer.env", {"API_KEY": BACKEND_SECRET, "MODE": "fast-render-mode"}),
+        ("pools.batch", {"min": 1}),
+        ("apps.batcher", {
+            "type": "backend", "runOn": {"pool": "batch"},
+            "method": {"type": "outbox", "table": "batch_job"},
+            "deploy": {"dockerfile": "./Dockerfile", "port": 9000, "healthcheck": "/ok"},
+            "env": {"TOKEN": "batch-token-value"},
+        }),
+    )  # fmt: skip
+    data["apps"]["renderer"].pop("spec")
+    path = tmp_path / "sp00ky.yml"
+    path.write_text(yaml.safe_dump(data))
+    return load_config(path)
+
+
+def _run_program(tmp_path: Path, provider: str, machines: dict[str, list[str]]) -> Mocks:
+    from sp00ky_infra.infra.program import build
+
+    mocks = Mocks()
+    pulumi.runtime.set_mocks(mocks, project="shop", stack="prod", preview=False)
+    config = _config(tmp_path)
+
+    @pulumi.runtime.test  # type: ignore[untyped-decorator]
+    def program() -> pulumi.Output[Any]:
+        components = build(config, provider, machines, "https://pool.example.com", SECRET, "shop")
+        return pulumi.Output.all(*(c.urn for c in components.values()))
+
+    program()
+    return mocks
+
+
+def _of_type(mocks: Mocks, kind: str) -> list[pulumi.runtime.MockResourceArgs]:
+    return [r for r in mocks.resources if r.typ == kind]
+
+
+MACHINES = {"render": ["render-a1", "render-b2", "render-c3"], "batch": ["batch-x9"]}
+
+
+def test_every_hetzner_pool_has_a_firewall_with_no_inbound_rule(tmp_path: Path) -> None:
+    mocks = _run_program(tmp_path, "hetzner", MACHINES)
+    firewalls = _of_type(mocks, "hcloud:index/firewall:Firewall")
+    assert sorted(f.inputs["name"] for f in firewalls) == [
+        "sp00ky-shop-batch",
+        "sp00ky-shop-render",
+    ]
+    for firewall in firewalls:
+        rules = firewall.inputs.get("rules") or []
+        assert [r for r in rules if r.get("direction") == "in"] == []
+        assert rules == []  # no rules at all: outbound stays open
+
+
+def test_machines_follow_the_stack_name_for_name_with_firewall_labels_and_x86(
+    tmp_path: Path,
+) -> None:
+    mocks = _run_program(tmp_path, "hetzner", MACHINES)
+    machines = _of_type(mocks, "pulumi-python:dynamic:Resource")
+    assert sorted(m.name for m in machines) == sorted(
+        n for names in MACHINES.values() for n in names
+    )
+    config = _config(tmp_path)
+    for machine in machines:
+        inputs = machine.inputs
+        pool = "batch" if machine.name.startswith("batch") else "render"
+        assert inputs["firewall_ids"] == [f"{pool}-firewall-id"]
+        assert inputs["labels"] == {
+            "sp00ky/project": "shop",
+            "sp00ky/pool": pool,
+            "sp00ky/machine": machine.name,
+            "sp00ky/revision": config.backend_for(pool).revision(config.pools[pool]),
+            "sp00ky/limit": "2" if pool == "render" else "1",
+        }
+        assert inputs["server_type"] in ("cpx42", "cx33")
+        assert all(
+            t.startswith(("cx", "cpx", "ccx"))
+            for t in [inputs["server_type"], *inputs["fallback_types"]]
+        )
+    render = next(m for m in machines if m.name == "render-a1")
+    assert (render.inputs["locations"], render.inputs["fallback_types"]) == (
+        ["fsn1", "nbg1"],
+        ["ccx33"],
+    )
+
+
+def test_removing_a_name_removes_exactly_that_machine(tmp_path: Path) -> None:
+    mocks = _run_program(tmp_path, "hetzner", {"render": ["render-a1", "render-c3"]})
+    assert sorted(m.name for m in _of_type(mocks, "pulumi-python:dynamic:Resource")) == [
+        "render-a1",
+        "render-c3",
+    ]
+
+
+def test_user_data_carries_a_join_token_and_no_value_of_the_backends_env(tmp_path: Path) -> None:
+    mocks = _run_program(tmp_path, "hetzner", MACHINES)
+    for machine in _of_type(mocks, "pulumi-python:dynamic:Resource"):
+        text = machine.inputs["user_data"]
+        if isinstance(text, dict):  # a secret travels wrapped in Pulumi's secret envelope
+            text = text["value"]
+        for secret in (BACKEND_SECRET, "fast-render-mode", "batch-token-value", SECRET):
+            assert secret not in text
+        settings = _agent_settings(text)
+        assert settings["machine"] == machine.name
+        assert settings["controller_url"] == "https://pool.example.com"
+        claim = tokens.verify_join_token(
+            SECRET, settings["join_token"], machine.name, __import__("time").time()
+        )
+        assert claim.machine == machine.name
+
+
+def test_the_local_docker_stack_publishes_no_backend_port(tmp_path: Path) -> None:
+    mocks = _run_program(tmp_path, "docker", {"render": ["render-a1"], "batch": []})
+    (network,) = _of_type(mocks, "docker:index/network:Network")
+    assert network.inputs["name"] == "sp00ky-shop"
+    images = {i.inputs["imageName"] for i in _of_type(mocks, "docker:index/image:Image")}
+    assert images == {"sp00ky-dev-pool-renderer", "sp00ky-dev-pool-batcher"}
+    (container,) = _of_type(mocks, "docker:index/container:Container")
+    assert container.name == "render-a1" and not container.inputs.get("ports")
+    assert "SPKY_AGENT_MACHINE=render-a1" in container.inputs["envs"]
+    assert not any(BACKEND_SECRET in env for env in container.inputs["envs"])
+
+
+def test_unknown_pools_in_the_stack_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(
+        Exception, match=r"sp00ky:machines names pools that sp00ky\.yml does not declare: ghost"
+    ):
+        _run_program(tmp_path, "hetzner", {"ghost": ["g1"]})
+
+
+# --- cloud-init --------------------------------------------------------------------------------
+
+
+def _agent_settings(text: str) -> dict[str, Any]:
+    import json
+
+    document = yaml.safe_load(text)
+    (entry,) = [f for f in document["write_files"] if f["path"] == "/etc/sp00ky/agent.json"]
+    assert entry["permissions"] == "0600"
+    settings: dict[str, Any] = json.loads(entry["content"])
+    return settings
+
+
+@pytest.mark.parametrize("machine", ["render-a1", "a-rather-long-machine-name-0123456789"])
+def test_user_data_passes_cloud_init_schema_and_fits_hetzners_limit(
+    tmp_path: Path, machine: str
+) -> None:
+    if shutil.which("cloud-init") is None:
+        need_service(
+            "cloud-init", "apt-get install cloud-init (its `schema` command checks user-data)"
+        )
+    token = tokens.issue_join_token(SECRET, machine, 0, ttl=10**10)
+    text = user_data(machine, "https://pool.example.com", token)
+    assert text.startswith("#cloud-config\n") and len(text.encode()) <= USER_DATA_LIMIT
+    path = tmp_path / "user-data.yaml"
+    path.write_text(text)
+    checked = subprocess.run(
+        ["cloud-init", "schema", "--config-file", str(path)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "Valid" in checked.stdout
+
+
+def test_the_agent_is_embedded_pinned_by_hash_and_installed_as_a_service() -> None:
+    document = yaml.safe_load(user_data("m", "https://pool.example.com", "t"))
+    files = {f["path"]: f for f in document["write_files"]}
+    archive = base64.b64decode(files["/opt/sp00ky/agent.tar.gz"]["content"])
+    (command,) = document["runcmd"]
+    assert command == ["/opt/sp00ky/install-agent.sh", hashlib.sha256(archive).hexdigest()]
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        names = set(tar.getnames())
+    assert {f"agent/{p.name}" for p in (ROOT / "agent").glob("*.py")} == names
+    unit = files["/etc/systemd/system/sp00ky-agent.service"]["content"]
+    assert "ExecStart=/usr/bin/python3 -m agent" in unit and "SPKY_AGENT_SETTINGS_FILE" in unit
+    script = files["/opt/sp00ky/install-agent.sh"]["content"]
+    assert "sha256sum" in script and "docker.io" in script and "systemctl enable --now" in script
+    assert user_data("m", "u", "t") == user_data("m", "u", "t")  # reproducible, hash and all
+
+
+def test_user_data_past_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sp00ky_infra.infra import cloud_init
+
+    monkeypatch.setattr(cloud_init, "USER_DATA_LIMIT", 1000)
+    with pytest.raises(UserDataTooLarge, match="Hetzner takes at most 1000"):
+        cloud_init.user_data("m", "u", "t")

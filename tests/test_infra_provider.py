@@ -1,0 +1,191 @@
+"""The Hetzner machine provider, serialized as Pulumi serializes it and driven through the real
+provider host (`python -m pulumi.dynamic`) over gRPC, against the fake Hetzner API.
+
+The host is started as the engine starts it: from the project directory, in the project's
+virtual environment, with nothing added to PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+from pulumi.dynamic.dynamic import serialize_provider
+from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+
+from sp00ky_infra.infra.hetzner import HcloudError, HetznerAPI
+from sp00ky_infra.infra.machine import HetznerMachineProvider
+from tests.fake_hetzner import TOKEN, FakeHetzner
+from tests.helpers import ROOT
+
+URN = "urn:pulumi:prod::shop::sp00ky:infra:HetznerPool$pulumi-python:dynamic:Resource::render-a1"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeHetzner]:
+    with FakeHetzner() as api:
+        yield api
+
+
+@pytest.fixture
+def host(fake: FakeHetzner) -> Iterator[provider_pb2_grpc.ResourceProviderStub]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update({"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": fake.url, "PULUMI_PROJECT": "shop"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pulumi.dynamic"], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline().strip())
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        grpc.channel_ready_future(channel).result(timeout=30)
+        yield provider_pb2_grpc.ResourceProviderStub(channel)
+        channel.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _props(**overrides: Any) -> dict[str, Any]:
+    props = {
+        "__provider": serialize_provider(HetznerMachineProvider()),
+        "name": "render-a1",
+        "server_type": "cpx42",
+        "fallback_types": ["ccx33"],
+        "locations": ["fsn1", "nbg1"],
+        "labels": {"sp00ky/pool": "render", "sp00ky/machine": "render-a1", "sp00ky/revision": "r1"},
+        "user_data": "#cloud-config\n{}\n",
+        "firewall_ids": [],
+        "image": "debian-12",
+    }
+    props.update(overrides)
+    return props
+
+
+def _struct(values: dict[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(values)
+    return struct
+
+
+def _create(stub: Any, props: dict[str, Any]) -> Any:
+    return stub.Create(provider_pb2.CreateRequest(urn=URN, properties=_struct(props)), timeout=60)
+
+
+def test_the_first_location_out_of_capacity_lands_the_machine_in_the_second(
+    fake: FakeHetzner, host: Any
+) -> None:
+    fake.unavailable.add(("cpx42", "fsn1"))
+    created = _create(host, _props())
+    server = fake.servers[int(created.id)]
+    assert server["location"]["name"] == "nbg1" and server["server_type"]["name"] == "cpx42"
+    outs = dict(created.properties)
+    assert outs["location"] == "nbg1" and outs["skipped"] == ["cpx42@fsn1: resource_unavailable"]
+    assert server["labels"]["sp00ky/machine"] == "render-a1"
+
+
+def test_the_server_type_fallback_when_every_location_lacks_the_type(
+    fake: FakeHetzner, host: Any
+) -> None:
+    fake.unavailable.update({("cpx42", "fsn1"), ("cpx42", "nbg1")})
+    fake.offered["ccx33"] = {"nbg1"}  # ccx33 is not sold in fsn1 at all
+    created = _create(host, _props())
+    server = fake.servers[int(created.id)]
+    assert (server["server_type"]["name"], server["location"]["name"]) == ("ccx33", "nbg1")
+    assert dict(created.properties)["skipped"] == [
+        "cpx42@fsn1: resource_unavailable",
+        "cpx42@nbg1: resource_unavailable",
+        "ccx33@fsn1: unsupported_location_for_server_type",
+    ]
+
+
+def test_all_out_of_capacity_is_a_clear_error(fake: FakeHetzner, host: Any) -> None:
+    fake.unavailable.update({(t, loc) for t in ("cpx42", "ccx33") for loc in ("fsn1", "nbg1")})
+    with pytest.raises(grpc.RpcError) as caught:
+        _create(host, _props())
+    details = caught.value.details()
+    assert "no location or server type could take server render-a1" in details
+    assert "ccx33@nbg1: resource_unavailable" in details
+    assert fake.servers == {}
+
+
+def test_a_quota_refusal_is_not_retried_elsewhere(fake: FakeHetzner, host: Any) -> None:
+    fake.quota = 0
+    with pytest.raises(grpc.RpcError) as caught:
+        _create(host, _props())
+    assert "resource_limit_exceeded" in caught.value.details()
+    assert [r for r in fake.requests if r[0] == "POST"] == [("POST", "/v1/servers")]
+
+
+def test_deleting_a_server_that_is_gone_succeeds(fake: FakeHetzner, host: Any) -> None:
+    created = _create(host, _props())
+    request = provider_pb2.DeleteRequest(id=created.id, urn=URN, properties=created.properties)
+    host.Delete(request, timeout=60)
+    assert fake.servers == {}
+    host.Delete(request, timeout=60)  # already gone: done, not an error
+
+
+def test_a_revision_change_asks_for_a_replacement_a_new_token_does_not(
+    fake: FakeHetzner, host: Any
+) -> None:
+    olds = _props()
+    same_revision = _props(user_data="#cloud-config\n{write_files: []}\n")
+    new_revision = _props(labels={**olds["labels"], "sp00ky/revision": "r2"})
+    for news, replaces in ((same_revision, []), (new_revision, ["labels"])):
+        diff = host.Diff(
+            provider_pb2.DiffRequest(id="1", urn=URN, olds=_struct(olds), news=_struct(news)),
+            timeout=60,
+        )
+        assert list(diff.replaces) == replaces
+
+
+def test_the_token_is_read_at_run_time_and_never_stored(fake: FakeHetzner, host: Any) -> None:
+    created = _create(host, _props())
+    assert TOKEN not in str(created.properties)
+
+
+# --- the API client itself ---------------------------------------------------------------------
+
+
+def _api(fake: FakeHetzner, waits: list[float]) -> HetznerAPI:
+    return HetznerAPI(
+        TOKEN, fake.url, wait=lambda attempt, after: after if after is not None else 0.01 * attempt,
+        sleep=waits.append,
+    )  # fmt: skip
+
+
+def test_rate_limits_are_waited_out_honouring_retry_after(fake: FakeHetzner) -> None:
+    waits: list[float] = []
+    fake.fail_next = [(429, "rate_limit_exceeded", 7.0), (503, "service_error", None)]
+    assert _api(fake, waits).servers() == []
+    assert waits == [7.0, 0.02]
+
+
+def test_listing_follows_every_page(fake: FakeHetzner) -> None:
+    for n in range(130):
+        fake.add_server(f"s{n}", {"sp00ky/pool": "render" if n % 2 else "other"})
+    api = _api(fake, [])
+    assert len(api.servers()) == 130
+    assert len(api.servers("sp00ky/pool=render")) == 65
+    assert len([r for r in fake.requests if r == ("GET", "/v1/servers")]) == 3 + 2
+
+
+def test_errors_carry_the_api_code(fake: FakeHetzner) -> None:
+    with pytest.raises(HcloudError, match="unauthorized") as caught:
+        HetznerAPI("wrong", fake.url).servers()
+    assert caught.value.status == 401
+    with pytest.raises(HcloudError, match="HCLOUD_TOKEN is not set"):
+        HetznerAPI.from_env({})
+    assert _api(fake, []).delete_server(424242) is False
+    waits: list[float] = []
+    fake.fail_next = [(503, "service_error", None)] * 5
+    with pytest.raises(HcloudError) as failed:
+        _api(fake, waits).servers()
+    assert failed.value.code == "service_error" and len(waits) == 4
