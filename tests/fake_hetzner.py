@@ -339,6 +339,10 @@ class FakeHetzner:
             return self._error("not_found", f"firewall with ID '{item}' not found")
         if method == "GET":
             return 200, {"firewall": firewall}, {}
+        if method == "PUT":
+            firewall["labels"] = body.get("labels", firewall["labels"])
+            firewall["name"] = body.get("name", firewall["name"])
+            return 200, {"firewall": firewall}, {}
         if method == "DELETE":
             if firewall["applied_to"]:
                 return self._error("resource_in_use", "firewall is still applied to servers")

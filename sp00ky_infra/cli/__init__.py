@@ -6,6 +6,7 @@ import click
 
 from sp00ky_infra import __version__
 from sp00ky_infra.cli.controller import controller, dev
+from sp00ky_infra.cli.guardian import guardian
 from sp00ky_infra.cli.jobs import jobs, run
 from sp00ky_infra.cli.lint import lint, schema
 from sp00ky_infra.cli.pools import pools
@@ -24,6 +25,7 @@ cli.add_command(jobs)
 cli.add_command(controller)
 cli.add_command(dev)
 cli.add_command(pools)
+cli.add_command(guardian)
 
 
 def main() -> None:

@@ -87,6 +87,7 @@ class Controller:
         self.leader = False
         self.leader_lock = store.leader_lock()
         self.last_prune = 0.0
+        self.last_heartbeat = 0.0
         self.events: deque[Event] = deque(maxlen=MAX_EVENTS)
         self._events_lock = threading.Lock()
         self.notify_machine: Callable[[str], None] = lambda name: None

@@ -7,13 +7,17 @@ stops the others.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from sp00ky_infra.controller import tokens
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.provisioners import MachineSpec, ProvisionerError, Refused
+from sp00ky_infra.guardian import stamp_heartbeat
+from sp00ky_infra.infra.hetzner import HetznerAPI
 from sp00ky_infra.policy.plan import (
     Create,
     Destroy,
@@ -118,6 +122,7 @@ def tick(controller: Controller) -> TickReport:
     for plan in plans:
         errors += execute(controller, plan)
     pruned = maybe_prune(controller, now)
+    maybe_heartbeat(controller, now)
     for plan in plans:
         controller.notify_pool(plan.pool)  # due jobs (delays, backoffs) reach waiting polls
     return TickReport(True, tuple(plans), swept.total, pruned, tuple(errors))
@@ -239,3 +244,22 @@ def maybe_prune(controller: Controller, now: float) -> int:
     retention = controller.config.retention
     report = controller.store.prune(now, retention.success, retention.failed, retention.max_rows)
     return report.total
+
+
+def maybe_heartbeat(controller: Controller, now: float) -> None:
+    """Stamp the guardian's heartbeat cloud-side every minute, off the tick's thread: a slow
+    or failing API never holds the tick up (the guardian waits 30 minutes before it acts)."""
+    settings = controller.settings
+    if not settings.project or not os.environ.get("HCLOUD_TOKEN"):
+        return
+    if now - controller.last_heartbeat < settings.heartbeat_every:
+        return
+    controller.last_heartbeat = now
+
+    def stamp() -> None:
+        try:
+            stamp_heartbeat(HetznerAPI.from_env(), settings.project, now)
+        except Exception as exc:  # logged; the next minute tries again
+            log.warning("heartbeat for project %s failed: %s", settings.project, exc)
+
+    threading.Thread(target=stamp, name="heartbeat", daemon=True).start()

@@ -91,6 +91,8 @@ class ControllerSettings:
     timings: Timings = field(default_factory=Timings)
     controller_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     state_dir: str = ".sp00ky"
+    project: str = ""  # SPKY_PROJECT: with HCLOUD_TOKEN set, the guardian's heartbeat is stamped
+    heartbeat_every: float = 60.0  # SPKY_HEARTBEAT: how often (the guardian allows 30 minutes)
 
     @property
     def agents_url(self) -> str:
@@ -124,6 +126,8 @@ class ControllerSettings:
             "breaker_first_pause": _seconds(env, "SPKY_BREAKER_PAUSE", 60.0),
             "breaker_max_pause": _seconds(env, "SPKY_BREAKER_MAX_PAUSE", 900.0),
             "timings": Timings.parse(env.get("SPKY_POOL_TIMINGS", "")),
+            "project": env.get("SPKY_PROJECT", ""),
+            "heartbeat_every": _seconds(env, "SPKY_HEARTBEAT", 60.0),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         settings = cls(**values)  # type: ignore[arg-type]
