@@ -145,7 +145,8 @@ class Agent:
                 labels={**labels, "sp00ky/role": "backend"},
                 name=f"sp00ky-{self.machine}-backend",
             )
-        return ProcessRuntime(backend.command, backend.env, self.settings.workdir, output=None)
+        command = list(self.settings.command) or backend.command
+        return ProcessRuntime(command, backend.env, self.settings.workdir, output=None)
 
     def start_backend(self) -> str | None:
         if self.runtime is None:

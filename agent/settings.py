@@ -21,6 +21,7 @@ class Settings:
     runtime: str = "process"  # process | docker
     workdir: str = "."
     image: str = ""  # the docker runtime's image; default: the one the controller names
+    command: tuple[str, ...] = ()  # the process runtime's command; default: deploy.command
     poweroff: bool = False  # on a VM: power the machine off when out of contact too long
 
     @classmethod
@@ -44,6 +45,11 @@ class Settings:
         ):
             if env.get(name):
                 values[key] = env[name]
+        if env.get("SPKY_AGENT_COMMAND"):
+            try:
+                values["command"] = tuple(json.loads(env["SPKY_AGENT_COMMAND"]))
+            except ValueError as exc:
+                raise SettingsError(f"SPKY_AGENT_COMMAND: not a JSON list ({exc})") from exc
         if env.get("SPKY_AGENT_POWEROFF"):
             values["poweroff"] = env["SPKY_AGENT_POWEROFF"] == "1"
         missing = [

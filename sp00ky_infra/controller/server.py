@@ -18,6 +18,7 @@ from pathlib import Path
 
 import uvicorn
 
+from sp00ky_infra.config import Config
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.api_admin import admin_app
 from sp00ky_infra.controller.api_agents import agents_app
@@ -57,10 +58,19 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def make_provisioner(settings: ControllerSettings) -> Provisioner:
+def make_provisioner(settings: ControllerSettings, config: Config) -> Provisioner:
     if settings.provider == "local":
         return LocalProvisioner(Path(settings.state_dir) / "machines")
-    raise SettingsError(f"provisioner {settings.provider!r} is not available in this build")
+    from sp00ky_infra.controller.provisioners.docker import DockerProvisioner
+
+    docker = DockerProvisioner(settings.docker_network, settings.project or "dev")
+    builds = {}
+    for pool in config.pools:
+        backend = config.backend_for(pool)
+        dockerfile = config.resolve(backend.deploy.dockerfile or "Dockerfile")
+        builds[backend.name] = (dockerfile, str(Path(dockerfile).parent))
+    docker.prepare(builds)
+    return docker
 
 
 class Dispatcher(threading.Thread):
@@ -108,6 +118,11 @@ class Runtime:
     def __init__(self, settings: ControllerSettings) -> None:
         settings = settings.with_secrets()
         config = load_config(settings.config_path)
+        provisioner = make_provisioner(settings, config)
+        gateway = getattr(provisioner, "gateway", None)
+        if gateway is not None and settings.pool_host == "127.0.0.1":
+            # machine containers reach this host at their network's gateway: listen there
+            settings = replace(settings, pool_host=gateway())
         self.agents_socket = bind(settings.pool_host, settings.pool_port)
         self.admin_socket = bind(settings.admin_host, settings.admin_port)
         settings = replace(
@@ -116,8 +131,16 @@ class Runtime:
             admin_port=self.admin_socket.getsockname()[1],
         )
         store = open_store(settings.store_url)
-        self.controller = Controller(settings, config, store, make_provisioner(settings))
+        self.controller = Controller(settings, config, store, provisioner)
         self.settings = settings
+        reap = getattr(provisioner, "reap", None)
+        if reap is not None:  # machines an earlier run left behind are gone: say so
+            for name in reap():
+                now = self.controller.clock()
+                store.machines.move(
+                    name, ["requested", "booting", "ready", "draining", "failed"], "destroyed",
+                    now, destroyed_at=now, failed_reason="left by an earlier run",
+                )  # fmt: skip
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 

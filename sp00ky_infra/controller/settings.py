@@ -79,7 +79,7 @@ class ControllerSettings:
     admin_host: str = "127.0.0.1"  # SPKY_ADMIN_HOST
     admin_port: int = DEFAULT_ADMIN_PORT  # SPKY_ADMIN_PORT
     admin_token: str = ""  # SPKY_ADMIN_TOKEN (default: generated into .sp00ky/admin-token)
-    provider: str = "local"  # SPKY_POOL_PROVIDER: local | docker (or SPKY_POOL_DOCKER=1)
+    provider: str = "local"  # SPKY_POOL_PROVIDER: local | docker | pulumi (SPKY_POOL_DOCKER=1)
     docker_network: str = ""  # SPKY_POOL_DOCKER_NETWORK
     tick: float = DEFAULT_TICK_SECONDS  # SPKY_TICK
     poll_wait: float = MAX_POLL_WAIT_SECONDS

@@ -1,0 +1,126 @@
+"""Docker machines end to end against a real dockerd: the controller builds the images, starts
+machine containers on a network of the test's own, and removes what an earlier run left."""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from docker.models.containers import Container
+
+from sp00ky_infra.client import Client
+from tests.conftest import BASE_IMAGE
+from tests.controllers import ControllerProcess, backend_app, project, wait_for
+from tests.helpers import ROOT
+
+
+@pytest.fixture
+def docker_project(
+    tmp_path: Path, docker_images: str
+) -> Iterator[tuple[Path, str, dict[str, str]]]:
+    name = f"t{secrets.token_hex(3)}"
+    (tmp_path / "backend").mkdir()
+    (tmp_path / "backend" / "server.py").write_text(
+        (ROOT / "examples/backend/server.py").read_text()
+    )
+    (tmp_path / "backend" / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\nCOPY server.py /app/server.py\nENV HOST=127.0.0.1\n"
+        'CMD ["python3", "/app/server.py"]\n'
+    )
+    app = backend_app("render", "render_job", tmp_path / "unused.jsonl")
+    app["deploy"]["dockerfile"] = "./backend/Dockerfile"
+    config = project(
+        tmp_path, {"render": {"min": 0, "autoscale": True, "max": 2}}, {"renderer": app}
+    )
+    env = {
+        "SPKY_POOL_DOCKER": "1",
+        "SPKY_POOL_DOCKER_NETWORK": f"sp00ky-{name}",
+        "SPKY_PROJECT": name,
+        "SPKY_POOL_TIMINGS": "lease=10s,idleTimeout=2s,bootTimeout=60s",
+    }
+    yield config, name, env
+    client = docker.from_env()
+    for container in client.containers.list(all=True, filters={"label": f"sp00ky/project={name}"}):
+        container.remove(force=True)
+    for network in client.networks.list(names=[f"sp00ky-{name}"]):
+        network.remove()
+    client.close()
+
+
+def _machines(project_name: str) -> list[Container]:
+    client = docker.from_env()
+    try:
+        selector = [f"sp00ky/project={project_name}", "sp00ky/role=machine"]
+        return list(client.containers.list(all=True, filters={"label": selector}))
+    finally:
+        client.close()
+
+
+def test_docker_machines_scale_from_zero_run_jobs_and_go(
+    tmp_path: Path, docker_project: tuple[Path, str, dict[str, str]]
+) -> None:
+    config, name, env = docker_project
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    client = Client(store_url, config)
+    controller = ControllerProcess(tmp_path, config, store_url, env).start(timeout=300)
+    try:
+        assert _machines(name) == []
+        ids = [
+            client.run("renderer", "/render", {"gameId": f"g{n}", "seconds": 1}).id
+            for n in range(3)
+        ]
+        wait_for(lambda: len(_machines(name)) == 2, timeout=60, what="two machine containers")
+        wait_for(
+            lambda: all(client.store.get(i).status == "success" for i in ids),
+            timeout=120,
+            what="jobs",
+        )
+        for container in _machines(name):
+            container.reload()
+            assert container.attrs["HostConfig"]["PortBindings"] in ({}, None)
+            assert not container.ports  # the backend's port is never published
+            assert container.labels["sp00ky/pool"] == "render"
+            assert container.attrs["NetworkSettings"]["Networks"].keys() == {f"sp00ky-{name}"}
+        ps = subprocess.run(["docker", "ps", "--filter", f"label=sp00ky/project={name}", "--format",
+                             "{{.Ports}}"], capture_output=True, text=True, check=True)  # fmt: skip
+        assert "->" not in ps.stdout, subprocess.run(
+            ["docker", "ps", "-a", "--filter", f"label=sp00ky/project={name}", "--format",
+             "{{.Names}} {{.Image}} {{.Labels}} {{.Ports}}"], capture_output=True, text=True
+        ).stdout  # fmt: skip
+        wait_for(lambda: _machines(name) == [], timeout=60, what="idle containers removed")
+    finally:
+        controller.stop()
+        client.close()
+
+
+def test_containers_left_by_a_killed_controller_are_removed_at_the_next_start(
+    tmp_path: Path, docker_project: tuple[Path, str, dict[str, str]]
+) -> None:
+    config, name, env = docker_project
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    client = Client(store_url, config)
+    first = ControllerProcess(tmp_path, config, store_url, env).start(timeout=300)
+    try:
+        job = client.run("renderer", "/render", {"gameId": "g", "seconds": 60})
+        wait_for(
+            lambda: client.store.get(job.id).status == "processing", timeout=60, what="running"
+        )
+        (left,) = _machines(name)
+        first.stop(signal.SIGKILL)
+        assert [c.id for c in _machines(name)] == [left.id]  # still there
+        second = ControllerProcess(tmp_path, config, store_url, env).start(timeout=300)
+        try:
+            assert left.id not in [c.id for c in _machines(name)]  # removed at start
+            machine = left.labels["sp00ky/machine"]
+            gone = client.store.machines.get(machine)
+            assert gone.state == "destroyed" and gone.failed_reason == "left by an earlier run"
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+        client.close()
