@@ -34,3 +34,15 @@ components = build(
     project=settings.get("project") or pulumi.get_project(),
 )
 pulumi.export("pools", {name: component.urn for name, component in components.items()})
+# The controller's pulumi provisioner writes these ids back on its machine rows.
+pulumi.export(
+    "machines",
+    {
+        name: resource.id
+        for component in components.values()
+        for name, resource in {
+            **getattr(component, "machines", {}),
+            **getattr(component, "containers", {}),
+        }.items()
+    },
+)

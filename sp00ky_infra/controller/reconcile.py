@@ -117,6 +117,7 @@ def tick(controller: Controller) -> TickReport:
     swept = controller.store.sweep(now)
     for job_id in swept.lease_expired:
         log.info("event=lease_expired job=%s", job_id)
+    apply_outcomes(controller)
     plans = [plan_pool(view, now) for view in observe(controller, now)]
     errors: list[str] = []
     for plan in plans:
@@ -263,3 +264,32 @@ def maybe_heartbeat(controller: Controller, now: float) -> None:
             log.warning("heartbeat for project %s failed: %s", settings.project, exc)
 
     threading.Thread(target=stamp, name="heartbeat", daemon=True).start()
+
+
+def apply_outcomes(controller: Controller) -> None:
+    """What an asynchronous provisioner (Pulumi) reports back: servers created (their ids
+    go on the rows, so a restarted controller knows what exists) or refused (failed boots)."""
+    outcomes = getattr(controller.provisioner, "outcomes", None)
+    if outcomes is None:
+        return
+    machines = controller.store.machines
+    for outcome in outcomes():
+        try:
+            machine = machines.get(outcome.machine)
+        except Exception:  # a machine unknown to the store: nothing to record
+            continue
+        if outcome.kind == "created":
+            machines.update(
+                outcome.machine, provider_id=outcome.detail or None, provider_state="created"
+            )
+        elif outcome.kind == "destroyed":
+            machines.update(outcome.machine, provider_state="destroyed")
+        else:
+            now = controller.clock()
+            why = f"refused: {outcome.detail}"
+            if machines.move(
+                outcome.machine, ["requested", "booting"], "failed", now, failed_reason=why
+            ):
+                controller.event(machine.pool, "refused", f"{outcome.machine}: {outcome.detail}")
+                controller.boot_failed(machine.pool, why)
+                machines.move(outcome.machine, ["failed"], "destroyed", now, destroyed_at=now)

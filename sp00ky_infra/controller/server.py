@@ -61,6 +61,11 @@ def bind(host: str, port: int) -> socket.socket:
 def make_provisioner(settings: ControllerSettings, config: Config) -> Provisioner:
     if settings.provider == "local":
         return LocalProvisioner(Path(settings.state_dir) / "machines")
+    if settings.provider == "pulumi":
+        from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner, automation_stack
+
+        stack, folder = settings.pulumi_stack, settings.pulumi_dir
+        return PulumiProvisioner(lambda: automation_stack(stack, folder))
     from sp00ky_infra.controller.provisioners.docker import DockerProvisioner
 
     docker = DockerProvisioner(settings.docker_network, settings.project or "dev")
@@ -133,6 +138,13 @@ class Runtime:
         store = open_store(settings.store_url)
         self.controller = Controller(settings, config, store, provisioner)
         self.settings = settings
+        adopt = getattr(provisioner, "adopt", None)
+        if adopt is not None:  # what exists already stays in the stack
+            live: dict[str, list[str]] = {}
+            for machine in store.machines.live():
+                if machine.provider == provisioner.name:
+                    live.setdefault(machine.pool, []).append(machine.name)
+            adopt(live)
         reap = getattr(provisioner, "reap", None)
         if reap is not None:  # machines an earlier run left behind are gone: say so
             for name in reap():

@@ -93,6 +93,8 @@ class ControllerSettings:
     state_dir: str = ".sp00ky"
     project: str = ""  # SPKY_PROJECT: with HCLOUD_TOKEN set, the guardian's heartbeat is stamped
     heartbeat_every: float = 60.0  # SPKY_HEARTBEAT: how often (the guardian allows 30 minutes)
+    pulumi_stack: str = "prod"  # SPKY_PULUMI_STACK: the stack the pulumi provisioner updates
+    pulumi_dir: str = "."  # SPKY_PULUMI_DIR: the Pulumi project (where Pulumi.yaml is)
 
     @property
     def agents_url(self) -> str:
@@ -128,13 +130,15 @@ class ControllerSettings:
             "timings": Timings.parse(env.get("SPKY_POOL_TIMINGS", "")),
             "project": env.get("SPKY_PROJECT", ""),
             "heartbeat_every": _seconds(env, "SPKY_HEARTBEAT", 60.0),
+            "pulumi_stack": env.get("SPKY_PULUMI_STACK", "prod"),
+            "pulumi_dir": env.get("SPKY_PULUMI_DIR", "."),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         settings = cls(**values)  # type: ignore[arg-type]
-        if settings.provider not in ("local", "docker"):
+        if settings.provider not in ("local", "docker", "pulumi"):
             raise SettingsError(
                 f"SPKY_POOL_PROVIDER: {settings.provider!r} is not a provisioner; "
-                "use local or docker"
+                "use local, docker or pulumi"
             )
         return settings
 

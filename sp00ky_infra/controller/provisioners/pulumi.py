@@ -1,0 +1,218 @@
+"""Pulumi machines: the controller writes ``sp00ky:machines`` into a stack's config and runs
+``up`` through ``pulumi.automation``.
+
+One update runs at a time per stack, in a thread of its own. While it runs, newer desired
+sets wait, and the next update converges to the newest (a burst of creates and destroys
+costs one or two updates, not one each). Each update's outcome comes back per machine:
+created (with the server's id) or failed (refused, capacity, quota), which the tick applies
+to the machine rows, so the breaker counts the failures. Update durations are logged and kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
+
+log = logging.getLogger("sp00ky.controller")
+
+
+class Stack(Protocol):
+    """The part of ``pulumi.automation.Stack`` the provisioner uses."""
+
+    def set_config(self, key: str, value: Any, *, path: bool = False) -> None: ...
+    def up(self, *, on_output: Callable[[str], Any] | None = ...) -> Any: ...
+    def outputs(self) -> MutableMapping[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    machine: str
+    kind: Literal["created", "failed", "destroyed"]
+    detail: str = ""
+
+
+def automation_stack(stack: str, work_dir: str) -> Stack:
+    """The real stack (needs the pulumi CLI on PATH)."""
+    from pulumi import automation
+
+    return automation.create_or_select_stack(stack_name=stack, work_dir=work_dir)
+
+
+class PulumiProvisioner:
+    name = "pulumi"
+
+    def __init__(
+        self,
+        stack_factory: Callable[[], Stack],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._stack_factory = stack_factory
+        self._stack: Stack | None = None
+        self.clock = clock
+        self.desired: dict[str, set[str]] = {}
+        self.pool_of: dict[str, str] = {}
+        self.applied: dict[str, set[str]] = {}
+        self.durations: deque[float] = deque(maxlen=50)
+        self.updates = 0
+        self._outcomes: deque[Outcome] = deque()
+        self._changed = threading.Condition()
+        self._closing = False
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="pulumi-updates", daemon=True)
+        self._thread.start()
+
+    # --- the provisioner port ----------------------------------------------------------------
+
+    def create(self, spec: MachineSpec) -> Provisioned:
+        with self._changed:
+            self.desired.setdefault(spec.pool, set()).add(spec.name)
+            self.pool_of[spec.name] = spec.pool
+            self._changed.notify()
+        return Provisioned(provider_id="", provider_state="pending")
+
+    def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
+        with self._changed:
+            pool = self.pool_of.get(name)
+            if pool is not None and name in self.desired.get(pool, set()):
+                self.desired[pool].discard(name)
+                self._changed.notify()
+
+    def adopt(self, machines: dict[str, list[str]]) -> None:
+        """Start from the machines the store already has (a restarted controller): without
+        this, the next update would write a smaller set and destroy them."""
+        with self._changed:
+            for pool, names in machines.items():
+                self.desired.setdefault(pool, set()).update(names)
+                self.applied.setdefault(pool, set()).update(names)
+                self.pool_of.update(dict.fromkeys(names, pool))
+
+    def outcomes(self) -> list[Outcome]:
+        """What updates did since the last call (the tick applies them)."""
+        with self._changed:
+            found = list(self._outcomes)
+            self._outcomes.clear()
+            return found
+
+    def close(self) -> None:
+        with self._changed:
+            self._closing = True
+            self._changed.notify()
+        self._thread.join(timeout=5)
+
+    def idle(self) -> bool:
+        with self._changed:
+            return not self._busy and self.applied == self._snapshot()
+
+    # --- the update loop ---------------------------------------------------------------------
+
+    def _snapshot(self) -> dict[str, set[str]]:
+        return {pool: set(names) for pool, names in self.desired.items()}
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._closing and self.applied == self._snapshot():
+                    self._changed.wait()
+                if self._closing:
+                    return
+                wanted = self._snapshot()  # the newest desired set: bursts coalesce here
+                self._busy = True
+            try:
+                self._update(wanted)
+            finally:
+                with self._changed:
+                    self._busy = False
+
+    def _update(self, wanted: dict[str, set[str]]) -> None:
+        started = self.clock()
+        before = self.applied
+        machines = {pool: sorted(names) for pool, names in sorted(wanted.items())}
+        try:
+            stack = self._get_stack()
+            stack.set_config("sp00ky:machines", _config_value(json.dumps(machines)))
+            result = stack.up(on_output=lambda line: log.debug("pulumi: %s", line.rstrip()))
+            outputs = stack.outputs()
+        except Exception as exc:  # CommandError and friends: the message names the machines
+            elapsed = self.clock() - started
+            self.durations.append(elapsed)
+            self._failed(wanted, before, str(exc))
+            log.warning("pulumi up failed after %.1fs: %s", elapsed, _first_line(str(exc)))
+            return
+        elapsed = self.clock() - started
+        self.durations.append(elapsed)
+        self.updates += 1
+        ids = _machine_ids(outputs)
+        with self._changed:
+            self.applied = wanted
+            for pool, names in wanted.items():
+                for name in names - before.get(pool, set()):
+                    self._outcomes.append(Outcome(name, "created", ids.get(name, "")))
+            for pool, names in before.items():
+                for name in names - wanted.get(pool, set()):
+                    self._outcomes.append(Outcome(name, "destroyed"))
+        summary = getattr(result, "summary", None)
+        log.info("pulumi up took %.1fs (%s)", elapsed, getattr(summary, "result", "succeeded"))
+
+    def _failed(
+        self, wanted: dict[str, set[str]], before: dict[str, set[str]], message: str
+    ) -> None:
+        """Map a failed update back to machines: those the message names, else every machine
+        the update was to create. Failed ones leave the desired set (the tick fails them)."""
+        new = {name for pool, names in wanted.items() for name in names - before.get(pool, set())}
+        named = {
+            name for name in new if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", message)
+        }
+        failed = named or new  # a message that names none: the whole update failed
+        with self._changed:
+            for name in sorted(failed):
+                self._outcomes.append(Outcome(name, "failed", _reason(message, name)))
+                pool = self.pool_of.get(name)
+                if pool is not None:
+                    self.desired.get(pool, set()).discard(name)
+            for name in sorted(new - failed):  # Pulumi went on with the others
+                self._outcomes.append(Outcome(name, "created"))
+            self.applied = {pool: names - failed for pool, names in wanted.items()}
+
+    def _get_stack(self) -> Stack:
+        if self._stack is None:
+            try:
+                self._stack = self._stack_factory()
+            except Exception as exc:
+                raise Refused(f"cannot open the Pulumi stack: {exc}") from exc
+        return self._stack
+
+
+def _config_value(text: str) -> Any:
+    try:
+        from pulumi.automation import ConfigValue
+
+        return ConfigValue(value=text, secret=False)
+    except ImportError:  # pragma: no cover - pulumi is a dependency
+        return text
+
+
+def _machine_ids(outputs: Mapping[str, Any]) -> dict[str, str]:
+    found = outputs.get("machines")
+    value = getattr(found, "value", found) or {}
+    return {str(name): str(server) for name, server in dict(value).items()}
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else message
+
+
+def _reason(message: str, machine: str) -> str:
+    """The error line of the update that speaks of ``machine`` (Pulumi prints the resource
+    first, then its error), else the update's first line."""
+    lines = [line.strip() for line in message.splitlines() if machine in line]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or [_first_line(message)])[-1][:500]

@@ -1,0 +1,228 @@
+"""The Pulumi provisioner at the Automation API seam, and with a real `pulumi up` where the
+CLI is installed (it cannot be downloaded here: skipped with the reason)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.provisioners import MachineSpec
+from sp00ky_infra.controller.provisioners.pulumi import Outcome, PulumiProvisioner
+from sp00ky_infra.controller.reconcile import tick
+from sp00ky_infra.controller.settings import ControllerSettings
+from sp00ky_infra.store import open_store
+from tests.controllers import backend_app, project, wait_for
+from tests.helpers import ROOT
+
+
+class FakeStack:
+    """Speaks like pulumi.automation.Stack; records what the provisioner asked of it."""
+
+    def __init__(self) -> None:
+        self.config: list[dict[str, list[str]]] = []
+        self.running = 0
+        self.most_at_once = 0
+        self.gate: threading.Event | None = None
+        self.fail_with: str | None = None
+        self.ids: dict[str, str] = {}
+
+    def set_config(self, key: str, value: Any, *, path: bool = False) -> None:
+        assert key == "sp00ky:machines" and not path
+        self.config.append(json.loads(value.value))
+
+    def up(self, *, on_output: Any = None) -> Any:
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            if self.gate is not None:
+                self.gate.wait(10)
+            if self.fail_with:
+                raise RuntimeError(self.fail_with)
+            wanted = self.config[-1]
+            self.ids = {name: f"srv-{name}" for names in wanted.values() for name in names}
+            return None
+        finally:
+            self.running -= 1
+
+    def outputs(self) -> dict[str, Any]:
+        return {"machines": self.ids}
+
+
+def _spec(name: str, pool: str = "render") -> MachineSpec:
+    return MachineSpec(name, pool, "renderer", "r1", "https://pool.example.com", "token")
+
+
+def _drain(provisioner: PulumiProvisioner, count: int) -> list[Outcome]:
+    """The provisioner's outcomes, waiting until ``count`` have come."""
+    found: list[Outcome] = []
+
+    def enough() -> bool:
+        found.extend(provisioner.outcomes())
+        return len(found) >= count
+
+    wait_for(enough, timeout=10)
+    return found
+
+
+def test_the_machines_are_written_to_the_stack_config_and_created() -> None:
+    stack = FakeStack()
+    provisioner = PulumiProvisioner(lambda: stack)
+    try:
+        for name in ("render-a", "render-b"):
+            assert provisioner.create(_spec(name)).provider_state == "pending"
+        outcomes = _drain(provisioner, 2)
+        assert {(o.machine, o.kind, o.detail) for o in outcomes} == {
+            ("render-a", "created", "srv-render-a"),
+            ("render-b", "created", "srv-render-b"),
+        }
+        assert stack.config[-1] == {"render": ["render-a", "render-b"]}
+        provisioner.destroy("render-a", "srv-render-a", "created")
+        assert _drain(provisioner, 1) == [Outcome("render-a", "destroyed")]
+        assert stack.config[-1] == {"render": ["render-b"]}
+        assert len(provisioner.durations) == provisioner.updates == len(stack.config)
+    finally:
+        provisioner.close()
+
+
+def test_a_burst_coalesces_into_one_update_and_only_one_runs_at_a_time() -> None:
+    stack = FakeStack()
+    stack.gate = threading.Event()
+    provisioner = PulumiProvisioner(lambda: stack)
+    try:
+        provisioner.create(_spec("render-0"))
+        wait_for(lambda: stack.running == 1, what="the first update running")
+        for n in range(1, 6):  # while it runs, a burst arrives
+            provisioner.create(_spec(f"render-{n}"))
+        provisioner.destroy("render-3", None, None)
+        stack.gate.set()
+        outcomes = _drain(provisioner, 5)
+        wait_for(provisioner.idle, what="nothing left to apply")
+        assert stack.config == [
+            {"render": ["render-0"]},
+            {"render": ["render-0", "render-1", "render-2", "render-4", "render-5"]},
+        ]  # two updates for six creates and a destroy; the second has the newest set
+        assert stack.most_at_once == 1
+        assert {o.machine for o in outcomes if o.kind == "created"} == {
+            "render-0",
+            "render-1",
+            "render-2",
+            "render-4",
+            "render-5",
+        }
+    finally:
+        provisioner.close()
+
+
+def test_failures_come_back_per_machine() -> None:
+    stack = FakeStack()
+    stack.fail_with = (
+        "error: update failed\n  pulumi-python:dynamic:Resource (render-b):\n"
+        "    error: creating server render-b (cx33 in fsn1) failed: resource_limit_exceeded: "
+        "server limit reached for this project (HTTP 403)"
+    )
+    provisioner = PulumiProvisioner(lambda: stack)
+    try:
+        provisioner.create(_spec("render-a"))
+        provisioner.create(_spec("render-b"))
+        outcomes = {o.machine: o for o in _drain(provisioner, 2)}
+        assert outcomes["render-b"].kind == "failed"
+        assert "resource_limit_exceeded" in outcomes["render-b"].detail
+        assert outcomes["render-a"].kind == "created"  # Pulumi went on with the others
+        assert "render-b" not in provisioner.desired["render"]
+    finally:
+        provisioner.close()
+
+
+def test_a_stack_that_cannot_be_opened_fails_every_new_machine() -> None:
+    def broken() -> FakeStack:
+        raise RuntimeError("no pulumi CLI")
+
+    provisioner = PulumiProvisioner(broken)
+    try:
+        provisioner.create(_spec("render-a"))
+        (outcome,) = _drain(provisioner, 1)
+        assert outcome.kind == "failed" and "cannot open the Pulumi stack" in outcome.detail
+    finally:
+        provisioner.close()
+
+
+def test_the_tick_records_ids_and_counts_refusals_towards_the_breaker(tmp_path: Path) -> None:
+    app = backend_app("render", "render_job", tmp_path / "log")
+    config = load_config(project(tmp_path, {"render": {"min": 2}}, {"renderer": app}))
+    store = open_store(f"sqlite:///{tmp_path}/state.db")
+    stack = FakeStack()
+    provisioner = PulumiProvisioner(lambda: stack)
+    settings = ControllerSettings(secret="s", state_dir=str(tmp_path))
+    controller = Controller(settings, config, store, provisioner)
+    try:
+        tick(controller)  # two machines asked for
+        wait_for(provisioner.idle, what="the update")
+        tick(controller)  # their ids come back onto the rows
+        live = store.machines.live("render")
+        assert sorted(m.provider_id or "" for m in live) == sorted(f"srv-{m.name}" for m in live)
+        assert {m.provider_state for m in live} == {"created"}
+
+        stack.fail_with = "error: resource_limit_exceeded for every new server"
+        for machine in live:  # both vanish: the pool asks for replacements, which are refused
+            store.machines.move(machine.name, ["booting"], "failed", time.time(), failed_reason="x")
+            store.machines.move(machine.name, ["failed"], "destroyed", time.time())
+        tick(controller)
+        wait_for(provisioner.idle, what="the failing update")
+        tick(controller)
+        assert controller.breakers["render"].failures == 2
+        refused = [
+            m
+            for m in store.machines.recent("render")
+            if (m.failed_reason or "").startswith("refused")
+        ]
+        assert len(refused) == 2 and "resource_limit_exceeded" in (refused[0].failed_reason or "")
+    finally:
+        provisioner.close()
+        controller.leader_lock.release()
+        store.close()
+
+
+NO_PULUMI = (
+    "the pulumi CLI is not installed here (it cannot be downloaded); "
+    "`pulumi up`/`destroy` of the local stack is untested"
+)
+
+
+@pytest.mark.skipif(shutil.which("pulumi") is None, reason=NO_PULUMI)
+def test_a_real_pulumi_up_and_destroy_of_the_local_stack(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "PULUMI_CONFIG_PASSPHRASE": "test",
+        "PULUMI_BACKEND_URL": f"file://{tmp_path}",
+    }
+
+    def pulumi(*args: str) -> None:
+        subprocess.run(["pulumi", *args, "--non-interactive"], cwd=ROOT, env=env, check=True)
+
+    pulumi("stack", "init", "local")
+    pulumi("config", "set", "--secret", "sp00ky:poolSecret", "s", "--stack", "local")
+    pulumi("up", "--yes", "--stack", "local")
+    pulumi("destroy", "--yes", "--stack", "local")
+
+
+def test_a_restarted_controller_keeps_the_machines_it_already_has() -> None:
+    stack = FakeStack()
+    provisioner = PulumiProvisioner(lambda: stack)
+    try:
+        provisioner.adopt({"render": ["render-old"]})
+        assert provisioner.idle() and stack.config == []  # nothing to do yet
+        provisioner.create(_spec("render-new"))
+        _drain(provisioner, 1)
+        assert stack.config == [{"render": ["render-new", "render-old"]}]
+    finally:
+        provisioner.close()
