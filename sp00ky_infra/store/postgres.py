@@ -8,14 +8,13 @@ advisory lock (so the head of a queue is never overtaken), and rows are read wit
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
 
 from sp00ky_infra.store.model import StoreUnavailable
-from sp00ky_infra.store.sql import Cursor, LeaderLock, SqlStore, Watcher
+from sp00ky_infra.store.sql import Cursor, LeaderLock, PerThread, SqlStore, Watcher
 
 LEADER_KEY = "sp00ky-controller-leader"
 CHANNEL = "sp00ky_jobs"
@@ -81,23 +80,20 @@ class PostgresStore(SqlStore):
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._local = threading.local()
-        self._opened: list[psycopg.Connection] = []
-        self._guard = threading.Lock()
+        self._connections: PerThread[psycopg.Connection] = PerThread(
+            self._connect, usable=lambda conn: not conn.closed
+        )
+
+    def _connect(self) -> psycopg.Connection:
+        try:
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {redact(self.url)}: {exc}".strip()
+            ) from exc
 
     def _connection(self) -> psycopg.Connection:
-        conn: psycopg.Connection | None = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            try:
-                conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
-            except psycopg.Error as exc:
-                raise StoreUnavailable(
-                    f"cannot connect to PostgreSQL at {redact(self.url)}: {exc}".strip()
-                ) from exc
-            self._local.conn = conn
-            with self._guard:
-                self._opened.append(conn)
-        return conn
+        return self._connections.get()
 
     @contextmanager
     def _write(self) -> Iterator[Cursor]:
@@ -135,11 +131,7 @@ class PostgresStore(SqlStore):
         cur.execute(f"SELECT pg_notify('{CHANNEL}_' || current_schema(), '')")
 
     def close(self) -> None:
-        with self._guard:
-            for conn in self._opened:
-                conn.close()
-            self._opened.clear()
-        self._local = threading.local()
+        self._connections.close_all()
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.url)!r})"

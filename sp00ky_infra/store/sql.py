@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from sp00ky_infra.policy.jobs import Queued, admit
 from sp00ky_infra.store.machines import MachineTable, PoolTable
@@ -44,6 +45,13 @@ from sp00ky_infra.store.transitions import (
     start_attempt,
     validate_new,
 )
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closable)
 
 COLUMNS = (
     "id, backend, tbl, path, payload, status, retries, max_retries, retry_strategy, delay_ms, "
@@ -118,6 +126,36 @@ class Counter:
 
 def _hour(at: float) -> int:
     return int(at // 3600) * 3600
+
+
+class PerThread(Generic[C]):
+    """One connection per thread (the stores' connections are not shared between threads),
+    all of them closed together."""
+
+    def __init__(
+        self, connect: Callable[[], C], usable: Callable[[C], bool] = lambda _: True
+    ) -> None:
+        self._connect = connect
+        self._usable = usable
+        self._local = threading.local()
+        self._opened: list[C] = []
+        self._guard = threading.Lock()
+
+    def get(self) -> C:
+        conn: C | None = getattr(self._local, "conn", None)
+        if conn is None or not self._usable(conn):
+            conn = self._connect()
+            self._local.conn = conn
+            with self._guard:
+                self._opened.append(conn)
+        return conn
+
+    def close_all(self) -> None:
+        with self._guard:
+            for conn in self._opened:
+                conn.close()
+            self._opened.clear()
+        self._local = threading.local()
 
 
 class LeaderLock(ABC):

@@ -9,14 +9,13 @@ from __future__ import annotations
 import fcntl
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from sp00ky_infra.store.model import StoreUnavailable
-from sp00ky_infra.store.sql import Cursor, LeaderLock, SqlStore, Watcher
+from sp00ky_infra.store.sql import Cursor, LeaderLock, PerThread, SqlStore, Watcher
 
 WATCH_INTERVAL_SECONDS = 0.005
 
@@ -90,29 +89,25 @@ class SqliteStore(SqlStore):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreUnavailable(f"cannot create the directory of {path}: {exc}") from exc
-        self._local = threading.local()
-        self._opened: list[sqlite3.Connection] = []
-        self._guard = threading.Lock()
+        self._connections = PerThread(self._connect)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
+        return conn
 
     def _connection(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            try:
-                conn = sqlite3.connect(
-                    self.path,
-                    isolation_level=None,
-                    timeout=BUSY_TIMEOUT_MS / 1000,
-                    check_same_thread=False,
-                )
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            except sqlite3.Error as exc:
-                raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
-            self._local.conn = conn
-            with self._guard:
-                self._opened.append(conn)
-        return conn
+        return self._connections.get()
 
     @contextmanager
     def _write(self) -> Iterator[Cursor]:
@@ -149,11 +144,7 @@ class SqliteStore(SqlStore):
         """Nothing to send: watchers see every commit in PRAGMA data_version."""
 
     def close(self) -> None:
-        with self._guard:
-            for conn in self._opened:
-                conn.close()
-            self._opened.clear()
-        self._local = threading.local()
+        self._connections.close_all()
 
     def __repr__(self) -> str:
         return f"SqliteStore({self.path!r})"
