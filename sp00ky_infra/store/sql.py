@@ -333,7 +333,11 @@ class SqlStore(ABC):
                 if after is None:
                     return before
                 if self._save(cur, before, after):
-                    if after.status != before.status or after.cancel_requested:
+                    # Watchers wait for work or a kill to deliver; an ended job frees a slot
+                    # whose machine the controller wakes itself. Notifying only then keeps a
+                    # completion to one round trip on PostgreSQL.
+                    requeued = after.status == "pending" and before.status != "pending"
+                    if requeued or (after.cancel_requested and not before.cancel_requested):
                         self._changed(cur)
                     return after
         raise Conflict(f"{job_id} kept changing while it was being updated; try again")
