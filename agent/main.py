@@ -10,6 +10,7 @@ Exit codes: 0 drained or told to leave, 1 stopped by a second signal, 2 bad sett
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -215,6 +216,7 @@ class Agent:
             except remote.ControllerError as exc:
                 if time.monotonic() - self.last_contact > float(self.config["max_offline"]):
                     self.log("offline", reason=f"no contact for {self.config['max_offline']}s")
+                    self.power_off()
                     return 6
                 pause = remote.backoff(failures)
                 failures += 1
@@ -261,6 +263,17 @@ class Agent:
         if reply["drain"] and not self.draining:
             self.draining = True
             self.log("draining", reason="controller")
+
+    def power_off(self) -> None:
+        """Out of contact too long: stop the backend and, on a VM, power the machine off."""
+        self.stop_backend()
+        if not self.settings.poweroff:
+            return
+        self.log("poweroff", command=" ".join(self.settings.poweroff))
+        try:
+            subprocess.run(list(self.settings.poweroff), check=False, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.log("poweroff_failed", reason=exc)
 
     def drop(self, run: JobRun, reason: str) -> None:
         """Stop a job: drop its request and, when it was the only job, restart the backend so

@@ -99,9 +99,6 @@ class ProcessRuntime:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def exit_code(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
     def describe(self) -> str:
         pid = self.proc.pid if self.proc else None
         return f"process pid={pid} port={self.port}"

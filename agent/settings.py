@@ -22,7 +22,9 @@ class Settings:
     workdir: str = "."
     image: str = ""  # the docker runtime's image; default: the one the controller names
     command: tuple[str, ...] = ()  # the process runtime's command; default: deploy.command
-    poweroff: bool = False  # on a VM: power the machine off when out of contact too long
+    # Run when out of contact too long; on a VM cloud-init sets ["systemctl", "poweroff"].
+    # Empty: the agent only exits (under Docker or as a local process).
+    poweroff: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -45,13 +47,15 @@ class Settings:
         ):
             if env.get(name):
                 values[key] = env[name]
-        if env.get("SPKY_AGENT_COMMAND"):
-            try:
-                values["command"] = tuple(json.loads(env["SPKY_AGENT_COMMAND"]))
-            except ValueError as exc:
-                raise SettingsError(f"SPKY_AGENT_COMMAND: not a JSON list ({exc})") from exc
-        if env.get("SPKY_AGENT_POWEROFF"):
-            values["poweroff"] = env["SPKY_AGENT_POWEROFF"] == "1"
+        for key, name in (("command", "SPKY_AGENT_COMMAND"), ("poweroff", "SPKY_AGENT_POWEROFF")):
+            if env.get(name):
+                try:
+                    values[key] = json.loads(env[name])
+                except ValueError as exc:
+                    raise SettingsError(f"{name}: not a JSON list ({exc})") from exc
+        for key in ("command", "poweroff"):
+            if key in values:
+                values[key] = _command(key, values[key])
         missing = [
             key for key in ("controller_url", "machine", "join_token") if not values.get(key)
         ]
@@ -65,3 +69,10 @@ class Settings:
         if values.get("runtime", "process") not in ("process", "docker"):
             raise SettingsError(f"SPKY_AGENT_RUNTIME: {values['runtime']!r}; use process or docker")
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _command(key: str, value: object) -> tuple[str, ...]:
+    """A command line given as a list of strings (JSON in the environment or the file)."""
+    if not isinstance(value, list | tuple) or not all(isinstance(part, str) for part in value):
+        raise SettingsError(f'{key}: must be a list of strings, like ["systemctl", "poweroff"]')
+    return tuple(value)

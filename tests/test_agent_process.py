@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -77,7 +78,10 @@ def test_cut_off_from_the_controller_a_machine_stops_its_job_before_the_lease_en
 
 def test_out_of_contact_too_long_a_machine_shuts_itself_down(tmp_path: Path) -> None:
     _, config, store_url, client = _setup(tmp_path, {"min": 1})
-    controller = ControllerProcess(tmp_path, config, store_url, {}).start()
+    marker = tmp_path / "powered-off"
+    # On a VM the command is systemctl poweroff; here a harmless stand-in shows it ran.
+    env = {"SPKY_AGENT_POWEROFF": json.dumps(["touch", str(marker)])}
+    controller = ControllerProcess(tmp_path, config, store_url, env).start()
     try:
         machine = wait_for(lambda: live_machines(client.store, "render", "ready"), what="ready")[0]
         agent = int(client.store.machines.get(machine).provider_id or 0)
@@ -88,6 +92,7 @@ def test_out_of_contact_too_long_a_machine_shuts_itself_down(tmp_path: Path) -> 
         assert time.monotonic() - lost_at >= 8
         text = _machine_log(tmp_path, machine)
         assert "event=offline" in text and "event=exit code=6" in text
+        assert f"event=poweroff command=touch {marker}" in text and marker.exists()
     finally:
         controller.stop()
         kill_machines(store_url)

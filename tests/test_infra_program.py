@@ -147,6 +147,7 @@ def test_user_data_carries_a_join_token_and_no_value_of_the_backends_env(tmp_pat
         settings = _agent_settings(text)
         assert settings["machine"] == machine.name
         assert settings["controller_url"] == "https://pool.example.com"
+        assert settings["poweroff"] == ["systemctl", "poweroff"]  # out of contact: power off
         claim = tokens.verify_join_token(
             SECRET, settings["join_token"], machine.name, __import__("time").time()
         )

@@ -9,8 +9,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-PROTOCOL_VERSION = "v1"
-
 
 class JoinRequest(BaseModel):
     machine: str

@@ -58,7 +58,7 @@ def user_data(machine: str, controller_url: str, join_token: str, runtime: str =
         "machine": machine,
         "join_token": join_token,
         "runtime": runtime,
-        "poweroff": True,
+        "poweroff": ["systemctl", "poweroff"],
     }
     document: dict[str, Any] = {
         "write_files": [

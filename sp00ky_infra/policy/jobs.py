@@ -80,8 +80,3 @@ def admit(
 def retry_or_fail(retries: int, max_retries: int) -> bool:
     """Whether a failed attempt is retried: while fewer than ``max_retries`` retries were made."""
     return retries < max_retries
-
-
-def order_key(priority: int, created_at: float, job_id: str) -> tuple[int, float, str]:
-    """Admission order: higher priority first, then older, then by id."""
-    return (-priority, created_at, job_id)
