@@ -84,10 +84,12 @@ def agents_app(controller: Controller, hub: Hub) -> FastAPI:
         pool = await run_in_threadpool(controller.pool_of, name) if body.wait > 0 else ""
         limit = controller.poll_wait(controller.pools[pool]) if pool in controller.pools else 0.0
         deadline = loop.time() + min(body.wait, limit)
+        renew = True  # leases and the machine's last sighting: once a request
         while True:
             woken = hub.waiter(name, pool)
             try:
-                reply = await run_in_threadpool(controller.poll, name, session, body)
+                reply = await run_in_threadpool(controller.poll, name, session, body, renew=renew)
+                renew = False
                 left = deadline - loop.time()
                 if reply.assignments or reply.stop or reply.drain or left <= 0:
                     return reply

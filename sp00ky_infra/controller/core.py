@@ -250,19 +250,25 @@ class Controller:
             self.store.pools.open_incident(pool, "pool_breaker_open", message, now)
             self.event(pool, "breaker_open", message)
 
-    def poll(self, name: str, session: str, request: PollRequest) -> PollReply:
-        """Renew the leases the machine reports, then hand it cancels, work and drain."""
+    def poll(self, name: str, session: str, request: PollRequest, renew: bool = True) -> PollReply:
+        """Renew the leases the machine reports, then hand it cancels, work and drain.
+
+        A long-poll renews once, when the request arrives (``renew``); the passes after each
+        wake-up only look for kills, drain and work.
+        """
         machine = self._authenticate(name, session)
         now = self.clock()
         pool = self.pools[machine.pool]
-        self.store.machines.seen(name, now)
         reported = [(each.job, each.attempt) for each in request.running]
-        renewed = self.store.renew(reported, now, pool.lease)
-        stop = [
-            Stop(job=job, attempt=attempt, reason="stale")
-            for job, attempt in reported
-            if job not in renewed
-        ]
+        stop: list[Stop] = []
+        if renew:
+            self.store.machines.seen(name, now)
+            renewed = self.store.renew(reported, now, pool.lease)
+            stop = [
+                Stop(job=job, attempt=attempt, reason="stale")
+                for job, attempt in reported
+                if job not in renewed
+            ]
         stop += [
             Stop(job=job, attempt=attempt, reason="cancelled")
             for job, attempt in self.store.cancels_for(name)
