@@ -14,7 +14,7 @@ from agent.docker import DockerAPI, DockerRuntime
 from agent.jobs import JobRun
 from agent.runtime import wait_ready
 from sp00ky_infra.client import Client
-from sp00ky_infra.controller import tokens
+from sp00ky_infra.shared import tokens
 from tests.controllers import (
     SECRET,
     backend_app,

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from sp00ky_infra.client import Client
-from sp00ky_infra.controller import tokens
+from sp00ky_infra.shared import tokens
 from tests.controllers import (
     SECRET,
     ControllerProcess,

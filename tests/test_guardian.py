@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sp00ky_infra.guardian import Incomplete, destroy_project, run_pass, stamp_heartbeat
-from sp00ky_infra.infra.hetzner import HetznerAPI
+from sp00ky_infra.guardian import Incomplete, destroy_project, run_pass
+from sp00ky_infra.hetzner import HetznerAPI
+from sp00ky_infra.hetzner.heartbeat import heartbeats, stamp_heartbeat
 from sp00ky_infra.policy.guardian import Why
 from tests.fake_hetzner import TOKEN, FakeHetzner
 from tests.helpers import cli
@@ -158,7 +159,6 @@ def test_the_command_and_its_exit_codes(fake: FakeHetzner) -> None:
 def test_the_controller_stamps_the_heartbeat_the_guardian_reads(
     fake: FakeHetzner, tmp_path: Path
 ) -> None:
-    from sp00ky_infra.guardian import heartbeats
     from tests.controllers import backend_app, project, running_controller, wait_for
 
     app = backend_app("render", "render_job", tmp_path / "log")

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from sp00ky_infra.config.loader import load_config
-from sp00ky_infra.controller import tokens
-from sp00ky_infra.infra.cloud_init import USER_DATA_LIMIT, UserDataTooLarge, user_data
+from sp00ky_infra.shared import tokens
+from sp00ky_infra.shared.cloud_init import USER_DATA_LIMIT, UserDataTooLarge, user_data
 from tests.configs import varied
 from tests.conftest import need_service
 from tests.helpers import ROOT
@@ -223,7 +223,7 @@ def test_the_agent_is_embedded_pinned_by_hash_and_installed_as_a_service() -> No
 
 
 def test_user_data_past_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sp00ky_infra.infra import cloud_init
+    from sp00ky_infra.shared import cloud_init
 
     monkeypatch.setattr(cloud_init, "USER_DATA_LIMIT", 1000)
     with pytest.raises(UserDataTooLarge, match="Hetzner takes at most 1000"):

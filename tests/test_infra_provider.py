@@ -19,7 +19,7 @@ from google.protobuf import struct_pb2
 from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
-from sp00ky_infra.infra.hetzner import HcloudError, HetznerAPI
+from sp00ky_infra.hetzner import HcloudError, HetznerAPI
 from sp00ky_infra.infra.machine import HetznerMachineProvider
 from tests.fake_hetzner import TOKEN, FakeHetzner
 from tests.helpers import ROOT

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sp00ky_infra.config.model import Pool
-from sp00ky_infra.controller import tokens
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError, Timings
+from sp00ky_infra.shared import tokens
 
 NOW = 1_700_000_000.0
 

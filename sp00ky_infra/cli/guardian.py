@@ -15,7 +15,7 @@ import time
 import click
 
 from sp00ky_infra.guardian import Incomplete, PassReport, destroy_project, iter_plan_lines, run_pass
-from sp00ky_infra.infra.hetzner import HcloudError, HetznerAPI
+from sp00ky_infra.hetzner import HcloudError, HetznerAPI
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 1, 2, 3
 

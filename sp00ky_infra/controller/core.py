@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sp00ky_infra.config import Backend, Config, Pool
-from sp00ky_infra.controller import tokens
 from sp00ky_infra.controller.protocol import (
     AgentSettings,
     Assignment,
@@ -33,6 +32,8 @@ from sp00ky_infra.controller.protocol import (
 from sp00ky_infra.controller.provisioners import Provisioner
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.policy.breaker import Breaker
+from sp00ky_infra.shared import tokens
+from sp00ky_infra.shared.names import pool_image
 from sp00ky_infra.store import Conflict, JobNotFound, SqlStore, StaleAttempt
 from sp00ky_infra.store.machines import Machine, MachineNotFound
 
@@ -182,7 +183,7 @@ class Controller:
                 port=backend.deploy.port,
                 healthcheck=backend.deploy.healthcheck,
                 command=list(backend.deploy.command),
-                image=machine_image(backend),
+                image=pool_image(backend.name),
                 env=machine_env(backend),
             ),
             settings=self.agent_settings(pool),
@@ -348,12 +349,6 @@ class Controller:
         elif machine.state != "draining":
             raise Refusal(f"machine {name} is {machine.state}, not draining")
         self.store.machines.update(name, drained=1, updated_at=now)
-
-
-def machine_image(backend: Backend) -> str:
-    """The image a docker machine runs: what the docker provisioner builds from
-    deploy.dockerfile (the docs' name for it)."""
-    return f"sp00ky-dev-pool-{backend.name}"
 
 
 def machine_env(backend: Backend) -> dict[str, str]:

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sp00ky_infra.controller import tokens
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.provisioners import MachineSpec, ProvisionerError, Refused
-from sp00ky_infra.guardian import stamp_heartbeat
-from sp00ky_infra.infra.hetzner import HetznerAPI
+from sp00ky_infra.hetzner import HetznerAPI
+from sp00ky_infra.hetzner.heartbeat import stamp_heartbeat
 from sp00ky_infra.policy.plan import (
     Create,
     Destroy,
@@ -30,6 +28,8 @@ from sp00ky_infra.policy.plan import (
     plan_pool,
 )
 from sp00ky_infra.policy.sizing import Shape, queue_cap
+from sp00ky_infra.shared import tokens
+from sp00ky_infra.shared.names import machine_name
 from sp00ky_infra.store.machines import Machine
 
 log = logging.getLogger("sp00ky.controller")
@@ -177,7 +177,7 @@ def create_machine(controller: Controller, pool: str) -> bool:
     """Ask the provisioner for one machine; False when it was refused (a failed boot)."""
     now = controller.clock()
     settings = controller.settings
-    name = f"{pool}-{secrets.token_hex(3)}"
+    name = machine_name(pool)
     backend = controller.backends[pool]
     machine = controller.store.machines.add(
         name,

@@ -14,15 +14,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from sp00ky_infra.infra.hetzner import HcloudError, HetznerAPI
+from sp00ky_infra.hetzner import HcloudError, HetznerAPI, Server
+from sp00ky_infra.hetzner.heartbeat import heartbeats
 from sp00ky_infra.policy.guardian import Machine, Verdict, Why, verdicts
+from sp00ky_infra.shared import labels
 
 log = logging.getLogger("sp00ky.guardian")
-HEARTBEAT_LABEL = "sp00ky/heartbeat"
-PROJECT_LABEL = "sp00ky/project"
 
 
 class GuardianError(Exception):
@@ -61,58 +60,23 @@ class PassReport:
         }
 
 
-def _created(server: dict[str, Any]) -> float:
-    return datetime.fromisoformat(server["created"].replace("Z", "+00:00")).timestamp()
-
-
-def _machine(server: dict[str, Any]) -> Machine:
-    labels = server.get("labels") or {}
+def _machine(server: Server) -> Machine:
     try:
-        limit: int | None = int(labels.get("sp00ky/limit", ""))
+        limit: int | None = int(server.labels.get(labels.LIMIT, ""))
     except ValueError:
         limit = None
     return Machine(
-        id=int(server["id"]),
-        name=server["name"],
-        project=labels[PROJECT_LABEL],
-        pool=labels.get("sp00ky/pool", ""),
-        created=_created(server),
+        id=server.id,
+        name=server.name,
+        project=server.labels[labels.PROJECT],
+        pool=server.labels.get(labels.POOL, ""),
+        created=server.created,
         limit=limit,
     )
 
 
-def heartbeat_name(project: str) -> str:
-    return f"sp00ky-heartbeat-{project}"
-
-
-def heartbeats(api: HetznerAPI) -> dict[str, float]:
-    """Each project's last heartbeat (unix time) from its heartbeat firewall's label."""
-    found: dict[str, float] = {}
-    for firewall in api.firewalls(label_selector=HEARTBEAT_LABEL):
-        labels = firewall.get("labels") or {}
-        try:
-            found[labels[PROJECT_LABEL]] = float(labels[HEARTBEAT_LABEL])
-        except (KeyError, ValueError):
-            log.warning("firewall %s has a malformed heartbeat label", firewall.get("name"))
-    return found
-
-
-def stamp_heartbeat(api: HetznerAPI, project: str, now: float) -> None:
-    """The scheduler's side: stamp ``now`` on the project's heartbeat firewall (made once)."""
-    labels = {PROJECT_LABEL: project, HEARTBEAT_LABEL: str(int(now)), "sp00ky/role": "heartbeat"}
-    existing = api.firewalls(label_selector=f"{PROJECT_LABEL}={project},{HEARTBEAT_LABEL}")
-    if existing:
-        api.request("PUT", f"/firewalls/{existing[0]['id']}", json={"labels": labels})
-    else:
-        api.request(
-            "POST",
-            "/firewalls",
-            json={"name": heartbeat_name(project), "labels": labels, "rules": []},
-        )
-
-
 def listing(
-    api: HetznerAPI, selector: str = PROJECT_LABEL
+    api: HetznerAPI, selector: str = labels.PROJECT
 ) -> tuple[list[Machine], dict[str, float]]:
     try:
         servers = api.servers(label_selector=selector)
@@ -121,7 +85,7 @@ def listing(
         raise Incomplete(
             f"could not list every server and heartbeat ({exc}); destroyed nothing"
         ) from exc
-    return [_machine(s) for s in servers if (s.get("labels") or {}).get(PROJECT_LABEL)], beats
+    return [_machine(s) for s in servers if s.labels.get(labels.PROJECT)], beats
 
 
 def run_pass(api: HetznerAPI, now: float, dry_run: bool = False) -> PassReport:
@@ -154,7 +118,8 @@ def _destroy(api: HetznerAPI, report: PassReport) -> None:
 
 def destroy_project(api: HetznerAPI, project: str, dry_run: bool = False) -> PassReport:
     """Destroy a project's machines first, then its firewalls (heartbeat included)."""
-    machines, _ = listing(api, f"{PROJECT_LABEL}={project}")
+    mine = labels.selector({labels.PROJECT: project})
+    machines, _ = listing(api, mine)
     report = PassReport(
         dry_run=dry_run,
         servers=len(machines),
@@ -167,18 +132,14 @@ def destroy_project(api: HetznerAPI, project: str, dry_run: bool = False) -> Pas
     _destroy(api, report)
     if report.failed:
         return report  # firewalls still guard machines that are left: keep them
-    for firewall in api.firewalls(label_selector=f"{PROJECT_LABEL}={project}"):
+    for firewall in api.firewalls(label_selector=mine):
         try:
-            api.request("DELETE", f"/firewalls/{firewall['id']}")
-            log.warning(
-                "destroyed firewall=%s name=%s project=%s",
-                firewall["id"],
-                firewall["name"],
-                project,
-            )
+            if api.delete_firewall(firewall.id):
+                log.warning(
+                    "destroyed firewall=%s name=%s project=%s", firewall.id, firewall.name, project
+                )
         except HcloudError as exc:
-            if exc.code != "not_found":
-                report.failed.append((int(firewall["id"]), str(exc)))
+            report.failed.append((firewall.id, str(exc)))
     return report
 
 

@@ -17,9 +17,11 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
 
-from sp00ky_infra.infra.hetzner import UNAVAILABLE, HcloudError, HetznerAPI
+from sp00ky_infra.hetzner import UNAVAILABLE, HcloudError, HetznerAPI, Server
+from sp00ky_infra.hetzner.errors import NOT_FOUND
+from sp00ky_infra.shared import labels
 
-REVISION_LABEL = "sp00ky/revision"
+REVISION_LABEL = labels.REVISION
 DEFAULT_IMAGE = "debian-12"
 
 
@@ -27,7 +29,7 @@ class MachineError(Exception):
     """No location or server type could take the machine, or the API refused it."""
 
 
-def create_server(api: HetznerAPI, props: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def create_server(api: HetznerAPI, props: dict[str, Any]) -> tuple[Server, list[str]]:
     """Create the server, falling back through locations and server types in order.
 
     Returns the server and the attempts that were unavailable before it.
@@ -68,14 +70,12 @@ class HetznerMachineProvider(ResourceProvider):
         server, skipped = create_server(api, props)
         outs = {
             **props,
-            "server_id": server["id"],
-            "location": (
-                server.get("location") or (server.get("datacenter") or {}).get("location") or {}
-            ).get("name"),
-            "created_type": (server.get("server_type") or {}).get("name"),
+            "server_id": server.id,
+            "location": server.location,
+            "created_type": server.server_type,
             "skipped": skipped,
         }
-        return CreateResult(id_=str(server["id"]), outs=outs)
+        return CreateResult(id_=str(server.id), outs=outs)
 
     def delete(self, id: str, props: dict[str, Any]) -> None:
         HetznerAPI.from_env().delete_server(id)
@@ -94,12 +94,12 @@ class HetznerMachineProvider(ResourceProvider):
 
     def read(self, id: str, props: dict[str, Any]) -> ReadResult:
         try:
-            server = HetznerAPI.from_env().request("GET", f"/servers/{id}")["server"]
+            server = HetznerAPI.from_env().get_server(id)
         except HcloudError as exc:
-            if exc.code == "not_found":
+            if exc.code == NOT_FOUND:
                 return ReadResult(id_="", outs={})
             raise
-        return ReadResult(id_=str(server["id"]), outs={**props, "server_id": server["id"]})
+        return ReadResult(id_=str(server.id), outs={**props, "server_id": server.id})
 
 
 class HetznerMachine(Resource):

@@ -17,9 +17,11 @@ import pulumi_docker as docker
 import pulumi_hcloud as hcloud
 
 from sp00ky_infra.config import Config, Pool
-from sp00ky_infra.controller.tokens import issue_join_token
-from sp00ky_infra.infra.cloud_init import user_data
 from sp00ky_infra.infra.machine import HetznerMachine
+from sp00ky_infra.shared import labels as label
+from sp00ky_infra.shared import names
+from sp00ky_infra.shared.cloud_init import user_data
+from sp00ky_infra.shared.tokens import issue_join_token
 
 JOIN_TTL_SECONDS = 3600.0  # a VM boots in about a minute; the token is one-time anyway
 
@@ -41,14 +43,14 @@ class PoolArgs:
 def labels(args: PoolArgs, machine: str | None = None) -> dict[str, str]:
     """The labels every resource of a pool carries (DESIGN.md), plus the guardian's limit."""
     found = {
-        "sp00ky/project": args.project,
-        "sp00ky/pool": args.pool.name,
-        "sp00ky/revision": args.revision,
-        "sp00ky/limit": str(args.pool.limit),
+        label.PROJECT: args.project,
+        label.POOL: args.pool.name,
+        label.REVISION: args.revision,
+        label.LIMIT: str(args.pool.limit),
         **args.extra_labels,
     }
     if machine is not None:
-        found["sp00ky/machine"] = machine
+        found[label.MACHINE] = machine
     return found
 
 
@@ -62,11 +64,11 @@ class HetznerPool(pulumi.ComponentResource):
         super().__init__("sp00ky:infra:HetznerPool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         pool_labels = labels(args)
-        pool_labels.pop("sp00ky/revision")
+        pool_labels.pop(label.REVISION)
         # No rules at all: Hetzner then drops every inbound packet and lets all outbound go.
         self.firewall = hcloud.Firewall(
             f"{name}-firewall",
-            name=f"sp00ky-{args.project}-{args.pool.name}",
+            name=names.firewall_name(args.project, args.pool.name),
             labels=pool_labels,
             rules=[],
             opts=child,
@@ -112,7 +114,7 @@ class DockerPool(pulumi.ComponentResource):
         dockerfile = Path(args.config_root, args.dockerfile)
         self.image = docker.Image(
             f"{name}-image",
-            image_name=f"sp00ky-dev-pool-{args.backend}",
+            image_name=names.pool_image(args.backend),
             build=docker.DockerBuildArgs(
                 context=str(dockerfile.parent), dockerfile=str(dockerfile), platform="linux/amd64"
             ),
@@ -124,7 +126,7 @@ class DockerPool(pulumi.ComponentResource):
             token = issue_join_token(args.pool_secret, machine, time.time(), JOIN_TTL_SECONDS)
             self.containers[machine] = docker.Container(
                 machine,
-                name=f"sp00ky-{machine}",
+                name=names.container_name(machine),
                 image=self.image.image_name,
                 envs=[
                     f"SPKY_AGENT_CONTROLLER_URL={args.pool_url}",
@@ -162,8 +164,8 @@ def build(
     if provider == "docker":
         network = docker.Network(
             "sp00ky-network",
-            name=f"sp00ky-{project}",
-            labels=[docker.NetworkLabelArgs(label="sp00ky/project", value=project)],
+            name=names.network_name(project),
+            labels=[docker.NetworkLabelArgs(label=label.PROJECT, value=project)],
         )
     components: dict[str, pulumi.ComponentResource] = {}
     for name, pool in config.pools.items():

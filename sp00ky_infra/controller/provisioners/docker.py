@@ -22,10 +22,11 @@ import docker
 from docker.errors import APIError, BuildError, DockerException, ImageNotFound, NotFound
 
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
-from sp00ky_infra.infra.cloud_init import AGENT
+from sp00ky_infra.shared import labels
+from sp00ky_infra.shared.cloud_init import AGENT
+from sp00ky_infra.shared.names import container_name, machine_image, network_name, pool_image
 
 log = logging.getLogger("sp00ky.controller")
-ROLE_LABEL = "sp00ky/role"
 MACHINE_DOCKERFILE = """\
 FROM {base}
 COPY agent /opt/sp00ky/agent
@@ -33,18 +34,10 @@ RUN python3 -c "import requests" 2>/dev/null \\
     || pip install --no-cache-dir requests \\
     || (apt-get update && apt-get install -y --no-install-recommends python3-requests)
 ENV PYTHONPATH=/opt/sp00ky PYTHONUNBUFFERED=1
-LABEL sp00ky/role=machine-image
+LABEL {role}=machine-image
 ENTRYPOINT []
 CMD ["python3", "-m", "agent"]
 """
-
-
-def pool_image(backend: str) -> str:
-    return f"sp00ky-dev-pool-{backend}"
-
-
-def machine_image(backend: str) -> str:
-    return f"sp00ky-dev-machine-{backend}"
 
 
 class DockerProvisioner:
@@ -59,7 +52,7 @@ class DockerProvisioner:
         except DockerException as exc:
             raise Refused(f"cannot reach the Docker engine: {exc}") from exc
         self.project = project
-        self.network = network or f"sp00ky-{project}"
+        self.network = network or network_name(project)
         self.commands: dict[str, list[str]] = {}  # backend -> its image's command
 
     def prepare(self, backends: Mapping[str, tuple[str, str]]) -> None:
@@ -68,7 +61,7 @@ class DockerProvisioner:
             self.client.networks.get(self.network)
         except NotFound:
             self.client.networks.create(
-                self.network, driver="bridge", labels={"sp00ky/project": self.project}
+                self.network, driver="bridge", labels={labels.PROJECT: self.project}
             )
         for backend, (dockerfile, context) in backends.items():
             self._build(backend, dockerfile, context)
@@ -83,7 +76,7 @@ class DockerProvisioner:
         try:
             image, _ = self.client.images.build(
                 path=context, dockerfile=str(Path(dockerfile).resolve()), tag=pool_image(backend),
-                labels={"sp00ky/project": self.project, ROLE_LABEL: "pool-image"}, rm=True,
+                labels={labels.PROJECT: self.project, labels.ROLE: "pool-image"}, rm=True,
             )  # fmt: skip
             config = image.attrs["Config"]
             self.commands[backend] = [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
@@ -98,20 +91,16 @@ class DockerProvisioner:
         command = self.commands.get(spec.backend)
         if command is None:
             raise Refused(f"backend {spec.backend}'s image was not built; is it a pool backend?")
-        labels = {
-            "sp00ky/project": self.project,
-            "sp00ky/pool": spec.pool,
-            "sp00ky/machine": spec.name,
-            "sp00ky/revision": spec.revision,
-            ROLE_LABEL: "machine",
-        }
+        machine_labels = labels.machine_labels(
+            self.project, spec.pool, spec.name, spec.revision, **{labels.ROLE: "machine"}
+        )
         try:
             container = self.client.containers.run(
                 machine_image(spec.backend),
-                name=f"sp00ky-{spec.name}",
+                name=container_name(spec.name),
                 detach=True,
                 network=self.network,
-                labels=labels,
+                labels=machine_labels,
                 environment={
                     "SPKY_AGENT_CONTROLLER_URL": spec.controller_url,
                     "SPKY_AGENT_MACHINE": spec.name,
@@ -127,14 +116,14 @@ class DockerProvisioner:
 
     def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
         with contextlib.suppress(NotFound):
-            self.client.containers.get(provider_id or f"sp00ky-{name}").remove(force=True)
+            self.client.containers.get(provider_id or container_name(name)).remove(force=True)
 
     def reap(self) -> list[str]:
         """Remove the machine containers an earlier run left; returns their machine names."""
         removed = []
-        selector = [f"{ROLE_LABEL}=machine", f"sp00ky/project={self.project}"]
+        selector = [f"{labels.ROLE}=machine", f"{labels.PROJECT}={self.project}"]
         for container in self.client.containers.list(all=True, filters={"label": selector}):
-            removed.append(str(container.labels.get("sp00ky/machine", container.name)))
+            removed.append(str(container.labels.get(labels.MACHINE, container.name)))
             container.remove(force=True)
         return removed
 
@@ -146,7 +135,7 @@ def _machine_context(base: str) -> io.BytesIO:
     """A build context: the Dockerfile that adds the agent to ``base``, and the agent."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        dockerfile = MACHINE_DOCKERFILE.format(base=base).encode()
+        dockerfile = MACHINE_DOCKERFILE.format(base=base, role=labels.ROLE).encode()
         info = tarfile.TarInfo("Dockerfile")
         info.size = len(dockerfile)
         tar.addfile(info, io.BytesIO(dockerfile))

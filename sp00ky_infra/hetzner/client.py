@@ -1,8 +1,8 @@
 """A small Hetzner Cloud API client: everything goes through one ``request()`` seam.
 
-HcloudError carries the API's own error code (``resource_unavailable``, ``not_found``, ...)
-and HTTP status. 429 (honouring Retry-After) and 5xx answers are retried with backoff; the
-timing is an injected function, so tests run without sleeping for real.
+Errors are HcloudError with the API's own code and HTTP status (``errors.py``). 429 (honouring
+Retry-After) and 5xx answers are retried with backoff; the timing is an injected function, so
+tests run without sleeping for real. Listings come back as typed records (``domain.py``).
 """
 
 from __future__ import annotations
@@ -15,21 +15,18 @@ from typing import Any
 
 import requests
 
+from sp00ky_infra.hetzner.domain import Firewall, Server
+from sp00ky_infra.hetzner.errors import (
+    INVALID_RESPONSE,
+    NOT_FOUND,
+    UNAUTHORIZED,
+    UNREACHABLE,
+    HcloudError,
+)
+
 DEFAULT_ENDPOINT = "https://api.hetzner.cloud/v1"  # HCLOUD_ENDPOINT, as the Terraform provider
 MAX_TRIES = 5
 PER_PAGE = 50
-# Codes that mean "not here, try the next location or server type".
-UNAVAILABLE = frozenset({"resource_unavailable", "unsupported_location_for_server_type"})
-
-
-class HcloudError(Exception):
-    """The API refused or failed a request: ``code`` is the API's error code."""
-
-    def __init__(self, code: str, message: str, status: int | None = None) -> None:
-        super().__init__(f"{code}: {message}" + (f" (HTTP {status})" if status else ""))
-        self.code = code
-        self.message = message
-        self.status = status
 
 
 def backoff(attempt: int, retry_after: float | None = None) -> float:
@@ -52,7 +49,7 @@ class HetznerAPI:
         timeout: float = 30.0,
     ) -> None:
         if not token:
-            raise HcloudError("unauthorized", "HCLOUD_TOKEN is not set; create an API token")
+            raise HcloudError(UNAUTHORIZED, "HCLOUD_TOKEN is not set; create an API token")
         self.endpoint = endpoint.rstrip("/")
         self.session = session or requests.Session()
         self.session.headers["Authorization"] = f"Bearer {token}"
@@ -80,7 +77,7 @@ class HetznerAPI:
                 )
             except requests.RequestException as exc:
                 if attempt == self.max_tries:
-                    raise HcloudError("unreachable", f"{method} {path}: {exc}") from exc
+                    raise HcloudError(UNREACHABLE, f"{method} {path}: {exc}") from exc
                 self.sleep(self.wait(attempt, None))
                 continue
             retryable = answer.status_code == 429 or answer.status_code >= 500
@@ -102,27 +99,40 @@ class HetznerAPI:
 
     # --- servers -------------------------------------------------------------------------------
 
-    def create_server(self, **body: Any) -> dict[str, Any]:
-        server: dict[str, Any] = self.request("POST", "/servers", json=body)["server"]
-        return server
+    def create_server(self, **body: Any) -> Server:
+        return Server.from_json(self.request("POST", "/servers", json=body)["server"])
 
     def delete_server(self, server_id: int | str) -> bool:
         """Delete a server; False when it was already gone."""
+        return self._delete(f"/servers/{server_id}")
+
+    def servers(self, label_selector: str | None = None) -> list[Server]:
+        params = {"label_selector": label_selector} if label_selector else {}
+        return [Server.from_json(each) for each in self.paginate("/servers", "servers", **params)]
+
+    def get_server(self, server_id: int | str) -> Server:
+        return Server.from_json(self.request("GET", f"/servers/{server_id}")["server"])
+
+    # --- firewalls -----------------------------------------------------------------------------
+
+    def firewalls(self, label_selector: str | None = None) -> list[Firewall]:
+        params = {"label_selector": label_selector} if label_selector else {}
+        return [
+            Firewall.from_json(each) for each in self.paginate("/firewalls", "firewalls", **params)
+        ]
+
+    def delete_firewall(self, firewall_id: int | str) -> bool:
+        """Delete a firewall; False when it was already gone."""
+        return self._delete(f"/firewalls/{firewall_id}")
+
+    def _delete(self, path: str) -> bool:
         try:
-            self.request("DELETE", f"/servers/{server_id}")
+            self.request("DELETE", path)
         except HcloudError as exc:
-            if exc.code == "not_found":
+            if exc.code == NOT_FOUND:
                 return False
             raise
         return True
-
-    def servers(self, label_selector: str | None = None) -> list[dict[str, Any]]:
-        params = {"label_selector": label_selector} if label_selector else {}
-        return list(self.paginate("/servers", "servers", **params))
-
-    def firewalls(self, label_selector: str | None = None) -> list[dict[str, Any]]:
-        params = {"label_selector": label_selector} if label_selector else {}
-        return list(self.paginate("/firewalls", "firewalls", **params))
 
 
 def _read(answer: requests.Response, method: str, path: str) -> dict[str, Any]:
@@ -132,7 +142,7 @@ def _read(answer: requests.Response, method: str, path: str) -> dict[str, Any]:
         body: dict[str, Any] = answer.json()
     except ValueError as exc:
         raise HcloudError(
-            "invalid_response",
+            INVALID_RESPONSE,
             f"{method} {path}: HTTP {answer.status_code}, not JSON",
             answer.status_code,
         ) from exc

@@ -1,0 +1,41 @@
+"""The scheduler's heartbeat on the Hetzner API: stamped by the controller every minute,
+read by the guardian. The format is ``sp00ky_infra.shared.heartbeat``'s."""
+
+from __future__ import annotations
+
+import logging
+
+from sp00ky_infra.hetzner.client import HetznerAPI
+from sp00ky_infra.shared import heartbeat, labels
+from sp00ky_infra.shared.names import heartbeat_name
+
+log = logging.getLogger("sp00ky.hetzner")
+
+
+def heartbeats(api: HetznerAPI) -> dict[str, float]:
+    """Each project's last heartbeat (unix time) from its heartbeat firewall's label."""
+    found: dict[str, float] = {}
+    for firewall in api.firewalls(label_selector=labels.HEARTBEAT):
+        try:
+            project, at = heartbeat.read_stamp(firewall.labels)
+        except (KeyError, ValueError):
+            log.warning("firewall %s has a malformed heartbeat label", firewall.name)
+            continue
+        found[project] = at
+    return found
+
+
+def stamp_heartbeat(api: HetznerAPI, project: str, now: float) -> None:
+    """Stamp ``now`` on the project's heartbeat firewall (made on the first stamp)."""
+    stamp = heartbeat.stamp_labels(project, now)
+    existing = api.firewalls(
+        label_selector=labels.selector({labels.PROJECT: project, labels.HEARTBEAT: None})
+    )
+    if existing:
+        api.request("PUT", f"/firewalls/{existing[0].id}", json={"labels": stamp})
+    else:
+        api.request(
+            "POST",
+            "/firewalls",
+            json={"name": heartbeat_name(project), "labels": stamp, "rules": []},
+        )
