@@ -14,6 +14,7 @@ import pulumi
 
 from sp00ky_infra.config import ConfigInvalid
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.infra.program import build
 
 settings = pulumi.Config("sp00ky")
@@ -21,7 +22,7 @@ provider = settings.get("provider") or "hetzner"
 if provider not in ("hetzner", "docker"):
     raise pulumi.RunError(f"sp00ky:provider is {provider!r}; use hetzner or docker")
 try:
-    config = load_config(settings.get("configFile") or "sp00ky.yml")
+    config = load_config(settings.get("configFile") or DEFAULT_CONFIG_FILE)
 except ConfigInvalid as exc:
     raise pulumi.RunError(str(exc)) from exc
 

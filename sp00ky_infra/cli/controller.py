@@ -20,6 +20,7 @@ from rich.table import Table
 
 from sp00ky_infra.cli.jobs import refusals
 from sp00ky_infra.client import Client, payload_from_text
+from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.controller import admin
 from sp00ky_infra.controller.reconcile import TickReport
 from sp00ky_infra.controller.server import Runtime
@@ -53,7 +54,7 @@ def _signals(runtime: Runtime) -> dict[str, int]:
 
 @click.command()
 @click.option(
-    "--config", "config_file", envvar="SPKY_CONFIG", default="sp00ky.yml", show_default=True
+    "--config", "config_file", envvar="SPKY_CONFIG", default=DEFAULT_CONFIG_FILE, show_default=True
 )
 @click.option("--store", "store_url", envvar="SPKY_STORE", help="Store URL (default: $SPKY_STORE).")
 def controller(config_file: str, store_url: str | None) -> None:
@@ -95,7 +96,7 @@ def _settings(**overrides: Any) -> ControllerSettings:
 
 
 @click.command()
-@click.argument("file", default="sp00ky.yml", required=False)
+@click.argument("file", default=DEFAULT_CONFIG_FILE, required=False)
 @click.option("--store", "store_url", help="Store URL (default: sqlite:///.sp00ky/state.db).")
 @click.option(
     "--burst", type=click.IntRange(min=0), default=0, help="Queue this many jobs at start."

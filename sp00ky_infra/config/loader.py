@@ -17,19 +17,16 @@ from sp00ky_infra.config.document import (
     render_path,
 )
 from sp00ky_infra.config.errors import ConfigInvalid, Issue
-from sp00ky_infra.config.model import Config, build_config
+from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE, Config, build_config
 from sp00ky_infra.config.rules import run_rules
 from sp00ky_infra.config.schema import SCHEMA_CODE, schema_findings
 
 __all__ = ["config_path", "lint_document", "lint_file", "load_config", "parse_document"]
 
 
-DEFAULT_CONFIG = "sp00ky.yml"
-
-
 def config_path(explicit: str | None = None) -> Path:
     """The config file: ``--config``, else ``SPKY_CONFIG``, else ``./sp00ky.yml``."""
-    return Path(explicit or os.environ.get("SPKY_CONFIG") or DEFAULT_CONFIG)
+    return Path(explicit or os.environ.get("SPKY_CONFIG") or DEFAULT_CONFIG_FILE)
 
 
 def lint_document(doc: Document) -> list[Issue]:

@@ -22,7 +22,13 @@ Provider = Literal["hetzner", "docker"]
 Recycle = Literal["job", "never"]
 Mode = Literal["single", "cluster"]
 
+DEFAULT_CONFIG_FILE = "sp00ky.yml"  # every command reads ./sp00ky.yml unless told otherwise
+DEFAULT_MODE: Mode = "single"
+DEFAULT_PROVIDER: Provider = "hetzner"  # machine-pools.txt, "Providers"
 DEFAULT_SERVER_TYPE = "cx33"  # machine-pools.txt, "Machine shape"
+DEFAULT_MIN = 0  # machine-pools.txt: "min: 0 ... nothing runs while there is no work"
+DEFAULT_BUFFER = 0
+DEFAULT_RECYCLE: Recycle = "job"  # machine-pools.txt, "Machine lifecycle": "job (the default)"
 DEFAULT_SLOTS = 1  # machine-pools.txt, "Machine shape"
 DEFAULT_LEASE = "90s"  # machine-pools.txt, "When things go wrong"
 DEFAULT_MAX_JOB_DURATION = "8h"  # machine-pools.txt, "The contract"
@@ -48,18 +54,18 @@ class MachineShape:
 @dataclass(frozen=True, slots=True)
 class Pool:
     name: str
-    provider: Provider = "hetzner"
+    provider: Provider = DEFAULT_PROVIDER
     machine: MachineShape = MachineShape()
-    min: int = 0
+    min: int = DEFAULT_MIN
     max: int | None = None
     autoscale: bool = False
-    buffer: int = 0
+    buffer: int = DEFAULT_BUFFER
     slots: int = DEFAULT_SLOTS
     idle_timeout: float = parse_duration(DEFAULT_IDLE_TIMEOUT)
     lease: float = parse_duration(DEFAULT_LEASE)
     max_job_duration: float = parse_duration(DEFAULT_MAX_JOB_DURATION)
     max_lifetime: float = parse_duration(DEFAULT_MAX_LIFETIME)
-    recycle: Recycle = "job"
+    recycle: Recycle = DEFAULT_RECYCLE
     boot_timeout: float = parse_duration(DEFAULT_BOOT_TIMEOUT)
     max_queued: int = DEFAULT_MAX_QUEUED
     queue_timeout: float = parse_duration(DEFAULT_QUEUE_TIMEOUT)
@@ -121,7 +127,7 @@ class Retention:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    mode: Mode = "single"
+    mode: Mode = DEFAULT_MODE
     pools: Mapping[str, Pool] = field(default_factory=lambda: MappingProxyType({}))
     backends: Mapping[str, Backend] = field(default_factory=lambda: MappingProxyType({}))
     retention: Retention = Retention()
@@ -147,7 +153,7 @@ def build_config(data: Mapping[str, Any], root: str = ".") -> Config:
         if raw.get("type") == "backend"
     }
     return Config(
-        mode=data.get("mode", "single"),
+        mode=data.get("mode", DEFAULT_MODE),
         pools=MappingProxyType(pools),
         backends=MappingProxyType(backends),
         retention=_retention(data.get("retention") or {}),
@@ -159,22 +165,22 @@ def _pool(name: str, raw: Mapping[str, Any]) -> Pool:
     machine = raw.get("machine") or {}
     return Pool(
         name=name,
-        provider=raw.get("provider", "hetzner"),
+        provider=raw.get("provider", DEFAULT_PROVIDER),
         machine=MachineShape(
             type=machine.get("type", DEFAULT_SERVER_TYPE),
             locations=tuple(machine.get("locations", ())),
             fallback_types=tuple(machine.get("types", ())),
         ),
-        min=raw.get("min", 0),
+        min=raw.get("min", DEFAULT_MIN),
         max=raw.get("max"),
         autoscale=raw.get("autoscale", False),
-        buffer=raw.get("buffer", 0),
+        buffer=raw.get("buffer", DEFAULT_BUFFER),
         slots=raw.get("slots", DEFAULT_SLOTS),
         idle_timeout=parse_duration(raw.get("idleTimeout", DEFAULT_IDLE_TIMEOUT)),
         lease=parse_duration(raw.get("lease", DEFAULT_LEASE)),
         max_job_duration=parse_duration(raw.get("maxJobDuration", DEFAULT_MAX_JOB_DURATION)),
         max_lifetime=parse_duration(raw.get("maxLifetime", DEFAULT_MAX_LIFETIME)),
-        recycle=raw.get("recycle", "job"),
+        recycle=raw.get("recycle", DEFAULT_RECYCLE),
         boot_timeout=parse_duration(raw.get("bootTimeout", DEFAULT_BOOT_TIMEOUT)),
         max_queued=raw.get("maxQueued", DEFAULT_MAX_QUEUED),
         queue_timeout=parse_duration(raw.get("queueTimeout", DEFAULT_QUEUE_TIMEOUT)),

@@ -10,16 +10,24 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from sp00ky_infra.config.durations import DurationError, parse_duration
 from sp00ky_infra.config.errors import Severity
+from sp00ky_infra.config.model import (
+    DEFAULT_LEASE,
+    DEFAULT_MAX_JOB_DURATION,
+    DEFAULT_MAX_LIFETIME,
+    DEFAULT_RETENTION,
+    Provider,
+    Recycle,
+)
 
 Path = tuple[str | int, ...]
 
 LOCATIONS = ("fsn1", "nbg1", "hel1", "ash", "hil", "sin")
-PROVIDERS = ("hetzner", "docker")
-RECYCLE = ("job", "never")
+PROVIDERS: tuple[str, ...] = get_args(Provider)
+RECYCLE: tuple[str, ...] = get_args(Recycle)
 X86_TYPE = re.compile(r"^(cx|cpx|ccx)[0-9]{2,3}$")
 ARM_TYPE = re.compile(r"^cax[0-9]{2,3}$")
 MIN_LEASE_SECONDS = 30.0
@@ -31,9 +39,7 @@ POOL_DURATIONS = (
     "bootTimeout",
     "queueTimeout",
 )
-RETENTION_DURATIONS = ("success", "failed", "runSuccess", "runFailed")
-DEFAULT_MAX_JOB_DURATION = "8h"
-DEFAULT_MAX_LIFETIME = "24h"
+RETENTION_DURATIONS = tuple(DEFAULT_RETENTION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +325,7 @@ def durations_parse(data: Mapping[str, Any]) -> Iterator[Finding]:
 @rule("SP121", "lease-min", "lease is at least 30 seconds")
 def lease_at_least_30s(data: Mapping[str, Any]) -> Iterator[Finding]:
     for name, pool in pools(data):
-        seconds = _seconds(pool.get("lease", "90s"))
+        seconds = _seconds(pool.get("lease", DEFAULT_LEASE))
         if seconds is not None and seconds < MIN_LEASE_SECONDS:
             yield Finding(
                 ("pools", name, "lease"),

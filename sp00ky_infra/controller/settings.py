@@ -14,7 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from sp00ky_infra.config.durations import DurationError, parse_duration
-from sp00ky_infra.config.model import Pool
+from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE, Pool
+from sp00ky_infra.policy.breaker import FIRST_PAUSE_SECONDS, MAX_PAUSE_SECONDS
+from sp00ky_infra.shared.tokens import JOIN_TTL_SECONDS
 from sp00ky_infra.store import DEFAULT_STORE_URL, store_url
 
 DEFAULT_POOL_PORT = 9669  # the docs' example
@@ -70,7 +72,7 @@ class Timings:
 
 @dataclass(frozen=True, slots=True)
 class ControllerSettings:
-    config_path: str = "sp00ky.yml"
+    config_path: str = DEFAULT_CONFIG_FILE
     store_url: str = field(default_factory=store_url)
     pool_host: str = "127.0.0.1"  # SPKY_POOL_HOST: where the agents' endpoint listens
     pool_port: int = DEFAULT_POOL_PORT  # SPKY_POOL_PORT
@@ -84,9 +86,9 @@ class ControllerSettings:
     tick: float = DEFAULT_TICK_SECONDS  # SPKY_TICK
     poll_wait: float = MAX_POLL_WAIT_SECONDS
     max_machines: int | None = None  # SPKY_POOL_MAX_MACHINES: the project's cap, all pools
-    breaker_first_pause: float = 60.0  # SPKY_BREAKER_PAUSE, doubling ...
-    breaker_max_pause: float = 900.0  # ... up to SPKY_BREAKER_MAX_PAUSE
-    join_ttl: float = 900.0
+    breaker_first_pause: float = FIRST_PAUSE_SECONDS  # SPKY_BREAKER_PAUSE, doubling ...
+    breaker_max_pause: float = MAX_PAUSE_SECONDS  # ... up to SPKY_BREAKER_MAX_PAUSE
+    join_ttl: float = JOIN_TTL_SECONDS
     prune_every: float = PRUNE_EVERY_SECONDS
     timings: Timings = field(default_factory=Timings)
     controller_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
@@ -110,7 +112,7 @@ class ControllerSettings:
     ) -> ControllerSettings:
         env = os.environ if env is None else env
         values: dict[str, object] = {
-            "config_path": env.get("SPKY_CONFIG") or "sp00ky.yml",
+            "config_path": env.get("SPKY_CONFIG") or DEFAULT_CONFIG_FILE,
             "store_url": env.get("SPKY_STORE") or DEFAULT_STORE_URL,
             "pool_host": env.get("SPKY_POOL_HOST", "127.0.0.1"),
             "pool_port": _int(env, "SPKY_POOL_PORT", DEFAULT_POOL_PORT),
@@ -125,8 +127,8 @@ class ControllerSettings:
             "docker_network": env.get("SPKY_POOL_DOCKER_NETWORK", ""),
             "tick": _seconds(env, "SPKY_TICK", DEFAULT_TICK_SECONDS),
             "max_machines": _int(env, "SPKY_POOL_MAX_MACHINES", None),
-            "breaker_first_pause": _seconds(env, "SPKY_BREAKER_PAUSE", 60.0),
-            "breaker_max_pause": _seconds(env, "SPKY_BREAKER_MAX_PAUSE", 900.0),
+            "breaker_first_pause": _seconds(env, "SPKY_BREAKER_PAUSE", FIRST_PAUSE_SECONDS),
+            "breaker_max_pause": _seconds(env, "SPKY_BREAKER_MAX_PAUSE", MAX_PAUSE_SECONDS),
             "timings": Timings.parse(env.get("SPKY_POOL_TIMINGS", "")),
             "project": env.get("SPKY_PROJECT", ""),
             "heartbeat_every": _seconds(env, "SPKY_HEARTBEAT", 60.0),

@@ -21,9 +21,7 @@ from sp00ky_infra.infra.machine import HetznerMachine
 from sp00ky_infra.shared import labels as label
 from sp00ky_infra.shared import names
 from sp00ky_infra.shared.cloud_init import user_data
-from sp00ky_infra.shared.tokens import issue_join_token
-
-JOIN_TTL_SECONDS = 3600.0  # a VM boots in about a minute; the token is one-time anyway
+from sp00ky_infra.shared.tokens import STACK_JOIN_TTL_SECONDS, issue_join_token
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +73,7 @@ class HetznerPool(pulumi.ComponentResource):
         )
         self.machines: dict[str, HetznerMachine] = {}
         for machine in args.machines:
-            token = issue_join_token(args.pool_secret, machine, time.time(), JOIN_TTL_SECONDS)
+            token = issue_join_token(args.pool_secret, machine, time.time(), STACK_JOIN_TTL_SECONDS)
             self.machines[machine] = HetznerMachine(
                 machine,
                 name=machine,
@@ -123,7 +121,7 @@ class DockerPool(pulumi.ComponentResource):
         )
         self.containers: dict[str, docker.Container] = {}
         for machine in args.machines:
-            token = issue_join_token(args.pool_secret, machine, time.time(), JOIN_TTL_SECONDS)
+            token = issue_join_token(args.pool_secret, machine, time.time(), STACK_JOIN_TTL_SECONDS)
             self.containers[machine] = docker.Container(
                 machine,
                 name=names.container_name(machine),

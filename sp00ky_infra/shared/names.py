@@ -30,11 +30,6 @@ def container_name(machine: str) -> str:
     return f"sp00ky-{machine}"
 
 
-def backend_container_name(machine: str) -> str:
-    """The backend's container on a machine whose agent uses the docker runtime."""
-    return f"sp00ky-{machine}-backend"
-
-
 def network_name(project: str) -> str:
     """The Docker network of a project's machine containers (unless one is configured)."""
     return f"sp00ky-{project}"

@@ -14,7 +14,12 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-DEFAULT_JOIN_TTL_SECONDS = 900.0  # a boot takes about a minute; 15 minutes is ample
+# How long a join token is good for. A boot takes about a minute (machine-pools.txt, "Boot
+# time"), and a token is one-time anyway.
+JOIN_TTL_SECONDS = 900.0  # issued by the controller as it creates the machine: 15 min is ample
+# Issued when `pulumi up` runs the program: the update may wait behind the stack's lock and
+# creates its servers one after another, so the token may be minted well before its VM boots.
+STACK_JOIN_TTL_SECONDS = 3600.0
 
 
 class TokenError(Exception):
@@ -40,9 +45,7 @@ def _signature(secret: str, body: bytes) -> bytes:
     return hmac.new(secret.encode(), b"sp00ky-join:" + body, hashlib.sha256).digest()
 
 
-def issue_join_token(
-    secret: str, machine: str, now: float, ttl: float = DEFAULT_JOIN_TTL_SECONDS
-) -> str:
+def issue_join_token(secret: str, machine: str, now: float, ttl: float = JOIN_TTL_SECONDS) -> str:
     if not secret:
         raise TokenError("SPKY_POOL_SECRET is empty; set a long random string")
     body = f"{machine}|{int(now + ttl)}|{secrets.token_urlsafe(12)}".encode()
