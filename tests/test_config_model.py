@@ -65,6 +65,34 @@ def test_revision_follows_what_the_machine_runs(tmp_path: Path) -> None:
     assert revision(("apps.renderer.env", {"A": "1"})) != base
     assert revision(("apps.renderer.deploy.command", ["x"])) != base
     assert revision(("pools.render.slots", 2)) != base
+    assert revision(("apps.renderer.deploy.port", 9090)) != base
+    assert revision(("apps.renderer.deploy.healthcheck", "/ready")) != base
+    assert revision(("pools.render.machine", {"type": "cpx42", "locations": ["fsn1"]})) != base
+    assert revision(("pools.render.machine", {"type": "cx33", "locations": ["hel1"]})) != base
+    assert revision(("pools.render.recycle", "never")) != base
+
+
+def test_sizing_and_timing_settings_leave_the_revision_alone(tmp_path: Path) -> None:
+    """Raising max (or any sizing or timing knob) must not drain and replace every machine."""
+
+    def revision(*changes: tuple[str, object]) -> str:
+        config = load_config(_write(tmp_path, varied(*changes)))
+        return config.backend_for("render").revision(config.pools["render"])
+
+    base = revision()
+    for change in (
+        ("pools.render.max", 5),
+        ("pools.render.min", 1),
+        ("pools.render.buffer", 1),
+        ("pools.render.idleTimeout", "15m"),
+        ("pools.render.maxLifetime", "48h"),
+        ("pools.render.lease", "2m"),
+        ("pools.render.bootTimeout", "5m"),
+        ("pools.render.maxJobDuration", "2h"),
+        ("pools.render.maxQueued", 10),
+        ("pools.render.queueTimeout", "30m"),
+    ):
+        assert revision(change) == base, change
 
 
 def test_fixed_and_autoscaled_limits(tmp_path: Path) -> None:

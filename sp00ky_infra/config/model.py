@@ -103,14 +103,20 @@ class Backend:
     timeout_overridable: bool = False
 
     def revision(self, pool: Pool) -> str:
-        """Hash of what a machine runs: image, command, env and the pool's settings.
+        """Hash of what a machine runs (DESIGN.md, "Cloud labels"): the image (its
+        dockerfile), command, env, port and healthcheck, the machine's provider, type and
+        locations, its slots and recycle policy.
 
-        A machine whose revision differs from the config's is drained and replaced.
+        A machine whose revision differs from the config's is drained and replaced, so sizing
+        and timing settings (min, max, buffer, autoscale, idleTimeout, maxLifetime, lease,
+        bootTimeout, maxJobDuration, the queue's) are left out: they apply to running machines.
         """
         material = {
             "deploy": asdict(self.deploy),
             "env": dict(sorted(self.env.items())),
-            "pool": asdict(pool),
+            "machine": {"provider": pool.provider, **asdict(pool.machine)},
+            "slots": pool.slots,
+            "recycle": pool.recycle,
         }
         digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
         return digest[:12]
