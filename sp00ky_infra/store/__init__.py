@@ -25,7 +25,9 @@ from sp00ky_infra.store.model import (
     StoreError,
     StoreUnavailable,
 )
-from sp00ky_infra.store.sql import Counter, PruneReport, SqlStore, SweepReport
+from sp00ky_infra.store.retention import Counter, PruneReport
+from sp00ky_infra.store.sql import SqlStore
+from sp00ky_infra.store.sweep import SweepReport
 
 DEFAULT_STORE_URL = "sqlite:///.sp00ky/state.db"
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from sp00ky_infra.policy.breaker import Breaker
 from sp00ky_infra.policy.plan import LIVE_STATES, MachineState
+from sp00ky_infra.store.dialect import Dialect
 from sp00ky_infra.store.model import Conflict, StoreError
-
-if TYPE_CHECKING:
-    from sp00ky_infra.store.sql import SqlStore
 
 MACHINE_COLUMNS = (
     "name, pool, provider, state, revision, slots, created_at, updated_at, joined_at, ready_at, "
@@ -115,7 +113,7 @@ def _machine(row: Sequence[Any]) -> Machine:
 class MachineTable:
     """The machines table, on the store's connections."""
 
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: Dialect) -> None:
         self._store = store
 
     def add(
@@ -231,7 +229,7 @@ class MachineTable:
 class PoolTable:
     """Pause flags, breakers and incidents of pools."""
 
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: Dialect) -> None:
         self._store = store
 
     def state(self, pool: str) -> PoolState:

@@ -13,8 +13,9 @@ from contextlib import contextmanager
 
 import psycopg
 
+from sp00ky_infra.store.dialect import Cursor, LeaderLock, PerThread, Watcher
 from sp00ky_infra.store.model import StoreUnavailable
-from sp00ky_infra.store.sql import Cursor, LeaderLock, PerThread, SqlStore, Watcher
+from sp00ky_infra.store.sql import SqlStore
 
 LEADER_KEY = "sp00ky-controller-leader"
 CHANNEL = "sp00ky_jobs"

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sp00ky_infra.store.dialect import Cursor, LeaderLock, PerThread, Watcher
 from sp00ky_infra.store.model import StoreUnavailable
-from sp00ky_infra.store.sql import Cursor, LeaderLock, PerThread, SqlStore, Watcher
+from sp00ky_infra.store.sql import SqlStore
 
 WATCH_INTERVAL_SECONDS = 0.005
 

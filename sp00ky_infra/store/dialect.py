@@ -1,0 +1,169 @@
+"""The dialect core: connections, transactions, locking and migrations of a SQL store.
+
+The concerns (``jobs.py``, ``sweep.py``, ``retention.py``, ``machines.py``) write their SQL once
+against this core; the dialects (``sqlite.py``, ``postgres.py``) implement it.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Generic, Protocol, TypeVar
+
+from sp00ky_infra.store.migrations import MIGRATIONS
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closable)
+DEFAULT_BATCH = 500  # rows a sweep or a prune reads per round
+
+
+class Cursor(Protocol):
+    """What the store needs of a DB-API cursor (sqlite3 and psycopg both fit)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Any: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def executemany(self, sql: str, params: Sequence[Sequence[Any]], /) -> Any: ...
+
+
+class PerThread(Generic[C]):
+    """One connection per thread (the stores' connections are not shared between threads),
+    all of them closed together."""
+
+    def __init__(
+        self, connect: Callable[[], C], usable: Callable[[C], bool] = lambda _: True
+    ) -> None:
+        self._connect = connect
+        self._usable = usable
+        self._local = threading.local()
+        self._opened: list[C] = []
+        self._guard = threading.Lock()
+
+    def get(self) -> C:
+        conn: C | None = getattr(self._local, "conn", None)
+        if conn is None or not self._usable(conn):
+            conn = self._connect()
+            self._local.conn = conn
+            with self._guard:
+                self._opened.append(conn)
+        return conn
+
+    def close_all(self) -> None:
+        with self._guard:
+            for conn in self._opened:
+                conn.close()
+            self._opened.clear()
+        self._local = threading.local()
+
+
+class LeaderLock(ABC):
+    """Held by at most one controller of a store at a time; freed when its process dies."""
+
+    @abstractmethod
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free (never waits); True while this process holds it."""
+
+    @abstractmethod
+    def release(self) -> None: ...
+
+
+class Watcher(ABC):
+    """Tells a waiting process that the store changed (a job written, killed, retried)."""
+
+    @abstractmethod
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; True if the store changed meanwhile."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class Dialect(ABC):
+    """A SQL database on per-thread connections. Subclasses supply the dialect."""
+
+    placeholder = "?"
+
+    @abstractmethod
+    def leader_lock(self) -> LeaderLock:
+        """The lock that makes one controller of this store the leader."""
+
+    @abstractmethod
+    def watch(self) -> Watcher:
+        """A watcher of changes made by any process."""
+
+    @abstractmethod
+    def _changed(self, cur: Cursor) -> None:
+        """Tell watchers in other processes that jobs changed."""
+
+    # --- dialect -------------------------------------------------------------------------
+
+    @abstractmethod
+    def _write(self) -> AbstractContextManager[Cursor]:
+        """A write transaction that commits on success and rolls back on error."""
+
+    @abstractmethod
+    def _cursor(self) -> AbstractContextManager[Cursor]:
+        """A cursor for reads (autocommit)."""
+
+    @abstractmethod
+    def _lock(self, cur: Cursor, key: str) -> None:
+        """Serialize transactions that share ``key`` (admission of one queue)."""
+
+    def _lock_queue(self, cur: Cursor, table: str) -> None:
+        """Serialize admission of ``table``'s queue, and prepare the claim's read."""
+        self._lock(cur, f"claim:{table}")
+
+    skip_locked = ""  # appended to the queue's SELECT
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def _sql(self, sql: str) -> str:
+        return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
+
+    def _x(self, cur: Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
+        return cur.execute(self._sql(sql), tuple(params))
+
+    # --- migrations ------------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Apply the migrations not applied yet; returns their versions."""
+        applied: list[int] = []
+        with self._write() as cur:
+            self._lock(cur, "sp00ky-migrations")
+            self._x(
+                cur,
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                "version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
+                "applied_at DOUBLE PRECISION NOT NULL)",
+            )
+            self._x(cur, "SELECT version FROM schema_migrations")
+            done = {row[0] for row in cur.fetchall()}
+            for migration in MIGRATIONS:
+                if migration.version in done:
+                    continue
+                for statement in migration.statements:
+                    self._x(cur, statement)
+                self._x(
+                    cur,
+                    "INSERT INTO schema_migrations (version, description, applied_at) "
+                    "VALUES (?, ?, 0)",
+                    (migration.version, migration.description),
+                )
+                applied.append(migration.version)
+        return applied
+
+    def schema_version(self) -> int:
+        with self._cursor() as cur:
+            self._x(cur, "SELECT max(version) FROM schema_migrations")
+            row = cur.fetchone()
+        return int(row[0] or 0)

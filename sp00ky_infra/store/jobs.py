@@ -1,0 +1,374 @@
+"""Jobs on the dialect core: enqueue, claim, lease, report, kill, retry, and the reads.
+
+Every status change is a compare-and-set on (status, attempt) inside one transaction, so kill,
+retry, recovery and the runner can never leave a job in states they disagree about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from sp00ky_infra.policy.jobs import Queued, admit
+from sp00ky_infra.store.dialect import Cursor, Dialect
+from sp00ky_infra.store.model import (
+    CANCELLED,
+    STATUSES,
+    TERMINAL,
+    Conflict,
+    ErrorEntry,
+    Job,
+    JobNotFound,
+    JobStatus,
+    NewJob,
+    QueueFull,
+    StaleAttempt,
+)
+from sp00ky_infra.store.rows import (
+    COLUMNS,
+    INSERT_JOB,
+    QUEUE_ORDER,
+    UPDATE_JOB,
+    filters,
+    insert_row,
+    job_from_row,
+    update_row,
+)
+from sp00ky_infra.store.transitions import (
+    after_failure,
+    error_entry,
+    finish,
+    new_job_id,
+    rerun,
+    start_attempt,
+    validate_new,
+)
+
+CAS_TRIES = 5
+
+
+class Jobs(Dialect):
+    """The jobs table, written and read through the store's own connections."""
+
+    def _fetch(self, cur: Cursor, job_id: str) -> Job:
+        self._x(cur, f"SELECT {COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise JobNotFound(f"no job {job_id!r}; `sp00ky-infra jobs list` shows the jobs")
+        return job_from_row(row)
+
+    def _save(self, cur: Cursor, before: Job, after: Job) -> bool:
+        """Write ``after`` if the row is still as ``before`` left it (compare-and-set on
+        status, attempt, kill request and lease); False when another writer got there first."""
+        self._x(cur, UPDATE_JOB, update_row(before, after))
+        return bool(cur.rowcount == 1)
+
+    def _transition(self, job_id: str, change: Callable[[Job], Job | None]) -> Job:
+        """Read the row, compute its next state with ``change`` (pure; it may raise, or return
+        None to leave the row as it is) and write it with one compare-and-set; on a lost race,
+        read again. Each write is its own transaction: one round trip, one commit."""
+        for _ in range(CAS_TRIES):
+            with self._cursor() as cur:
+                before = self._fetch(cur, job_id)
+                after = change(before)
+                if after is None:
+                    return before
+                if self._save(cur, before, after):
+                    # Watchers wait for work or a kill to deliver; an ended job frees a slot
+                    # whose machine the controller wakes itself. Notifying only then keeps a
+                    # completion to one round trip on PostgreSQL.
+                    requeued = after.status == "pending" and before.status != "pending"
+                    if requeued or (after.cancel_requested and not before.cancel_requested):
+                        self._changed(cur)
+                    return after
+        raise Conflict(f"{job_id} kept changing while it was being updated; try again")
+
+    # --- writing jobs --------------------------------------------------------------------------
+
+    def enqueue(self, new: NewJob, now: float, max_queued: int | None = None) -> Job:
+        """Write a pending row. Refuses with QueueFull past the pool's ``max_queued``."""
+        (job_id,) = self.enqueue_many([new], now, max_queued)
+        return self.get(job_id)
+
+    def enqueue_many(
+        self, news: Sequence[NewJob], now: float, max_queued: int | None = None
+    ) -> list[str]:
+        """Write pending rows in one transaction (a fan-out); returns their ids in order.
+
+        ``max_queued`` caps the waiting jobs of each pool the rows name: if any pool would go
+        past it, nothing is written and QueueFull says which.
+        """
+        for new in news:
+            validate_new(new)
+        rows = [insert_row(new, new_job_id(new.table), now) for new in news]
+        with self._write() as cur:
+            if max_queued is not None:
+                adding: dict[tuple[str, str], int] = {}
+                for new in news:
+                    if new.pool is not None:
+                        key = (new.pool, new.table)
+                        adding[key] = adding.get(key, 0) + 1
+                for (pool, table), count in sorted(adding.items()):
+                    self._check_room(cur, pool, table, count, max_queued)
+            cur.executemany(self._sql(INSERT_JOB), rows)
+            self._changed(cur)
+        return [row[0] for row in rows]
+
+    def _check_room(self, cur: Cursor, pool: str, table: str, adding: int, max_queued: int) -> None:
+        # A pool runs one backend with one outbox table, so the table's queue is the pool's.
+        self._lock(cur, f"enqueue:{pool}")
+        self._x(cur, "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending'", (table,))
+        waiting = int(cur.fetchone()[0])
+        if waiting + adding > max_queued:
+            raise QueueFull(
+                f"pool {pool!r} already has {waiting} jobs waiting (maxQueued {max_queued}); "
+                f"try again later, or raise pools.{pool}.maxQueued"
+            )
+
+    def claim(
+        self,
+        table: str,
+        free_slots: int,
+        owner: str,
+        now: float,
+        lease: float,
+        machine: str | None = None,
+        concurrency: int | None = None,
+    ) -> list[Job]:
+        """Start the jobs at the head of ``table``'s queue that fit in ``free_slots``.
+
+        Admission order is priority, then created_at, then id; the head waits until all the
+        slots it needs are free and nothing behind it overtakes it; ``concurrency`` caps the
+        table's jobs in flight. Each started job gets a new attempt id and a lease.
+        """
+        if free_slots < 1:
+            return []
+        with self._write() as cur:
+            self._lock_queue(cur, table)
+            in_flight = 0
+            if concurrency is not None:
+                self._x(
+                    cur,
+                    "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'processing'",
+                    (table,),
+                )
+                in_flight = int(cur.fetchone()[0])
+            self._x(
+                cur,
+                f"SELECT {COLUMNS} FROM jobs WHERE tbl = ? AND status = 'pending' "
+                "AND run_after <= ? AND (queue_deadline IS NULL OR queue_deadline > ?) "
+                f"ORDER BY {QUEUE_ORDER} LIMIT ?{self.skip_locked}",
+                (table, now, now, free_slots),
+            )
+            queue = [job_from_row(row) for row in cur.fetchall()]
+            chosen = set(
+                admit(
+                    (Queued(job.id, job.slots) for job in queue), free_slots, in_flight, concurrency
+                )
+            )
+            pairs = [
+                (job, start_attempt(job, owner, machine, now, lease))
+                for job in queue
+                if job.id in chosen
+            ]
+            if pairs:  # rows locked (PostgreSQL) or the database held (SQLite): CAS must hold
+                cur.executemany(self._sql(UPDATE_JOB), [update_row(*pair) for pair in pairs])
+                if cur.rowcount != len(pairs):
+                    raise Conflict(f"claim of {table} raced another writer; try again")
+        return [after for _, after in pairs]
+
+    def renew(self, leases: Sequence[tuple[str, str]], now: float, lease: float) -> set[str]:
+        """Extend the leases of (job id, attempt) pairs still current; returns their job ids."""
+        renewed: set[str] = set()
+        if not leases:
+            return renewed
+        with self._write() as cur:
+            for job_id, attempt in leases:
+                self._x(
+                    cur,
+                    "UPDATE jobs SET lease_expires_at = ?, updated_at = ? "
+                    "WHERE id = ? AND attempt = ? AND status = 'processing'",
+                    (now + lease, now, job_id, attempt),
+                )
+                if cur.rowcount == 1:
+                    renewed.add(job_id)
+        return renewed
+
+    def complete(self, job_id: str, attempt: str, result: Any, now: float) -> Job:
+        """Record the backend's answer for the current attempt: success.
+
+        A job killed while it ran fails with ``cancelled`` instead; the late answer is kept
+        on its error entry. A result for an attempt that is not current raises StaleAttempt.
+        """
+
+        def change(job: Job) -> Job:
+            _require_current(job, attempt)
+            if job.cancel_requested:
+                reason = "killed while it ran; its answer came later"
+                cancelled = error_entry(CANCELLED, reason, job, now)
+                return finish(job, "failed", now, error=cancelled, late_result=result)
+            return finish(job, "success", now, result=result)
+
+        return self._transition(job_id, change)
+
+    def fail_attempt(
+        self, job_id: str, attempt: str, error: ErrorEntry, now: float, retryable: bool = True
+    ) -> Job:
+        """The current attempt failed: retry with backoff while retries remain, else fail."""
+
+        def change(job: Job) -> Job:
+            _require_current(job, attempt)
+            return after_failure(job, error, now, retryable)
+
+        return self._transition(job_id, change)
+
+    def confirm_cancel(self, job_id: str, attempt: str, now: float) -> Job:
+        """The machine dropped a killed job's request: the job fails with ``cancelled``."""
+
+        def change(job: Job) -> Job:
+            _require_current(job, attempt)
+            if not job.cancel_requested:
+                raise Conflict(f"{job_id} was not killed; nothing to confirm")
+            return finish(
+                job, "failed", now, error=error_entry(CANCELLED, "killed while it ran", job, now)
+            )
+
+        return self._transition(job_id, change)
+
+    def kill(self, job_id: str, now: float) -> Job:
+        """A pending job fails at once with ``cancelled``; a running one is marked for
+        cancellation, which the controller delivers to its machine."""
+
+        def change(job: Job) -> Job | None:
+            if job.status == "pending":
+                cancelled = error_entry(CANCELLED, "killed while waiting", job, now)
+                return finish(job, "failed", now, error=cancelled)
+            if job.status == "processing":
+                return (
+                    None
+                    if job.cancel_requested
+                    else replace(job, cancel_requested=True, updated_at=now)
+                )
+            raise Conflict(f"{job_id} already ended ({job.status}); nothing to kill")
+
+        return self._transition(job_id, change)
+
+    def retry(self, job_id: str, now: float) -> Job:
+        """Run a finished job again as a new attempt; its errors and attempts stay."""
+
+        def change(job: Job) -> Job:
+            if job.status not in TERMINAL:
+                raise Conflict(
+                    f"{job_id} is still {job.status}; only a finished job can be retried "
+                    "(kill it first)"
+                )
+            return rerun(job, now)
+
+        return self._transition(job_id, change)
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        with self._cursor() as cur:
+            return self._fetch(cur, job_id)
+
+    def list_jobs(
+        self,
+        status: JobStatus | None = None,
+        limit: int = 100,
+        table: str | None = None,
+        pool: str | None = None,
+    ) -> list[Job]:
+        """Jobs, newest first."""
+        where, params = filters(status=status, tbl=table, pool=pool)
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                f"SELECT {COLUMNS} FROM jobs{where} ORDER BY created_at DESC, id DESC LIMIT ?",
+                (*params, limit),
+            )
+            return [job_from_row(row) for row in cur.fetchall()]
+
+    def queue(self, table: str, now: float, limit: int = 100) -> list[Job]:
+        """Eligible pending jobs of ``table`` in admission order."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                f"SELECT {COLUMNS} FROM jobs WHERE tbl = ? AND status = 'pending' "
+                f"AND run_after <= ? ORDER BY {QUEUE_ORDER} LIMIT ?",
+                (table, now, limit),
+            )
+            return [job_from_row(row) for row in cur.fetchall()]
+
+    def counts(self, table: str | None = None, pool: str | None = None) -> dict[str, int]:
+        """Jobs by status (every status present, zero or not)."""
+        where, params = filters(tbl=table, pool=pool)
+        with self._cursor() as cur:
+            self._x(cur, f"SELECT status, count(*) FROM jobs{where} GROUP BY status", params)
+            found = {row[0]: int(row[1]) for row in cur.fetchall()}
+        return {status: found.get(status, 0) for status in STATUSES}
+
+    def queued(self, table: str, now: float, cap: int) -> int:
+        """Eligible pending jobs of ``table``, counted up to ``cap`` (cost flat in the backlog)."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE tbl = ? AND status = 'pending' "
+                "AND run_after <= ? LIMIT ?) AS head",
+                (table, now, cap),
+            )
+            return int(cur.fetchone()[0])
+
+    def busy_slots(self, table: str) -> dict[str, int]:
+        """Slots taken by running jobs of ``table``, by machine."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                "SELECT machine, sum(slots) FROM jobs WHERE tbl = ? AND status = 'processing' "
+                "GROUP BY machine",
+                (table,),
+            )
+            return {row[0]: int(row[1]) for row in cur.fetchall() if row[0] is not None}
+
+    def running_on(self, machine: str) -> list[Job]:
+        """The jobs whose current attempt runs on ``machine``."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                f"SELECT {COLUMNS} FROM jobs WHERE status = 'processing' AND machine = ? "
+                "ORDER BY started_at, id",
+                (machine,),
+            )
+            return [job_from_row(row) for row in cur.fetchall()]
+
+    def cancelling_machines(self) -> set[str]:
+        """Machines that run a killed job (the kill waits for their next poll)."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                "SELECT DISTINCT machine FROM jobs WHERE status = 'processing' "
+                "AND cancel_requested = 1",
+            )
+            return {row[0] for row in cur.fetchall() if row[0] is not None}
+
+    def cancels_for(self, machine: str) -> list[tuple[str, str]]:
+        """(job id, attempt) of the killed jobs a machine still runs."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                "SELECT id, attempt FROM jobs WHERE status = 'processing' AND machine = ? "
+                "AND cancel_requested = 1",
+                (machine,),
+            )
+            return [(row[0], row[1]) for row in cur.fetchall()]
+
+
+def _require_current(job: Job, attempt: str) -> None:
+    if job.status != "processing" or job.attempt != attempt:
+        state = (
+            f"the job is on attempt {job.attempt} now"
+            if job.status == "processing"
+            else f"the job is {job.status}"
+        )
+        raise StaleAttempt(f"attempt {attempt} of {job.id} is no longer current ({state})")

@@ -1,0 +1,144 @@
+"""Retention: finished rows deleted in batches, each folded into the hourly counters first.
+
+Pending and processing rows are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sp00ky_infra.store.dialect import DEFAULT_BATCH, Cursor, Dialect
+from sp00ky_infra.store.model import TERMINAL, Conflict, JobStatus
+from sp00ky_infra.store.rows import filters
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """Rows deleted by retention, by outcome, all folded into the hourly counters first."""
+
+    deleted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.deleted.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    table: str
+    hour: int  # unix time of the hour's start
+    outcome: str
+    count: int
+
+
+def _hour(at: float) -> int:
+    return int(at // 3600) * 3600
+
+
+class Retention(Dialect):
+    """The hourly counters, and the deletes that feed them."""
+
+    def counters(self, table: str | None = None) -> list[Counter]:
+        where, params = filters(tbl=table)
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                f"SELECT tbl, hour, outcome, count FROM job_counters{where} "
+                "ORDER BY tbl, hour, outcome",
+                params,
+            )
+            return [Counter(row[0], int(row[1]), row[2], int(row[3])) for row in cur.fetchall()]
+
+    def prune(
+        self,
+        now: float,
+        success_window: float,
+        failed_window: float,
+        max_rows: int = 0,
+        batch: int = DEFAULT_BATCH,
+    ) -> PruneReport:
+        """Delete finished rows older than their window, and successful rows beyond
+        ``max_rows`` per table (oldest first), folding each into the hourly counters first.
+        Pending and processing rows are never touched."""
+        deleted = {"success": 0, "failed": 0}
+        for status, window in (("success", success_window), ("failed", failed_window)):
+            deleted[status] += self._delete_where(
+                "status = ? AND finished_at < ?", (status, now - window), batch
+            )
+        if max_rows > 0:
+            deleted["success"] += self._trim_to(max_rows, batch)
+        return PruneReport({key: value for key, value in deleted.items() if value})
+
+    def clear(self, status: JobStatus | None = None, batch: int = DEFAULT_BATCH) -> int:
+        """Delete terminal jobs (all, or those of one terminal status) in batches."""
+        if status is not None and status not in TERMINAL:
+            raise Conflict(f"clear deletes finished jobs only (success or failed), not {status}")
+        statuses = (status,) if status else TERMINAL
+        return sum(self._delete_where("status = ?", (each,), batch) for each in statuses)
+
+    def _trim_to(self, max_rows: int, batch: int) -> int:
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                "SELECT tbl, count(*) FROM jobs WHERE status = 'success' GROUP BY tbl",
+            )
+            over = {row[0]: int(row[1]) - max_rows for row in cur.fetchall()}
+        removed = 0
+        for table, excess in over.items():
+            while excess > 0:
+                take = min(excess, batch)
+                with self._write() as cur:
+                    self._x(
+                        cur,
+                        "SELECT id, tbl, status, finished_at FROM jobs WHERE tbl = ? "
+                        "AND status = 'success' ORDER BY finished_at, id LIMIT ?",
+                        (table, take),
+                    )
+                    rows = cur.fetchall()
+                    self._fold_and_delete(cur, rows)
+                removed += len(rows)
+                excess -= len(rows)
+                if not rows:
+                    break
+        return removed
+
+    def _delete_where(self, condition: str, params: Sequence[Any], batch: int) -> int:
+        removed = 0
+        while True:
+            with self._write() as cur:
+                self._x(
+                    cur,
+                    f"SELECT id, tbl, status, finished_at FROM jobs WHERE {condition} LIMIT ?",
+                    (*params, batch),
+                )
+                rows = cur.fetchall()
+                self._fold_and_delete(cur, rows)
+            removed += len(rows)
+            if len(rows) < batch:
+                return removed
+
+    def _fold_and_delete(self, cur: Cursor, rows: Sequence[Sequence[Any]]) -> None:
+        if not rows:
+            return
+        folded: dict[tuple[str, int, str], int] = {}
+        for _, table, status, finished_at in rows:
+            key = (table, _hour(finished_at or 0.0), status)
+            folded[key] = folded.get(key, 0) + 1
+        for (table, hour, outcome), count in folded.items():
+            self._x(
+                cur,
+                "INSERT INTO job_counters (tbl, hour, outcome, count) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (tbl, hour, outcome) "
+                "DO UPDATE SET count = job_counters.count + excluded.count",
+                (table, hour, outcome, count),
+            )
+        for start in range(0, len(rows), 200):
+            ids = [row[0] for row in rows[start : start + 200]]
+            marks = ", ".join("?" for _ in ids)
+            self._x(
+                cur,
+                f"DELETE FROM jobs WHERE id IN ({marks}) AND status IN ('success', 'failed')",
+                ids,
+            )
