@@ -70,6 +70,17 @@ def test_revision_follows_what_the_machine_runs(tmp_path: Path) -> None:
     assert revision(("pools.render.machine", {"type": "cpx42", "locations": ["fsn1"]})) != base
     assert revision(("pools.render.machine", {"type": "cx33", "locations": ["hel1"]})) != base
     assert revision(("pools.render.recycle", "never")) != base
+    assert revision(("apps.renderer.deploy.image", "ghcr.io/acme/r:1")) != base
+
+
+def test_the_revision_pins_the_image_the_controller_resolved(tmp_path: Path) -> None:
+    """A tag moved to a new digest (or a rebuilt image) means new machines."""
+    config = load_config(_write(tmp_path, varied(("apps.renderer.deploy.image", "ghcr.io/a/r:1"))))
+    backend, pool = config.backend_for("render"), config.pools["render"]
+    first = backend.revision(pool, "ghcr.io/a/r@sha256:" + "1" * 64)
+    assert first == backend.revision(pool, "ghcr.io/a/r@sha256:" + "1" * 64)
+    assert first != backend.revision(pool, "ghcr.io/a/r@sha256:" + "2" * 64)
+    assert first != backend.revision(pool)
 
 
 def test_sizing_and_timing_settings_leave_the_revision_alone(tmp_path: Path) -> None:

@@ -60,7 +60,27 @@ FAILING: list[tuple[str, tuple[tuple[str, Any], ...], str, str]] = [
         "SP106",
         (("apps.renderer.deploy.dockerfile", DELETE),),
         "apps.renderer.deploy.dockerfile",
-        "needs `deploy.dockerfile`: the image each machine runs",
+        "needs `deploy.image` (from a registry, REGISTRY/NAME:TAG) or `deploy.dockerfile` "
+        "(built by the controller): the image each machine runs",
+    ),
+    (
+        "SP108",
+        (("apps.renderer.deploy.image", "ghcr.io/acme/renderer"),),
+        "apps.renderer.deploy.image",
+        "'ghcr.io/acme/renderer' is not an image reference: it has neither a tag nor a digest; "
+        "pin one (no implicit latest); write REGISTRY/NAME:TAG or REGISTRY/NAME@sha256:DIGEST",
+    ),
+    (
+        "SP108",
+        (("apps.renderer.deploy.image", "ghcr.io/Acme/renderer:1"),),
+        "apps.renderer.deploy.image",
+        "name 'Acme/renderer' is not valid (lowercase letters, digits and . _ - between /)",
+    ),
+    (
+        "SP108",
+        (("apps.renderer.deploy.image", "ghcr.io/acme/renderer@sha256:abc"),),
+        "apps.renderer.deploy.image",
+        "digest 'sha256:abc' is not sha256: and 64 lowercase hex",
     ),
     (
         "SP107",
@@ -196,6 +216,15 @@ PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ("SP104", (("apps.renderer.method", {"type": "outbox", "table": "t", "concurrency": 4}),)),
     ("SP105", (("apps.renderer.deploy.port", 1),)),
     ("SP106", (("apps.renderer.deploy.dockerfile", "Dockerfile"),)),
+    (
+        "SP106",
+        (
+            ("apps.renderer.deploy.dockerfile", DELETE),
+            ("apps.renderer.deploy.image", "127.0.0.1:5000/acme/renderer:1.4"),
+        ),
+    ),
+    ("SP108", (("apps.renderer.deploy.image", "python:3.12"),)),
+    ("SP108", (("apps.renderer.deploy.image", "ghcr.io/acme/r@sha256:" + "a" * 64),)),
     ("SP107", (("apps.renderer.deploy.healthcheck", "/ready"),)),
     ("SP110", (("pools.render.max", 1),)),
     ("SP111", (("pools.render.min", 2),)),

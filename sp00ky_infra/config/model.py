@@ -86,6 +86,7 @@ class OutboxMethod:
 @dataclass(frozen=True, slots=True)
 class Deploy:
     dockerfile: str | None = None
+    image: str | None = None  # REGISTRY/NAME:TAG or @sha256:...; wins over dockerfile
     port: int | None = None
     healthcheck: str | None = None
     command: tuple[str, ...] = ()
@@ -102,10 +103,16 @@ class Backend:
     env: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
     timeout_overridable: bool = False
 
-    def revision(self, pool: Pool) -> str:
-        """Hash of what a machine runs (DESIGN.md, "Cloud labels"): the image (its
-        dockerfile), command, env, port and healthcheck, the machine's provider, type and
-        locations, its slots and recycle policy.
+    def revision(self, pool: Pool, image: str | None = None) -> str:
+        """Hash of what a machine runs (DESIGN.md, "Cloud labels"): the image, command, env,
+        port and healthcheck, the machine's provider, type and locations, its slots and
+        recycle policy.
+
+        ``image`` is what the deploy pinned the image to, passed in by the controller, which
+        resolves it once per deploy (this model does no I/O): a registry image's digest
+        reference, or the id of the image built from deploy.dockerfile. So a tag moved to a
+        new digest, or a rebuilt image, means new machines. Without it (lint, a preview) only
+        the configured reference counts.
 
         A machine whose revision differs from the config's is drained and replaced, so sizing
         and timing settings (min, max, buffer, autoscale, idleTimeout, maxLifetime, lease,
@@ -118,6 +125,8 @@ class Backend:
             "slots": pool.slots,
             "recycle": pool.recycle,
         }
+        if image is not None:
+            material["image"] = image
         digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
         return digest[:12]
 
@@ -216,6 +225,7 @@ def _backend(name: str, raw: Mapping[str, Any]) -> Backend:
         ),
         deploy=Deploy(
             dockerfile=deploy.get("dockerfile"),
+            image=deploy.get("image"),
             port=deploy.get("port"),
             healthcheck=deploy.get("healthcheck"),
             command=tuple(command),

@@ -14,6 +14,8 @@ from typing import Any, get_args
 
 from sp00ky_infra.config.durations import DurationError, parse_duration
 from sp00ky_infra.config.errors import Severity
+from sp00ky_infra.config.images import EXAMPLE as IMAGE_EXAMPLE
+from sp00ky_infra.config.images import ImageReferenceError, parse_image
 from sp00ky_infra.config.model import (
     DEFAULT_LEASE,
     DEFAULT_MAX_JOB_DURATION,
@@ -194,14 +196,32 @@ def pool_backend_has_port(data: Mapping[str, Any]) -> Iterator[Finding]:
             )
 
 
-@rule("SP106", "pool-backend-dockerfile", "a pool backend has a deploy.dockerfile")
-def pool_backend_has_dockerfile(data: Mapping[str, Any]) -> Iterator[Finding]:
+@rule("SP106", "pool-backend-image", "a pool backend has a deploy.image or a deploy.dockerfile")
+def pool_backend_has_image(data: Mapping[str, Any]) -> Iterator[Finding]:
     for name, backend in _pool_backends(data):
-        if not _mapping(backend.get("deploy")).get("dockerfile"):
+        deploy = _mapping(backend.get("deploy"))
+        if not deploy.get("dockerfile") and not deploy.get("image"):
             yield Finding(
                 ("apps", name, "deploy", "dockerfile"),
-                f"backend {name!r} runs on a pool, so it needs `deploy.dockerfile`: "
+                f"backend {name!r} runs on a pool, so it needs `deploy.image` (from a registry, "
+                "REGISTRY/NAME:TAG) or `deploy.dockerfile` (built by the controller): "
                 "the image each machine runs",
+            )
+
+
+@rule("SP108", "deploy-image-reference", "deploy.image is REGISTRY/NAME:TAG or @sha256:DIGEST")
+def deploy_image_is_a_reference(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, backend in backends(data):
+        image = _mapping(backend.get("deploy")).get("image")
+        if not isinstance(image, str):
+            continue  # absent, or the schema's to report
+        try:
+            parse_image(image)
+        except ImageReferenceError as exc:
+            yield Finding(
+                ("apps", name, "deploy", "image"),
+                f"{image!r} is not an image reference: {exc}; write REGISTRY/NAME:TAG or "
+                f"REGISTRY/NAME@sha256:DIGEST, e.g. {IMAGE_EXAMPLE}",
             )
 
 
