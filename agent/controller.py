@@ -72,6 +72,25 @@ class Controller:
         )
         return reply
 
+    def image(self, image_id: str, read_timeout: float = 60.0) -> requests.Response:
+        """The controller's stream of a served image (a ``docker save`` tar), still unread:
+        the caller reads it chunk by chunk and closes it."""
+        headers = {"Authorization": f"Bearer {self.session_token}"}
+        url = f"{self.url}/v1/machines/{self.machine}/images/{image_id}"
+        try:
+            answer = self.http.get(
+                url, headers=headers, stream=True, timeout=(HTTP_SLACK_SECONDS, read_timeout)
+            )
+        except requests.RequestException as exc:
+            raise ControllerError(f"cannot reach the controller: {exc}") from exc
+        if answer.status_code == 200:
+            return answer
+        if answer.status_code == 410:  # an error's body is small: read whole by _error
+            raise Gone(_error(answer), 410)
+        if answer.status_code in (401, 403, 404):
+            raise Refused(_error(answer), answer.status_code)
+        raise ControllerError(_error(answer), answer.status_code)
+
     def drained(self) -> None:
         self._post(f"/v1/machines/{self.machine}/drained", {})
 

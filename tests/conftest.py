@@ -10,6 +10,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,3 +101,30 @@ def docker_images() -> str:
         check=True, capture_output=True, timeout=600,
     )  # fmt: skip
     return BACKEND_IMAGE
+
+
+@pytest.fixture
+def machine_engine(docker_images: str) -> Iterator[Any]:
+    """A second, empty Docker engine: the machine's own, so an image really has to travel."""
+    import shutil
+
+    from tests.engines import second_engine
+
+    if shutil.which("dockerd") is None:
+        need_service("dockerd", "apt-get install docker.io")
+    with second_engine() as engine:
+        yield engine
+
+
+@pytest.fixture
+def image_registry(docker_images: str) -> Iterator[Any]:
+    """A Docker registry on 127.0.0.1 with htpasswd credentials (Debian's docker-registry)."""
+    import shutil
+
+    from tests.engines import registry
+
+    for binary, package in (("docker-registry", "docker-registry"), ("htpasswd", "apache2-utils")):
+        if shutil.which(binary) is None:
+            need_service(binary, f"apt-get install -y {package}")
+    with registry(auth=True) as started:
+        yield started
