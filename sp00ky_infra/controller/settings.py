@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sp00ky_infra.config.durations import DurationError, parse_duration
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE, Pool
+from sp00ky_infra.controller.registry import default_auth_file
 from sp00ky_infra.policy.breaker import FIRST_PAUSE_SECONDS, MAX_PAUSE_SECONDS
 from sp00ky_infra.shared.tokens import JOIN_TTL_SECONDS
 from sp00ky_infra.store import DEFAULT_STORE_URL, store_url
@@ -97,6 +98,18 @@ class ControllerSettings:
     heartbeat_every: float = 60.0  # SPKY_HEARTBEAT: how often (the guardian allows 30 minutes)
     pulumi_stack: str = "prod"  # SPKY_PULUMI_STACK: the stack the pulumi provisioner updates
     pulumi_dir: str = "."  # SPKY_PULUMI_DIR: the Pulumi project (where Pulumi.yaml is)
+    # SPKY_POOL_IMAGES=1: settle each pool's image at start (resolve deploy.image, build and
+    # serve deploy.dockerfile). Always on for VMs (pulumi), whose agents fetch the image; off
+    # by default for local machines (processes) and docker machines (the image is baked in).
+    pool_images: bool = False
+    # SPKY_REGISTRY_AUTH: a docker config.json with the registries' credentials (default:
+    # $DOCKER_CONFIG/config.json or ~/.docker/config.json, when there is one)
+    registry_auth: str = ""
+
+    @property
+    def settles_images(self) -> bool:
+        """Whether machines fetch their backend's image, so the controller settles it."""
+        return self.pool_images or self.provider == "pulumi"
 
     @property
     def agents_url(self) -> str:
@@ -134,6 +147,8 @@ class ControllerSettings:
             "heartbeat_every": _seconds(env, "SPKY_HEARTBEAT", 60.0),
             "pulumi_stack": env.get("SPKY_PULUMI_STACK", "prod"),
             "pulumi_dir": env.get("SPKY_PULUMI_DIR", "."),
+            "pool_images": env.get("SPKY_POOL_IMAGES") == "1",
+            "registry_auth": default_auth_file(env),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         settings = cls(**values)  # type: ignore[arg-type]
