@@ -157,18 +157,43 @@ def test_deleting_a_server_that_is_gone_succeeds(fake: FakeHetzner, host: Any) -
     host.Delete(request, timeout=60)  # already gone: done, not an error
 
 
-def test_a_revision_change_asks_for_a_replacement_a_new_token_does_not(
+def _diff(host: Any, olds: dict[str, Any], news: dict[str, Any]) -> Any:
+    request = provider_pb2.DiffRequest(id="1", urn=URN, olds=_struct(olds), news=_struct(news))
+    return host.Diff(request, timeout=60)
+
+
+def test_a_deploy_never_replaces_a_server_and_labels_change_in_place(
     fake: FakeHetzner, host: Any
 ) -> None:
-    olds = _props()
-    same_revision = _props(user_data="#cloud-config\n{write_files: []}\n")
-    new_revision = _props(labels={**olds["labels"], "sp00ky/revision": "r2"})
-    for news, replaces in ((same_revision, []), (new_revision, ["labels"])):
-        diff = host.Diff(
-            provider_pb2.DiffRequest(id="1", urn=URN, olds=_struct(olds), news=_struct(news)),
-            timeout=60,
-        )
-        assert list(diff.replaces) == replaces
+    created = _create(host, _props())
+    olds = dict(created.properties)
+    labels = olds["labels"]
+    # What matters to new machines only: no change at all, so no API call.
+    for news in (
+        _props(user_data="#cloud-config\n{write_files: []}\n"),  # a fresh join token
+        _props(server_type="cx33", fallback_types=[], locations=["hel1"], image="debian-13"),
+        _props(firewall_ids=["4242"]),
+        _props(labels={**labels, "sp00ky/revision": "r2"}),  # it keeps its own revision
+    ):
+        diff = _diff(host, olds, news)
+        assert list(diff.replaces) == []
+        assert diff.changes == provider_pb2.DiffResponse.DIFF_NONE
+    # A deploy that also changes a label: an in-place change, never a replacement.
+    news = _props(labels={**labels, "sp00ky/revision": "r2", "sp00ky/limit": "8"})
+    diff = _diff(host, olds, news)
+    assert list(diff.replaces) == [] and diff.changes == provider_pb2.DiffResponse.DIFF_SOME
+    before = len(fake.requests)
+    updated = host.Update(
+        provider_pb2.UpdateRequest(
+            id=created.id, urn=URN, olds=created.properties, news=_struct(news)
+        ),
+        timeout=60,
+    )
+    server = fake.servers[int(created.id)]
+    assert server["labels"] == {**labels, "sp00ky/limit": "8"}  # revision r1: its own
+    assert dict(dict(updated.properties)["labels"]) == server["labels"]
+    assert fake.requests[before:] == [("PUT", f"/v1/servers/{created.id}")]
+    assert list(fake.servers) == [int(created.id)]  # the same server, never a second one
 
 
 def test_a_create_answered_with_a_5xx_after_the_server_was_made_returns_that_server(

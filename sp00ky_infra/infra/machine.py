@@ -10,8 +10,14 @@ only when the API says that location or type cannot take the server (``resource_
 ``placement_error``, or ``invalid_input`` "unsupported location for server type"); a quota
 refusal (``resource_limit_exceeded``) is not tried elsewhere. It returns once the server
 exists, and never makes it twice (the client looks it up by name after an unknown outcome).
-delete treats "not found" as done and waits out ``locked``/``conflict``. A changed
-``sp00ky/revision`` label replaces.
+delete treats "not found" as done and waits out ``locked``/``conflict``.
+
+The provider never replaces a server: a deploy is new machines under new names, made and
+drained by the controller (DESIGN.md, "Cloud labels"). A change of labels is an in-place
+update (PUT /servers/{id}), except that a server keeps its own ``sp00ky/revision``: it runs
+what it was made with until it is destroyed. Every other change (user-data with a fresh join
+token, server type, locations, fallback types, image, firewalls) matters to new machines only:
+no replacement, no API call.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pulumi.dynamic import (
     ReadResult,
     Resource,
     ResourceProvider,
+    UpdateResult,
 )
 
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI, Server
@@ -78,6 +85,15 @@ def create_server(api: HetznerAPI, props: dict[str, Any]) -> tuple[Server, list[
     )
 
 
+def kept_labels(olds: dict[str, Any], news: dict[str, Any]) -> dict[str, str]:
+    """The labels an existing server should carry: the new ones, with its own revision."""
+    wanted = dict(news.get("labels") or {})
+    old = olds.get("labels") or {}
+    if REVISION_LABEL in old:
+        wanted[REVISION_LABEL] = old[REVISION_LABEL]
+    return wanted
+
+
 class HetznerMachineProvider(ResourceProvider):
     def create(self, props: dict[str, Any]) -> CreateResult:
         api = HetznerAPI.from_env()
@@ -95,16 +111,18 @@ class HetznerMachineProvider(ResourceProvider):
         HetznerAPI.from_env(busy_tries=BUSY_TRIES).delete_server(id)
 
     def diff(self, id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        """Only what the machine runs (its revision) or its name replaces it. A fresh join
-        token, new locations or types in the pool matter to new machines, not to this one."""
-        replaces = []
-        if (olds.get("labels") or {}).get(REVISION_LABEL) != (news.get("labels") or {}).get(
-            REVISION_LABEL
-        ):
-            replaces.append("labels")
-        if olds.get("name") != news.get("name"):
-            replaces.append("name")
-        return DiffResult(changes=bool(replaces), replaces=replaces, delete_before_replace=False)
+        """Never a replacement: only a change of labels (other than the revision) is a
+        change, made in place by ``update``."""
+        changed = kept_labels(olds, news) != dict(olds.get("labels") or {})
+        return DiffResult(changes=changed, replaces=[], delete_before_replace=False)
+
+    def update(self, id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        """Put the new labels on the server, keeping its own revision; the outputs stay
+        what the server is (its type, user-data, ...), with the labels it now carries."""
+        wanted = kept_labels(olds, news)
+        if wanted != dict(olds.get("labels") or {}):
+            HetznerAPI.from_env().update_server_labels(id, wanted)
+        return UpdateResult(outs={**olds, "labels": wanted})
 
     def read(self, id: str, props: dict[str, Any]) -> ReadResult:
         try:
