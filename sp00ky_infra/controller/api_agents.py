@@ -12,7 +12,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from sp00ky_infra import __version__
-from sp00ky_infra.controller.core import Controller, ControllerError, Unauthorized
+from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.errors import AGENT_STATUS, ControllerError, Unauthorized, http_status
 from sp00ky_infra.controller.hub import Hub
 from sp00ky_infra.controller.protocol import (
     JoinReply,
@@ -54,7 +55,7 @@ def agents_app(controller: Controller, hub: Hub) -> FastAPI:
 
     @app.exception_handler(ControllerError)
     async def problem(_: Request, exc: ControllerError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        return JSONResponse({"error": str(exc)}, status_code=http_status(exc, AGENT_STATUS))
 
     @app.get("/v1/health")
     def health() -> dict[str, object]:
