@@ -19,13 +19,14 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, Resou
 
 from sp00ky_infra.hetzner import UNAVAILABLE, HcloudError, HetznerAPI, Server
 from sp00ky_infra.hetzner.errors import NOT_FOUND
+from sp00ky_infra.infra.errors import InfraError
 from sp00ky_infra.shared import labels
 
 REVISION_LABEL = labels.REVISION
 DEFAULT_IMAGE = "debian-12"
 
 
-class MachineError(Exception):
+class MachineError(InfraError):
     """No location or server type could take the machine, or the API refused it."""
 
 

@@ -14,10 +14,12 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
+from sp00ky_infra.shared.errors import SharedError
+
 DEFAULT_JOIN_TTL_SECONDS = 900.0  # a boot takes about a minute; 15 minutes is ample
 
 
-class TokenError(Exception):
+class TokenError(SharedError):
     """A join token that is malformed, forged, expired or for another machine."""
 
 
