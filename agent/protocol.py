@@ -158,7 +158,10 @@ class Problem(Message):
 # --- reading and writing, driven by the annotations ------------------------------------------
 
 _SCALARS: dict[type, str] = {str: "a string", bool: "true or false", int: "an integer"}
-
+_ADVICE = (
+    "the agent and the controller must speak the same protocol (v1): "
+    "install the agent this controller ships"
+)
 
 _HINTS: dict[type[Message], dict[str, Any]] = {}  # each message's resolved annotations
 
@@ -182,9 +185,7 @@ def _message(cls: type[M], data: object, where: str) -> M:
             values[field.name] = _value(hints[field.name], data[field.name], where, field.name)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise ProtocolError(
-                f"{where}.{field.name}: missing from the controller's answer; the agent and "
-                "the controller must speak the same protocol (v1): install the agent this "
-                "controller ships"
+                f"{where}.{field.name}: missing from the controller's answer; {_ADVICE}"
             )
     return cls(**values)
 
@@ -224,10 +225,7 @@ def _value(kind: Any, data: object, parent: str, key: str | int) -> Any:
 
 def _wrong(where: str, expected: str, got: object) -> ProtocolError:
     shown = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
-    return ProtocolError(
-        f"{where}: expected {expected}, got {shown}; the agent and the controller must speak "
-        "the same protocol (v1): install the agent this controller ships"
-    )
+    return ProtocolError(f"{where}: expected {expected}, got {shown}; {_ADVICE}")
 
 
 def _dump(value: object) -> Any:
