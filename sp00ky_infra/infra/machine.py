@@ -36,6 +36,7 @@ from pulumi.dynamic import (
 
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI, Server
 from sp00ky_infra.hetzner.errors import INVALID_INPUT, NOT_FOUND
+from sp00ky_infra.infra.errors import InfraError
 from sp00ky_infra.shared import labels
 
 REVISION_LABEL = labels.REVISION
@@ -45,7 +46,7 @@ DEFAULT_IMAGE = "debian-12"
 BUSY_TRIES = 5
 
 
-class MachineError(Exception):
+class MachineError(InfraError):
     """No location or server type could take the machine, or the API refused it."""
 
 

@@ -1,0 +1,14 @@
+"""Errors of the shared package: one root, each error defined beside the code that raises it.
+
+SharedError (root)
+├── TokenError          a join token that is malformed, forged, expired or for another
+│                       machine, or an empty SPKY_POOL_SECRET (tokens.py)
+└── UserDataTooLarge    a machine's user-data is over Hetzner's 32 KiB (cloud_init.py);
+                        also a ValueError, as it always was
+"""
+
+from __future__ import annotations
+
+
+class SharedError(Exception):
+    """Something every side relies on was refused; the message says what and what to do."""
