@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI
+from sp00ky_infra.infra.errors import InfraError
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.desired import CONTROLLER, Desired
 
 Found = tuple[str, str, str | None]  # pool, machine, revision
 
 
-class CannotTell(RuntimeError):
+class CannotTell(InfraError):
     """What exists could not be listed, so a run by hand might destroy busy machines."""
 
 

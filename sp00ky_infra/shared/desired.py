@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
+from sp00ky_infra.shared.errors import SharedError
+
 # Set by the controller on the `pulumi up` it runs: only that run may take machines away.
 UPDATED_BY_ENV: Final = "SPKY_STACK_UPDATED_BY"
 CONTROLLER: Final = "controller"
 
 
-class DesiredError(ValueError):
+class DesiredError(SharedError, ValueError):
     """``sp00ky:machines`` is not of a form this reads; the message says which part."""
 
 
