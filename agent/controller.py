@@ -1,4 +1,5 @@
-"""The agent's connection to the controller: it only ever dials out."""
+"""The agent's connection to the controller: it only ever dials out, and speaks the typed
+messages of ``agent.protocol``."""
 
 from __future__ import annotations
 
@@ -7,23 +8,20 @@ from typing import Any
 
 import requests
 
+from agent.errors import ControllerError, Gone, ProtocolError, Refused
+from agent.protocol import (
+    Ack,
+    JoinReply,
+    JoinRequest,
+    PollReply,
+    PollRequest,
+    Problem,
+    ReadyRequest,
+    ResultReply,
+    ResultRequest,
+)
+
 HTTP_SLACK_SECONDS = 10.0  # beyond a long-poll's wait, before a request counts as lost
-
-
-class ControllerError(Exception):
-    """The controller could not be reached or answered with an error."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Refused(ControllerError):
-    """401/409: this request will never succeed (a bad token, a stale attempt)."""
-
-
-class Gone(ControllerError):
-    """410: the machine is failed or destroyed; the agent must shut down."""
 
 
 class Controller:
@@ -49,28 +47,28 @@ class Controller:
             raise Refused(_error(answer), answer.status_code)
         if answer.status_code >= 400:
             raise ControllerError(_error(answer), answer.status_code)
-        return answer.json()
+        try:
+            return answer.json()
+        except ValueError as exc:
+            raise ProtocolError(f"POST {path}: the answer is not JSON ({exc})") from exc
 
-    def join(self, token: str) -> dict[str, Any]:
-        reply: dict[str, Any] = self._post("/v1/join", {"machine": self.machine, "token": token})
-        self.session_token = reply["session"]
+    def join(self, token: str) -> JoinReply:
+        body = JoinRequest(machine=self.machine, token=token)
+        reply = JoinReply.from_json(self._post("/v1/join", body.to_json()))
+        self.session_token = reply.session
         return reply
 
-    def ready(self, ok: bool, reason: str | None = None) -> None:
-        self._post(f"/v1/machines/{self.machine}/ready", {"ok": ok, "reason": reason})
+    def ready(self, ok: bool, reason: str | None = None) -> Ack:
+        body = ReadyRequest(ok=ok, reason=reason)
+        return Ack.from_json(self._post(f"/v1/machines/{self.machine}/ready", body.to_json()))
 
-    def poll(self, running: list[dict[str, str]], free_slots: int, wait: float) -> dict[str, Any]:
-        body = {"running": running, "free_slots": free_slots, "wait": wait}
-        reply: dict[str, Any] = self._post(
-            f"/v1/machines/{self.machine}/poll", body, timeout=wait + HTTP_SLACK_SECONDS
-        )
-        return reply
+    def poll(self, body: PollRequest) -> PollReply:
+        path, timeout = f"/v1/machines/{self.machine}/poll", body.wait + HTTP_SLACK_SECONDS
+        return PollReply.from_json(self._post(path, body.to_json(), timeout=timeout))
 
-    def result(self, job: str, attempt: str, body: dict[str, Any]) -> dict[str, Any]:
-        reply: dict[str, Any] = self._post(
-            f"/v1/machines/{self.machine}/jobs/{job}/attempts/{attempt}/result", body
-        )
-        return reply
+    def result(self, job: str, attempt: str, body: ResultRequest) -> ResultReply:
+        path = f"/v1/machines/{self.machine}/jobs/{job}/attempts/{attempt}/result"
+        return ResultReply.from_json(self._post(path, body.to_json()))
 
     def image(self, image_id: str, read_timeout: float = 60.0) -> requests.Response:
         """The controller's stream of a served image (a ``docker save`` tar), still unread:
@@ -87,19 +85,24 @@ class Controller:
             return answer
         if answer.status_code == 410:  # an error's body is small: read whole by _error
             raise Gone(_error(answer), 410)
-        if answer.status_code in (401, 403, 404):
+        if answer.status_code in (401, 403, 404, 409):
             raise Refused(_error(answer), answer.status_code)
         raise ControllerError(_error(answer), answer.status_code)
 
-    def drained(self) -> None:
-        self._post(f"/v1/machines/{self.machine}/drained", {})
+    def drained(self) -> Ack:
+        return Ack.from_json(self._post(f"/v1/machines/{self.machine}/drained", {}))
 
 
 def _error(answer: requests.Response) -> str:
+    """The status and the controller's Problem, or whatever else answered."""
     try:
-        return f"{answer.status_code}: {answer.json().get('error') or answer.text}"
+        data = answer.json()
     except ValueError:
         return f"{answer.status_code}: {answer.text[:200]}"
+    try:
+        return f"{answer.status_code}: {Problem.from_json(data).error or answer.text}"
+    except ProtocolError:  # JSON but no Problem: a validation error's detail, say
+        return f"{answer.status_code}: {answer.text}"
 
 
 def backoff(attempt: int, base: float = 0.2, cap: float = 10.0) -> float:

@@ -14,15 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from agent.runtime import RuntimeError_, free_port
+from agent.errors import DockerError
+from agent.runtime import free_port
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 API_VERSION = "v1.41"  # Docker 20.10 and later
 STOP_GRACE_SECONDS = 5
-
-
-class DockerError(RuntimeError_):
-    """The Docker engine refused or failed a request; the message carries its answer."""
 
 
 class _UnixConnection(http.client.HTTPConnection):

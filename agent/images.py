@@ -15,8 +15,8 @@ the registry unreachable, a 5xx, a stream cut short) are retried with backoff un
 deadline; a missing or unauthorised image fails at once. Either way the error names the image
 and the agent reports a failed boot.
 
-ImageError (a RuntimeError_: the boot fails)
-└── ImageUnavailable   missing or unauthorised: retrying cannot help
+Errors (agent/errors.py): ImageError, a RuntimeError_ (the boot fails), and under it
+ImageUnavailable (missing or unauthorised: retrying cannot help).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import quote
 
-from agent.docker import API_VERSION, DockerAPI, DockerError, _UnixConnection
-from agent.runtime import RuntimeError_
+from agent.docker import API_VERSION, DockerAPI, _UnixConnection
+from agent.errors import AgentError, DockerError, ImageError, ImageUnavailable
 
 CHUNK_BYTES = 1 << 20
 PROGRESS_EVERY_SECONDS = 2.0
@@ -40,15 +40,10 @@ DENIED = ("unauthorized", "no basic auth credentials", "denied", "authentication
 Log = Callable[..., None]
 
 
-class ImageError(RuntimeError_):
-    """The image did not arrive; the message names it."""
+__all__ = ["ImageError", "ImageUnavailable", "Transient", "ensure_image"]
 
 
-class ImageUnavailable(ImageError):
-    """Missing or unauthorised: retrying cannot help."""
-
-
-class Transient(Exception):
+class Transient(AgentError):
     """Worth another try: what a ``fetch`` raises when the controller did not answer well."""
 
 
@@ -156,7 +151,7 @@ def _load(
         api.call("POST", f"/images/{image_id}/tag?repo={quote(name)}&tag={image_id[7:19]}")
 
 
-class _EngineRefused(Exception):
+class _EngineRefused(AgentError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"{status}: {message}")
         self.status, self.message = status, message

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.protocol import ErrorCode, ErrorInfo, ResultRequest
+
 REASON_EXCERPT = 300
 
 
@@ -25,7 +27,7 @@ class JobRun:
     deadline: float | None  # unix time
     renewed_at: float  # monotonic send time of the last poll that renewed the lease
     margin: float
-    report: dict[str, Any] | None = None  # what to tell the controller, once done
+    report: ResultRequest | None = None  # what to tell the controller, once done
     stopped: str | None = None  # cancelled, stale, abandoned, shutdown
     done: threading.Event = field(default_factory=threading.Event)
     _conn: http.client.HTTPConnection | None = None
@@ -44,7 +46,7 @@ class JobRun:
             self.done.set()
             on_done()
 
-    def _call(self, port: int) -> dict[str, Any] | None:
+    def _call(self, port: int) -> ResultRequest | None:
         timeout = None
         if self.deadline is not None:
             timeout = max(0.05, self.deadline - time.time() - self.margin)
@@ -69,7 +71,7 @@ class JobRun:
         finally:
             conn.close()
         if 200 <= answer.status < 300:
-            return {"status": "success", "result": _decode(data)}
+            return ResultRequest(status="success", result=_decode(data))
         excerpt = data[:REASON_EXCERPT].decode(errors="replace")
         return _failed("backend_error", f"HTTP {answer.status}: {excerpt}", answer.status)
 
@@ -91,8 +93,5 @@ def _decode(data: bytes) -> Any:
         return data.decode(errors="replace")
 
 
-def _failed(code: str, reason: str, status: int | None = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "reason": reason}
-    if status is not None:
-        error["status"] = status
-    return {"status": "failed", "error": error}
+def _failed(code: ErrorCode, reason: str, status: int | None = None) -> ResultRequest:
+    return ResultRequest(status="failed", error=ErrorInfo(code=code, reason=reason, status=status))

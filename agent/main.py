@@ -14,28 +14,27 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent import controller as remote
 from agent.docker import DockerRuntime
+from agent.errors import ControllerError, Gone, Refused, RuntimeError_, SettingsError
 from agent.jobs import JobRun
 from agent.leases import abandon_at, safety_margin
-from agent.runtime import ProcessRuntime, Runtime, RuntimeError_, wait_ready
-from agent.settings import Settings, SettingsError
+from agent.protocol import (
+    AgentSettings,
+    BackendInfo,
+    JoinReply,
+    PollReply,
+    PollRequest,
+    ResultRequest,
+    RunningAttempt,
+)
+from agent.runtime import ProcessRuntime, Runtime, wait_ready
+from agent.settings import Settings
 
 JOIN_BUDGET_SECONDS = 600.0
-
-
-@dataclass
-class Backend:
-    name: str
-    port: int | None
-    healthcheck: str | None
-    command: list[str]
-    env: dict[str, str]
-    image: str | None = None
 
 
 def log(machine: str, event: str, **fields: Any) -> None:
@@ -71,17 +70,14 @@ class Agent:
     def run(self) -> int:
         try:
             joined = self.join()
-        except remote.Refused as exc:
+        except Refused as exc:
             self.log("join_refused", reason=exc)
             return 3
-        fields = ("name", "port", "healthcheck", "command", "env", "image")
-        self.backend = Backend(**{key: joined["backend"].get(key) for key in fields})
-        self.pool = joined["pool"]
-        self.config = joined["settings"]
-        self.margin = safety_margin(self.config["lease"])
-        self.log(
-            "joined", pool=joined["pool"], backend=self.backend.name, slots=self.config["slots"]
-        )
+        self.backend: BackendInfo = joined.backend
+        self.pool = joined.pool
+        self.config: AgentSettings = joined.settings
+        self.margin = safety_margin(self.config.lease)
+        self.log("joined", pool=joined.pool, backend=self.backend.name, slots=self.config.slots)
         try:
             problem = self.start_backend()
         except RuntimeError_ as exc:
@@ -100,20 +96,18 @@ class Agent:
                 run.stop("shutdown")
             self.stop_backend()
 
-    def join(self) -> dict[str, Any]:
+    def join(self) -> JoinReply:
         started, attempt = time.monotonic(), 0
         while True:
             try:
                 reply = self.remote.join(self.settings.join_token)
                 self.last_contact = time.monotonic()
                 return reply
-            except remote.Refused:
+            except Refused:
                 raise
-            except remote.ControllerError as exc:
+            except ControllerError as exc:
                 if time.monotonic() - started > JOIN_BUDGET_SECONDS:
-                    raise remote.Refused(
-                        f"could not join in {JOIN_BUDGET_SECONDS:.0f}s: {exc}"
-                    ) from exc
+                    raise Refused(f"could not join in {JOIN_BUDGET_SECONDS:.0f}s: {exc}") from exc
                 pause = remote.backoff(attempt)
                 self.log("join_retry", reason=exc, wait=f"{pause:.2f}")
                 time.sleep(pause)
@@ -125,15 +119,15 @@ class Agent:
             result = action()
             self.last_contact = time.monotonic()
             return result
-        except remote.Gone:
+        except Gone:
             raise
-        except remote.ControllerError as exc:
+        except ControllerError as exc:
             self.log("controller_error", reason=exc)
             return None
 
     # --- the backend -----------------------------------------------------------------------
 
-    def _process_runtime(self, backend: Backend) -> Runtime:
+    def _process_runtime(self, backend: BackendInfo) -> Runtime:
         if self.settings.runtime == "docker":
             image = self.settings.image or backend.image
             if not image:
@@ -146,7 +140,7 @@ class Agent:
                 labels={**labels, "sp00ky/role": "backend"},
                 name=f"sp00ky-{self.machine}-backend",
             )
-        command = list(self.settings.command) or backend.command
+        command = list(self.settings.command or backend.command)
         return ProcessRuntime(command, backend.env, self.settings.workdir, output=None)
 
     def start_backend(self) -> str | None:
@@ -154,7 +148,7 @@ class Agent:
             self.runtime = self.runtime_factory(self.backend)
         assert self.runtime is not None
         self.runtime.start()
-        deadline = time.monotonic() + float(self.config["boot_timeout"])
+        deadline = time.monotonic() + self.config.boot_timeout
         return wait_ready(self.runtime, self.backend.healthcheck, deadline)
 
     def stop_backend(self) -> None:
@@ -204,18 +198,20 @@ class Agent:
                     return 5
             free = 0
             if not self.draining and self.runtime is not None and self.runtime.alive():
-                free = max(0, int(self.config["slots"]) - len(self.runs))
-            wait = float(self.config["poll_wait"]) if free > 0 else 0.0
-            reported = [{"job": run.job, "attempt": run.attempt} for run in self.runs.values()]
+                free = max(0, self.config.slots - len(self.runs))
+            wait = self.config.poll_wait if free > 0 else 0.0
+            reported = tuple(
+                RunningAttempt(job=run.job, attempt=run.attempt) for run in self.runs.values()
+            )
             sent = time.monotonic()
             try:
-                reply = self.remote.poll(reported, free, wait)
-            except remote.Gone as exc:
+                reply = self.remote.poll(PollRequest(running=reported, free_slots=free, wait=wait))
+            except Gone as exc:
                 self.log("gone", reason=exc)
                 return 0
-            except remote.ControllerError as exc:
-                if time.monotonic() - self.last_contact > float(self.config["max_offline"]):
-                    self.log("offline", reason=f"no contact for {self.config['max_offline']}s")
+            except ControllerError as exc:
+                if time.monotonic() - self.last_contact > self.config.max_offline:
+                    self.log("offline", reason=f"no contact for {self.config.max_offline}s")
                     self.power_off()
                     return 6
                 pause = remote.backoff(failures)
@@ -227,32 +223,32 @@ class Agent:
             failures = 0
             self.last_contact = sent
             self.handle(reply, sent)
-            if free == 0 and not reply["assignments"]:
+            if free == 0 and not reply.assignments:
                 # busy: poll again soon for kills and renewals, or at once when a job ends
-                self.wake.wait(min(1.0, float(self.config["lease"]) / 6))
+                self.wake.wait(min(1.0, self.config.lease / 6))
                 self.wake.clear()
 
-    def handle(self, reply: dict[str, Any], sent: float) -> None:
-        stopped = {item["job"] for item in reply["stop"]}
+    def handle(self, reply: PollReply, sent: float) -> None:
+        stopped = {stop.job for stop in reply.stop}
         for run in self.runs.values():
             if run.job not in stopped:
                 run.renewed_at = sent  # this poll's send time renewed its lease
-        for item in reply["stop"]:
-            stopping = self.runs.get(item["job"])
-            if stopping is None or stopping.attempt != item["attempt"]:
+        for stop in reply.stop:
+            stopping = self.runs.get(stop.job)
+            if stopping is None or stopping.attempt != stop.attempt:
                 continue
-            self.log("stop", job=stopping.job, attempt=stopping.attempt, reason=item["reason"])
-            self.drop(stopping, item["reason"])
-        for item in reply["assignments"]:
-            known = self.runs.get(item["job"])
-            if known is not None and known.attempt == item["attempt"]:
+            self.log("stop", job=stopping.job, attempt=stopping.attempt, reason=stop.reason)
+            self.drop(stopping, stop.reason)
+        for work in reply.assignments:
+            known = self.runs.get(work.job)
+            if known is not None and known.attempt == work.attempt:
                 continue  # sent again after a lost answer: it runs already
             run = JobRun(
-                job=item["job"],
-                attempt=item["attempt"],
-                path=item["path"],
-                payload=item["payload"],
-                deadline=item["deadline"],
+                job=work.job,
+                attempt=work.attempt,
+                path=work.path,
+                payload=work.payload,
+                deadline=work.deadline,
                 renewed_at=sent,
                 margin=self.margin,
             )
@@ -260,7 +256,7 @@ class Agent:
             self.log("job_start", job=run.job, attempt=run.attempt, path=run.path)
             assert self.runtime is not None
             run.start(self.runtime.port, on_done=self.wake.set)
-        if reply["drain"] and not self.draining:
+        if reply.drain and not self.draining:
             self.draining = True
             self.log("draining", reason="controller")
 
@@ -281,7 +277,7 @@ class Agent:
         alone = len(self.running()) == 1 and not run.done.is_set()
         run.stop(reason)
         if reason == "cancelled":
-            run.report = {"status": "cancelled"}
+            run.report = ResultRequest(status="cancelled")
         else:
             self.runs.pop(run.job, None)
         if alone and self.runtime is not None:
@@ -290,7 +286,7 @@ class Agent:
     def enforce_leases(self) -> None:
         """Give a job up before the controller can count its lease as expired."""
         now = time.monotonic()
-        lease = float(self.config["lease"])
+        lease = self.config.lease
         for run in list(self.runs.values()):
             if not run.done.is_set() and now >= abandon_at(run.renewed_at, lease, self.margin):
                 self.log("abandon", job=run.job, attempt=run.attempt, reason="lease not renewed")
@@ -300,19 +296,17 @@ class Agent:
         for run in list(self.runs.values()):
             if not run.done.is_set() or run.report is None:
                 continue
-            if run.report.get("status") != "cancelled" and self.config["recycle"] == "job":
+            if run.report.status != "cancelled" and self.config.recycle == "job":
                 self.recycle_due = True
             try:
                 answer = self.remote.result(run.job, run.attempt, run.report)
                 self.last_contact = time.monotonic()
-                self.log(
-                    "result", job=run.job, attempt=run.attempt, status=answer.get("job_status")
-                )
+                self.log("result", job=run.job, attempt=run.attempt, status=answer.job_status)
                 self.runs.pop(run.job, None)
-            except remote.Refused as exc:
+            except Refused as exc:
                 self.log("result_refused", job=run.job, attempt=run.attempt, reason=exc)
                 self.runs.pop(run.job, None)
-            except remote.ControllerError as exc:
+            except ControllerError as exc:
                 self.log("result_held", job=run.job, attempt=run.attempt, reason=exc)
                 return  # kept until the controller has it; tried again next turn
 
@@ -331,7 +325,7 @@ def main() -> int:
         signal.signal(signum, agent.on_signal)
     try:
         code = agent.run()
-    except remote.Gone as exc:
+    except Gone as exc:
         agent.log("gone", reason=exc)
         code = 0
     agent.log("exit", code=code)

@@ -17,11 +17,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Protocol
 
+from agent.errors import RuntimeError_
+
 STOP_GRACE_SECONDS = 5.0
-
-
-class RuntimeError_(Exception):
-    """The backend could not be started."""
 
 
 class Runtime(Protocol):

@@ -8,9 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-
-class SettingsError(ValueError):
-    pass
+from agent.errors import SettingsError
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,7 +91,7 @@ def via_controller(folder: Path, dockerfile: Path) -> tuple[int, float, float]:
         client.store.machines.add("bench-m1", "bench", "local", "bench", 1, time.time())
         agent = remote.Controller(controller.agents_url, "bench-m1")
         joined = agent.join(tokens.issue_join_token(SECRET, "bench-m1", time.time()))
-        source = joined["backend"]["image_source"]
+        source = joined.backend.image_source  # type: ignore[attr-defined]  # wired next
         received = 0
 
         def fetch(image_id: str) -> object:
@@ -104,7 +104,7 @@ def via_controller(folder: Path, dockerfile: Path) -> tuple[int, float, float]:
                     received += len(chunk)
                     yield chunk
 
-            answer.iter_content = counted  # type: ignore[method-assign]
+            answer.iter_content = counted  # type: ignore[method-assign,assignment]
             return answer
 
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -1,18 +1,57 @@
 """A fake Hetzner Cloud API on 127.0.0.1 for tests: servers, firewalls, actions, locations,
-server types, labels and label selectors, pagination, and the API's error answers in its
-real JSON shapes (the official ``hcloud`` client accepts them).
+server types, labels and label selectors, pagination, rate limiting, and the API's error
+answers in their real JSON shapes (the official ``hcloud`` client accepts them).
+
+Where each answer comes from (when a fact could not be confirmed, it says so):
+
+- Statuses of the error codes: the API reference's errors table,
+  https://docs.hetzner.cloud/reference/cloud#errors (400 json_error, 401 unauthorized,
+  403 forbidden / resource_limit_exceeded, 404 not_found, 409 uniqueness_error / conflict,
+  412 resource_unavailable, 422 invalid_input / service_error, 423 locked, 429
+  rate_limit_exceeded, 500 server_error, 502 bad_gateway, 503 unavailable, 504 timeout);
+  hcloud-go's own tests answer service_error with 422 too (``hcloud/client_test.go``).
+- A server type not sold in a location: ``invalid_input`` (422), "unsupported location for
+  server type"; the API has no code of its own for it (seen in the field:
+  testflows/TestFlows-GitHub-Hetzner-Runners#96, autobase-tech/autobase#1403).
+- Out of capacity: ``resource_unavailable`` (412), "error during placement"
+  (hetznercloud/terraform-provider-hcloud#531, pulumi/pulumi-hcloud#104).
+- ``placement_error``: listed for POST /servers by the reference and hcloud-go
+  (``hcloud/error.go``: "an error during the placement occurred"); its status and message are
+  not documented and not confirmed. This fake answers 412 "error during placement".
+- Quota: ``resource_limit_exceeded`` (403), "server limit exceeded"
+  (hetzneronline/community-content#933, mysticaltech/terraform-hcloud-kube-hetzner#760).
+- A taken name: ``uniqueness_error`` (409), "server name is already used"
+  (23technologies/gardener-extension-provider-hcloud#10).
+- ``locked`` (423): "cannot perform operation because server is locked"
+  (hetznercloud/terraform-provider-hcloud#492; jenkinsci/hetzner-cloud-plugin#92 shows 423).
+- Rate limiting (reference, "Rate Limiting"): every answer, authenticated or not, carries
+  ``RateLimit-Limit`` (requests per hour, 3600 by default), ``RateLimit-Remaining`` and
+  ``RateLimit-Reset``, the unix time at which the budget is full again; the budget refills
+  gradually (1 request a second at 3600/h). Real headers seen in
+  hetznercloud/packer-plugin-hcloud#205. Whether a 429 also carries Retry-After is not
+  documented: this fake sends it only when a test injects it. The messages of 429,
+  ``conflict``, ``not_found``, ``unauthorized`` and the 5xx answers are not confirmed: they
+  are the reference's descriptions or placeholders.
 
 Knobs: ``unavailable`` {(server_type, location)} answers ``resource_unavailable``;
-``offered`` {server_type: {locations}} answers ``unsupported_location_for_server_type``
+``misplaced`` {(server_type, location)} answers ``placement_error``; ``offered``
+{server_type: {locations}} answers ``invalid_input`` "unsupported location for server type"
 elsewhere; ``quota`` caps servers (``resource_limit_exceeded``); ``fail_next`` queues
-(status, code, retry_after) answers for the next requests (429, 5xx, ...).
+(status, code, retry_after) answers for the next requests (429, 5xx, locked, ...);
+``create_then_fail`` queues (status, code) answers that POST /servers gives AFTER it made the
+server, and ``create_then_stall`` seconds it waits after making one before it answers (past a
+client's timeout); ``rate_limit`` and ``rate_limit_remaining`` are the budget, ``clock`` the
+time it refills by.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -32,11 +71,34 @@ SERVER_TYPES = {
     "cpx52": (12, 24.0, 480, "x86"), "ccx33": (8, 32.0, 240, "x86"), "cax21": (4, 8.0, 80, "arm"),
 }  # fmt: skip
 STATUS_OF = {
-    "invalid_input": 400, "unauthorized": 401, "forbidden": 403, "resource_limit_exceeded": 403,
-    "not_found": 404, "uniqueness_error": 409, "resource_in_use": 409,
-    "resource_unavailable": 412, "unsupported_location_for_server_type": 412, "locked": 423,
-    "rate_limit_exceeded": 429, "service_error": 503,
+    "json_error": 400, "unauthorized": 401, "token_readonly": 401, "forbidden": 403,
+    "maintenance": 403, "resource_limit_exceeded": 403, "not_found": 404,
+    "method_not_allowed": 405, "uniqueness_error": 409, "conflict": 409,
+    "resource_unavailable": 412, "placement_error": 412, "invalid_input": 422,
+    "service_error": 422, "unsupported_error": 422, "locked": 423, "protected": 423,
+    "rate_limit_exceeded": 429, "server_error": 500, "bad_gateway": 502, "unavailable": 503,
+    "timeout": 504,
+    "resource_in_use": 409,  # DELETE /firewalls' own code; its status is not documented
 }  # fmt: skip
+MESSAGES = {
+    "resource_unavailable": "error during placement",
+    "placement_error": "error during placement",
+    "resource_limit_exceeded": "server limit exceeded",
+    "uniqueness_error": "server name is already used",
+    "locked": "cannot perform operation because server is locked",
+    "conflict": "The resource has changed during the request, please retry",
+    "rate_limit_exceeded": "limit of requests per hour reached",
+    "unauthorized": "unable to authenticate",
+    "service_error": "Error within a service",
+    "server_error": "Error within the API backend",
+    "bad_gateway": "The request could not be answered by the API backend, please retry",
+    "unavailable": "A service or product is currently not available",
+    "timeout": "The request could not be answered in time, please retry",
+    "method_not_allowed": "The request method is not allowed",
+}
+UNSUPPORTED_LOCATION = "unsupported location for server type"
+HOUR = 3600.0
+Answer = tuple[int, Any, dict[str, str]]
 
 
 def iso(at: datetime) -> str:
@@ -90,10 +152,18 @@ class FakeHetzner:
         self.firewalls: dict[int, dict[str, Any]] = {}
         self.actions: dict[int, dict[str, Any]] = {}
         self.unavailable: set[tuple[str, str]] = set()
+        self.misplaced: set[tuple[str, str]] = set()
         self.offered: dict[str, set[str]] = {}
         self.quota: int | None = None
         self.fail_next: list[tuple[int, str, float | None]] = []
+        self.create_then_fail: list[tuple[int, str]] = []
+        self.create_then_stall: float | None = None
+        self.rate_limit = 3600
+        self.rate_limit_remaining = float(self.rate_limit)
+        self.clock: Callable[[], float] = time.time
+        self._refilled_at: float | None = None
         self.requests: list[tuple[str, str]] = []
+        self.stall_now: float | None = None
         self._next_id = 1000
         self._lock = threading.Lock()
         fake = self
@@ -116,14 +186,20 @@ class FakeHetzner:
                         self.command, url.path.removeprefix("/v1"), query, raw,
                         self.headers.get("Authorization", ""),
                     )  # fmt: skip
+                    stall, fake.stall_now = fake.stall_now, None
+                if stall:  # outside the lock: other requests go on meanwhile
+                    time.sleep(stall)
                 data = b"" if body is None else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for key, value in headers.items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the client gave up waiting (a stalled answer)
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = do_DELETE = _handle
 
@@ -189,17 +265,23 @@ class FakeHetzner:
 
     def answer(
         self, method: str, path: str, query: dict[str, str], raw: bytes, auth: str
-    ) -> tuple[int, Any, dict[str, str]]:
+    ) -> Answer:
+        """The answer to one request, with the rate-limit headers every answer carries."""
+        allowed = self._spend()
+        status, body, headers = self._answer(allowed, method, path, query, raw, auth)
+        return status, body, {**headers, **self.rate_limit_headers()}
+
+    def _answer(
+        self, allowed: bool, method: str, path: str, query: dict[str, str], raw: bytes, auth: str
+    ) -> Answer:
+        if not allowed:
+            return self._error("rate_limit_exceeded")
         if auth != f"Bearer {TOKEN}":
-            return self._error("unauthorized", "unable to authenticate")
+            return self._error("unauthorized")
         if self.fail_next:
             status, code, retry_after = self.fail_next.pop(0)
             headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
-            return (
-                status,
-                {"error": {"code": code, "message": f"injected {code}", "details": {}}},
-                headers,
-            )
+            return status, _error_body(code, MESSAGES.get(code, f"injected {code}")), headers
         try:
             body = json.loads(raw) if raw else {}
         except ValueError:
@@ -224,16 +306,33 @@ class FakeHetzner:
             return self._firewalls(method, item, query, body)
         return self._error("not_found", f"no route {method} {path}")
 
-    def _error(self, code: str, message: str) -> tuple[int, Any, dict[str, str]]:
-        return (
-            STATUS_OF.get(code, 400),
-            {"error": {"code": code, "message": message, "details": {}}},
-            {},
-        )
+    def _error(self, code: str, message: str | None = None) -> Answer:
+        return STATUS_OF[code], _error_body(code, message or MESSAGES[code]), {}
 
-    def _page(
-        self, key: str, items: list[dict[str, Any]], query: dict[str, str]
-    ) -> tuple[int, Any, dict[str, str]]:
+    # --- rate limiting (reference, "Rate Limiting") ----------------------------------------
+
+    def _spend(self) -> bool:
+        """Refill the budget for the time gone by, then take one request from it."""
+        now = self.clock()
+        if self._refilled_at is not None:
+            refill = (now - self._refilled_at) * self.rate_limit / HOUR
+            self.rate_limit_remaining = min(self.rate_limit, self.rate_limit_remaining + refill)
+        self._refilled_at = now
+        if self.rate_limit_remaining < 1:
+            return False
+        self.rate_limit_remaining -= 1
+        return True
+
+    def rate_limit_headers(self) -> dict[str, str]:
+        missing = self.rate_limit - self.rate_limit_remaining
+        reset = self.clock() + missing * HOUR / self.rate_limit
+        return {
+            "RateLimit-Limit": str(self.rate_limit),
+            "RateLimit-Remaining": str(math.floor(self.rate_limit_remaining)),
+            "RateLimit-Reset": str(math.ceil(reset)),
+        }
+
+    def _page(self, key: str, items: list[dict[str, Any]], query: dict[str, str]) -> Answer:
         per_page = min(int(query.get("per_page", 25)), 50)
         page = int(query.get("page", 1))
         last = max(1, -(-len(items) // per_page))
@@ -254,7 +353,7 @@ class FakeHetzner:
 
     def _servers(
         self, method: str, item: int | None, query: dict[str, str], body: dict[str, Any]
-    ) -> tuple[int, Any, dict[str, str]]:
+    ) -> Answer:
         if item is None and method == "GET":
             return self._page("servers", self._select(list(self.servers.values()), query), query)
         if item is None and method == "POST":
@@ -279,30 +378,28 @@ class FakeHetzner:
                 {"action": self._action("delete_server", [{"id": server["id"], "type": "server"}])},
                 {},
             )
-        return self._error("invalid_input", f"{method} not allowed")
+        return self._error("method_not_allowed")
 
-    def _create_server(self, body: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
+    def _create_server(self, body: dict[str, Any]) -> Answer:
         for field in ("name", "server_type", "image"):
             if not body.get(field):
                 return self._error("invalid_input", f"invalid input in field '{field}'")
         server_type, location = body["server_type"], body.get("location") or "fsn1"
         if server_type not in SERVER_TYPES:
-            return self._error("invalid_input", f"unknown server type {server_type!r}")
+            return self._error("invalid_input", f"server type {server_type} not found")
         if location not in LOCATIONS:
-            return self._error("invalid_input", f"unknown location {location!r}")
+            # the real text: hetznercloud/terraform-provider-hcloud#493
+            return self._error("invalid_input", f"location '{location}' not found")
         if server_type in self.offered and location not in self.offered[server_type]:
-            return self._error(
-                "unsupported_location_for_server_type",
-                f"{server_type} is not offered in {location}",
-            )
+            return self._error("invalid_input", UNSUPPORTED_LOCATION)
         if (server_type, location) in self.unavailable:
-            return self._error(
-                "resource_unavailable", f"{server_type} is unavailable in {location}"
-            )
+            return self._error("resource_unavailable")
+        if (server_type, location) in self.misplaced:
+            return self._error("placement_error")
         if any(s["name"] == body["name"] for s in self.servers.values()):
-            return self._error("uniqueness_error", "server name is already used")
+            return self._error("uniqueness_error")
         if self.quota is not None and len(self.servers) >= self.quota:
-            return self._error("resource_limit_exceeded", "server limit reached for this project")
+            return self._error("resource_limit_exceeded")
         if len(body.get("user_data", "").encode()) > 32 * 1024:
             return self._error("invalid_input", "user_data is too long (at most 32 KiB)")
         server = self.add_server(body["name"], body.get("labels", {}), None, server_type, location)
@@ -314,6 +411,10 @@ class FakeHetzner:
             firewall["applied_to"].append({"type": "server", "server": {"id": server["id"]}})
             server["public_net"]["firewalls"].append({"id": firewall["id"], "status": "applied"})
         action = self._action("create_server", [{"id": server["id"], "type": "server"}])
+        if self.create_then_fail:  # made, and then the answer is lost to an error
+            status, code = self.create_then_fail.pop(0)
+            return status, _error_body(code, MESSAGES.get(code, code)), {}
+        self.stall_now = self.create_then_stall
         return (
             201,
             {"server": server, "action": action, "next_actions": [], "root_password": None},
@@ -322,7 +423,7 @@ class FakeHetzner:
 
     def _firewalls(
         self, method: str, item: int | None, query: dict[str, str], body: dict[str, Any]
-    ) -> tuple[int, Any, dict[str, str]]:
+    ) -> Answer:
         if item is None and method == "GET":
             return self._page(
                 "firewalls", self._select(list(self.firewalls.values()), query), query
@@ -348,4 +449,8 @@ class FakeHetzner:
                 return self._error("resource_in_use", "firewall is still applied to servers")
             del self.firewalls[firewall["id"]]
             return 204, None, {}
-        return self._error("invalid_input", f"{method} not allowed")
+        return self._error("method_not_allowed")
+
+
+def _error_body(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": {}}}

@@ -51,8 +51,8 @@ def test_the_runtime_runs_the_image_on_loopback_with_labels(docker_images: str) 
         run = JobRun("j", "a1", "/render", {"gameId": "g"}, None, time.monotonic(), 1.0)
         run.start(runtime.port, on_done=lambda: None)
         assert run.done.wait(30)
-        assert run.report is not None and run.report["status"] == "success"
-        assert run.report["result"]["url"].endswith("/g.mp4")
+        assert run.report is not None and run.report.status == "success"
+        assert run.report.result["url"].endswith("/g.mp4")
     finally:
         runtime.stop()
     assert _inspect("sp00ky-m-test-backend") is None  # stopped and removed

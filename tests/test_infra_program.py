@@ -60,7 +60,7 @@ def _config(tmp_path: Path) -> Any:
     return load_config(path)
 
 
-def _run_program(tmp_path: Path, provider: str, machines: dict[str, list[str]]) -> Mocks:
+def _run_program(tmp_path: Path, provider: str, machines: dict[str, Any]) -> Mocks:
     from sp00ky_infra.infra.program import build
 
     mocks = Mocks()
@@ -228,3 +228,50 @@ def test_user_data_past_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(cloud_init, "USER_DATA_LIMIT", 1000)
     with pytest.raises(UserDataTooLarge, match="Hetzner takes at most 1000"):
         cloud_init.user_data("m", "u", "t")
+
+
+def test_a_machine_keeps_the_revision_it_runs_until_it_is_destroyed(tmp_path: Path) -> None:
+    """After a deploy the old machines drain under their own revision: the program labels each
+    machine with the revision the stack gives it, new ones with the pool's."""
+    machines = {"render": {"render-old": "r-before", "render-new": None}, "batch": {}}
+    mocks = _run_program(tmp_path, "hetzner", machines)
+    config = _config(tmp_path)
+    current = config.backend_for("render").revision(config.pools["render"])
+    revisions = {
+        m.name: m.inputs["labels"]["sp00ky/revision"]
+        for m in _of_type(mocks, "pulumi-python:dynamic:Resource")
+    }
+    assert revisions == {"render-old": "r-before", "render-new": current}
+
+
+def test_a_run_by_hand_keeps_every_machine_that_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sp00ky_infra.infra.existing import CannotTell, machines_for_run
+    from sp00ky_infra.shared.desired import Desired
+    from tests.fake_hetzner import TOKEN, FakeHetzner
+
+    stale = Desired.parse({"render": ["render-a1"]})  # a checkout's old sp00ky:machines
+    with FakeHetzner() as fake:
+        running = {"sp00ky/project": "shop", "sp00ky/pool": "render", "sp00ky/revision": "r0"}
+        fake.add_server("render-b2", {**running, "sp00ky/machine": "render-b2"})
+        fake.add_server("other-c3", {**running, "sp00ky/project": "other",
+                                     "sp00ky/machine": "other-c3"})  # fmt: skip
+        monkeypatch.setenv("HCLOUD_ENDPOINT", fake.url)
+        monkeypatch.setenv("HCLOUD_TOKEN", TOKEN)
+        kept, added = machines_for_run(stale, "hetzner", "shop", None)
+        assert kept.as_json() == {"render": {"render-a1": None, "render-b2": "r0"}}
+        assert added == ["render-b2"]
+        # the controller's own run is the owner: it takes machines away
+        assert machines_for_run(stale, "hetzner", "shop", "controller") == (stale, [])
+        monkeypatch.setenv("HCLOUD_TOKEN", "wrong")
+        with pytest.raises(CannotTell, match="cannot list project shop's servers"):
+            machines_for_run(stale, "hetzner", "shop", None)
+
+
+def test_the_stacks_machines_are_read_in_both_forms_and_refused_otherwise() -> None:
+    from sp00ky_infra.shared.desired import Desired, DesiredError
+
+    assert Desired.parse({"render": ["a"]}).of("render") == {"a": None}
+    assert Desired.parse({"render": {"a": "r1"}}).of("render") == {"a": "r1"}
+    assert Desired.parse(None).pools == []
+    with pytest.raises(DesiredError, match=r"sp00ky:machines\.render must be a list"):
+        Desired.parse({"render": "a"})

@@ -15,12 +15,13 @@ from typing import Any
 
 import grpc
 import pytest
+import requests
 from google.protobuf import struct_pb2
 from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI
-from sp00ky_infra.infra.machine import HetznerMachineProvider
+from sp00ky_infra.infra.machine import HetznerMachineProvider, create_server
 from tests.fake_hetzner import TOKEN, FakeHetzner
 from tests.helpers import ROOT
 
@@ -102,8 +103,32 @@ def test_the_server_type_fallback_when_every_location_lacks_the_type(
     assert dict(created.properties)["skipped"] == [
         "cpx42@fsn1: resource_unavailable",
         "cpx42@nbg1: resource_unavailable",
-        "ccx33@fsn1: unsupported_location_for_server_type",
+        "ccx33@fsn1: invalid_input (unsupported location for server type)",
     ]
+
+
+def test_the_unsupported_location_answer_is_hetzners_own() -> None:
+    with FakeHetzner() as fake:
+        fake.offered["ccx33"] = {"nbg1"}
+        answer = requests.post(
+            f"{fake.url}/servers",
+            json={"name": "m", "server_type": "ccx33", "image": "debian-12", "location": "fsn1"},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=10,
+        )
+    assert answer.status_code == 422
+    assert answer.json()["error"] == {
+        "code": "invalid_input",
+        "message": "unsupported location for server type",
+        "details": {},
+    }
+
+
+def test_a_placement_error_moves_on_to_the_next_location(fake: FakeHetzner, host: Any) -> None:
+    fake.misplaced.add(("cpx42", "fsn1"))
+    created = _create(host, _props())
+    assert fake.servers[int(created.id)]["location"]["name"] == "nbg1"
+    assert dict(created.properties)["skipped"] == ["cpx42@fsn1: placement_error"]
 
 
 def test_all_out_of_capacity_is_a_clear_error(fake: FakeHetzner, host: Any) -> None:
@@ -120,7 +145,7 @@ def test_a_quota_refusal_is_not_retried_elsewhere(fake: FakeHetzner, host: Any) 
     fake.quota = 0
     with pytest.raises(grpc.RpcError) as caught:
         _create(host, _props())
-    assert "resource_limit_exceeded" in caught.value.details()
+    assert "resource_limit_exceeded: server limit exceeded (HTTP 403)" in caught.value.details()
     assert [r for r in fake.requests if r[0] == "POST"] == [("POST", "/v1/servers")]
 
 
@@ -132,18 +157,86 @@ def test_deleting_a_server_that_is_gone_succeeds(fake: FakeHetzner, host: Any) -
     host.Delete(request, timeout=60)  # already gone: done, not an error
 
 
-def test_a_revision_change_asks_for_a_replacement_a_new_token_does_not(
+def _diff(host: Any, olds: dict[str, Any], news: dict[str, Any]) -> Any:
+    request = provider_pb2.DiffRequest(id="1", urn=URN, olds=_struct(olds), news=_struct(news))
+    return host.Diff(request, timeout=60)
+
+
+def test_a_deploy_never_replaces_a_server_and_labels_change_in_place(
     fake: FakeHetzner, host: Any
 ) -> None:
-    olds = _props()
-    same_revision = _props(user_data="#cloud-config\n{write_files: []}\n")
-    new_revision = _props(labels={**olds["labels"], "sp00ky/revision": "r2"})
-    for news, replaces in ((same_revision, []), (new_revision, ["labels"])):
-        diff = host.Diff(
-            provider_pb2.DiffRequest(id="1", urn=URN, olds=_struct(olds), news=_struct(news)),
-            timeout=60,
-        )
-        assert list(diff.replaces) == replaces
+    created = _create(host, _props())
+    olds = dict(created.properties)
+    labels = olds["labels"]
+    # What matters to new machines only: no change at all, so no API call.
+    for news in (
+        _props(user_data="#cloud-config\n{write_files: []}\n"),  # a fresh join token
+        _props(server_type="cx33", fallback_types=[], locations=["hel1"], image="debian-13"),
+        _props(firewall_ids=["4242"]),
+        _props(labels={**labels, "sp00ky/revision": "r2"}),  # it keeps its own revision
+    ):
+        diff = _diff(host, olds, news)
+        assert list(diff.replaces) == []
+        assert diff.changes == provider_pb2.DiffResponse.DIFF_NONE
+    # A deploy that also changes a label: an in-place change, never a replacement.
+    news = _props(labels={**labels, "sp00ky/revision": "r2", "sp00ky/limit": "8"})
+    diff = _diff(host, olds, news)
+    assert list(diff.replaces) == [] and diff.changes == provider_pb2.DiffResponse.DIFF_SOME
+    before = len(fake.requests)
+    updated = host.Update(
+        provider_pb2.UpdateRequest(
+            id=created.id, urn=URN, olds=created.properties, news=_struct(news)
+        ),
+        timeout=60,
+    )
+    server = fake.servers[int(created.id)]
+    assert server["labels"] == {**labels, "sp00ky/limit": "8"}  # revision r1: its own
+    assert dict(dict(updated.properties)["labels"]) == server["labels"]
+    assert fake.requests[before:] == [("PUT", f"/v1/servers/{created.id}")]
+    assert list(fake.servers) == [int(created.id)]  # the same server, never a second one
+
+
+def test_a_create_answered_with_a_5xx_after_the_server_was_made_returns_that_server(
+    fake: FakeHetzner, host: Any
+) -> None:
+    fake.create_then_fail = [(504, "timeout")]
+    created = _create(host, _props())
+    assert list(fake.servers) == [int(created.id)]
+    posts = [r for r in fake.requests if r[0] == "POST"]
+    assert posts == [("POST", "/v1/servers")]  # looked up by name, not created again
+    assert ("GET", "/v1/servers") in fake.requests
+
+
+def test_a_create_that_times_out_after_the_server_was_made_returns_that_server(
+    fake: FakeHetzner,
+) -> None:
+    fake.create_then_stall = 2.0
+    api = HetznerAPI(TOKEN, fake.url, timeout=0.3, wait=lambda *_: 0.0, sleep=lambda _: None)
+    server, skipped = create_server(api, _props())
+    assert list(fake.servers) == [server.id] and skipped == []
+    assert server.name == "render-a1" and server.labels["sp00ky/machine"] == "render-a1"
+    assert [r for r in fake.requests if r[0] == "POST"] == [("POST", "/v1/servers")]
+
+
+def test_a_create_that_failed_before_making_the_server_is_tried_again(
+    fake: FakeHetzner,
+) -> None:
+    fake.fail_next = [(503, "unavailable", None)]
+    api = HetznerAPI(TOKEN, fake.url, wait=lambda *_: 0.0, sleep=lambda _: None)
+    server, _ = create_server(api, _props())
+    assert list(fake.servers) == [server.id]
+    assert [r[0] for r in fake.requests] == ["POST", "GET", "POST"]
+
+
+def test_deleting_a_locked_server_waits_for_it(fake: FakeHetzner, host: Any) -> None:
+    created = _create(host, _props())
+    fake.fail_next = [(423, "locked", None)]
+    request = provider_pb2.DeleteRequest(id=created.id, urn=URN, properties=created.properties)
+    host.Delete(request, timeout=60)
+    assert fake.servers == {}
+    assert [r for r in fake.requests if r[0] == "DELETE"] == [
+        ("DELETE", f"/v1/servers/{created.id}")
+    ] * 2
 
 
 def test_the_token_is_read_at_run_time_and_never_stored(fake: FakeHetzner, host: Any) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sp00ky_infra.config.errors import ConfigError
+
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"  # where docker.io's Registry API answers
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -21,7 +23,7 @@ MAX_NAME = 255
 EXAMPLE = "ghcr.io/acme/renderer:1.4 or ghcr.io/acme/renderer@sha256:<64 hex digits>"
 
 
-class ImageReferenceError(ValueError):
+class ImageReferenceError(ConfigError, ValueError):
     """Not an image reference a deploy can pin; the message says what is wrong."""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request
@@ -11,8 +12,18 @@ from pydantic import BaseModel, Field
 
 from sp00ky_infra import __version__
 from sp00ky_infra.controller import admin
-from sp00ky_infra.controller.core import Controller, ControllerError, Unauthorized
-from sp00ky_infra.store import StoreError
+from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.errors import AGENT_STATUS, ControllerError, Unauthorized, http_status
+from sp00ky_infra.store import JobNotFound, StoreError
+
+# What each error answers with; ``http_status`` takes the exception's most specific class
+# listed here. Checked in one place, ``problem`` below.
+ADMIN_STATUS: Mapping[type[Exception], int] = {
+    **AGENT_STATUS,
+    admin.NotFound: 404,  # no such pool or machine
+    JobNotFound: 404,
+    StoreError: 409,  # the store refused: a conflict, an invalid job, a full queue
+}
 
 
 class StartJob(BaseModel):
@@ -40,13 +51,9 @@ def admin_app(controller: Controller) -> FastAPI:
     )
 
     @app.exception_handler(ControllerError)
-    async def problem(_: Request, exc: ControllerError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=exc.status)
-
     @app.exception_handler(StoreError)
-    async def refused(_: Request, exc: StoreError) -> JSONResponse:
-        status = 404 if type(exc).__name__ == "JobNotFound" else 409
-        return JSONResponse({"error": str(exc)}, status_code=status)
+    async def problem(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=http_status(exc, ADMIN_STATUS))
 
     @app.get("/pools")
     def pools() -> list[dict[str, Any]]:

@@ -12,9 +12,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from sp00ky_infra import __version__
-from sp00ky_infra.controller.core import Controller, ControllerError, Unauthorized
+from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.errors import AGENT_STATUS, ControllerError, Unauthorized, http_status
 from sp00ky_infra.controller.hub import Hub
 from sp00ky_infra.controller.protocol import (
+    Ack,
     JoinReply,
     JoinRequest,
     PollReply,
@@ -54,7 +56,7 @@ def agents_app(controller: Controller, hub: Hub) -> FastAPI:
 
     @app.exception_handler(ControllerError)
     async def problem(_: Request, exc: ControllerError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        return JSONResponse({"error": str(exc)}, status_code=http_status(exc, AGENT_STATUS))
 
     @app.get("/v1/health")
     def health() -> dict[str, object]:
@@ -68,10 +70,10 @@ def agents_app(controller: Controller, hub: Hub) -> FastAPI:
     @app.post("/v1/machines/{name}/ready", responses=ERRORS)
     def ready(
         name: str, body: ReadyRequest, authorization: Annotated[str | None, Header()] = None
-    ) -> dict[str, bool]:
+    ) -> Ack:
         """The backend answers its healthcheck (ok), or never will (a failed boot)."""
         controller.ready(name, _session(authorization), body.ok, body.reason)
-        return {"ok": True}
+        return Ack(ok=True)
 
     @app.post("/v1/machines/{name}/poll", responses=ERRORS)
     async def poll(
@@ -111,11 +113,9 @@ def agents_app(controller: Controller, hub: Hub) -> FastAPI:
         return ResultReply(job_status=status)
 
     @app.post("/v1/machines/{name}/drained", responses=ERRORS)
-    def drained(
-        name: str, authorization: Annotated[str | None, Header()] = None
-    ) -> dict[str, bool]:
+    def drained(name: str, authorization: Annotated[str | None, Header()] = None) -> Ack:
         """The agent finished its jobs after a drain and is leaving."""
         controller.drained(name, _session(authorization))
-        return {"ok": True}
+        return Ack(ok=True)
 
     return app

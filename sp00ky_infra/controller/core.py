@@ -1,10 +1,6 @@
 """The controller's state and the agents' operations: join, ready, poll, result, drained.
 
-ControllerError (root); each carries the HTTP status the agents' endpoint answers with.
-├── Unauthorized   a bad join token or session                        401
-├── Gone           the machine is failed or destroyed: the agent should exit   410
-├── NotLeader      another controller leads this store                 503
-└── Refusal        a stale attempt, or a state that does not allow it  409
+Its errors (ControllerError and below, with their HTTP statuses) are in ``errors.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sp00ky_infra.config import Backend, Config, Pool
+from sp00ky_infra.controller.errors import ControllerError as ControllerError
+from sp00ky_infra.controller.errors import Gone as Gone
+from sp00ky_infra.controller.errors import NotLeader as NotLeader
+from sp00ky_infra.controller.errors import Refusal as Refusal
+from sp00ky_infra.controller.errors import Unauthorized as Unauthorized
 from sp00ky_infra.controller.protocol import (
     AgentSettings,
     Assignment,
@@ -39,26 +40,6 @@ from sp00ky_infra.store.machines import Machine, MachineNotFound
 
 log = logging.getLogger("sp00ky.controller")
 MAX_EVENTS = 200
-
-
-class ControllerError(Exception):
-    status = 500
-
-
-class Unauthorized(ControllerError):
-    status = 401
-
-
-class Gone(ControllerError):
-    status = 410
-
-
-class NotLeader(ControllerError):
-    status = 503
-
-
-class Refusal(ControllerError):
-    status = 409
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@
 
 Either way the pinned reference (digest or image id) is part of the pool's revision.
 
-ImagesError (root): the message names the pool, the backend and what to set.
-└── UnknownImage   a machine asked for an image this controller does not serve (404)
+ImagesError (a ControllerError): the message names the pool, the backend and what to set.
+└── UnknownImage   a machine asked for an image this controller does not serve (409)
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from docker.errors import APIError, BuildError, DockerException, ImageNotFound
 
 from sp00ky_infra.config import Config
 from sp00ky_infra.config.images import parse_image
+from sp00ky_infra.controller.errors import ControllerError, Refusal
 from sp00ky_infra.controller.registry import RegistryAuth, RegistryError, Resolver
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.names import pool_image
@@ -36,12 +37,12 @@ log = logging.getLogger("sp00ky.controller")
 CHUNK_BYTES = 1 << 20  # docker save is read and sent 1 MiB at a time
 
 
-class ImagesError(Exception):
+class ImagesError(ControllerError):
     """A pool's image cannot be settled; the message says what to set."""
 
 
-class UnknownImage(ImagesError):
-    pass
+class UnknownImage(ImagesError, Refusal):
+    """A machine asked for an image this controller does not serve (409: never retried)."""
 
 
 @dataclass(frozen=True, slots=True)

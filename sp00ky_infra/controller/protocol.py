@@ -1,6 +1,8 @@
 """The agents' protocol, version 1: JSON shapes of /v1 on the pool listener.
 
-The agent (standard library + requests only) speaks the same shapes as plain dicts.
+The agent (standard library + requests only) mirrors every message here as a frozen dataclass
+in ``agent/protocol.py``; ``tests/test_protocol_agreement.py`` holds the two to the same
+messages, fields, optional fields and defaults. Change both, or that test fails.
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ class JoinReply(BaseModel):
 class ReadyRequest(BaseModel):
     ok: bool
     reason: str | None = None
+
+
+class Ack(BaseModel):
+    """The answer to ready and drained."""
+
+    ok: bool
 
 
 class RunningAttempt(BaseModel):

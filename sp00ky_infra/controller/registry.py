@@ -12,7 +12,7 @@ Credentials come from a docker ``config.json`` (the convention ``docker login`` 
 ``user:password``) or ``username``/``password`` are read; credential helpers are not run.
 They travel to a machine only in its join reply, over the agent's authenticated connection.
 
-RegistryError (root): the message names the image and what to do.
+RegistryError (a ControllerError): the message names the image and what to do.
 ├── ImageNotFound      the registry has no such repository, tag or digest
 └── RegistryDenied     no credentials for the registry, or refused ones
 """
@@ -31,6 +31,7 @@ from pathlib import Path
 import requests
 
 from sp00ky_infra.config.images import DOCKER_HUB, ImageReference
+from sp00ky_infra.controller.errors import ControllerError
 
 MANIFEST_TYPES = ", ".join(
     (
@@ -45,7 +46,7 @@ ATTEMPTS = 4  # a registry that does not answer: 4 tries over about 3 s, then th
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
 
 
-class RegistryError(Exception):
+class RegistryError(ControllerError):
     """The image cannot be resolved; the message names it and says what to do."""
 
 

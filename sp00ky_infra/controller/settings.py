@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sp00ky_infra.config.durations import DurationError, parse_duration
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE, Pool
+from sp00ky_infra.controller.errors import ControllerError
 from sp00ky_infra.controller.registry import default_auth_file
 from sp00ky_infra.policy.breaker import FIRST_PAUSE_SECONDS, MAX_PAUSE_SECONDS
 from sp00ky_infra.shared.tokens import JOIN_TTL_SECONDS
@@ -34,8 +35,9 @@ TIMING_KEYS = {
 }
 
 
-class SettingsError(ValueError):
-    """A setting is missing or malformed; the message names the variable."""
+class SettingsError(ControllerError, ValueError):
+    """A setting is missing or malformed; the message names the variable. Still a
+    ValueError, as it was before the controller had one exception root."""
 
 
 @dataclass(frozen=True, slots=True)

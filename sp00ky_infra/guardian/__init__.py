@@ -25,7 +25,7 @@ log = logging.getLogger("sp00ky.guardian")
 
 
 class GuardianError(Exception):
-    pass
+    """The guardian's root: a pass that could not do its work; the message says why."""
 
 
 class Incomplete(GuardianError):

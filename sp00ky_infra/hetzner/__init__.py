@@ -5,7 +5,15 @@ the guardian all use this part; it uses nothing of theirs.
 """
 
 from sp00ky_infra.hetzner.client import HetznerAPI, backoff
-from sp00ky_infra.hetzner.domain import Firewall, Server
+from sp00ky_infra.hetzner.domain import Firewall, RateLimit, Server
 from sp00ky_infra.hetzner.errors import UNAVAILABLE, HcloudError
 
-__all__ = ["UNAVAILABLE", "Firewall", "HcloudError", "HetznerAPI", "Server", "backoff"]
+__all__ = [
+    "UNAVAILABLE",
+    "Firewall",
+    "HcloudError",
+    "HetznerAPI",
+    "RateLimit",
+    "Server",
+    "backoff",
+]

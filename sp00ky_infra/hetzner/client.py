@@ -1,8 +1,29 @@
 """A small Hetzner Cloud API client: everything goes through one ``request()`` seam.
 
-Errors are HcloudError with the API's own code and HTTP status (``errors.py``). 429 (honouring
-Retry-After) and 5xx answers are retried with backoff; the timing is an injected function, so
-tests run without sleeping for real. Listings come back as typed records (``domain.py``).
+Errors are HcloudError with the API's own code and HTTP status (``errors.py``); listings and
+records come back typed (``domain.py``). Waiting is two injected functions, ``wait`` (how long
+before retry n) and ``sleep``, and ``clock`` reads the time, so tests never sleep for real.
+
+What is retried, and why (the API reference, https://docs.hetzner.cloud/reference/cloud, and
+the official clients: hetznercloud/hcloud-python ``hcloud/_client.py`` retries
+rate_limit_exceeded, conflict, bad_gateway, timeout and read timeouts with a capped
+exponential backoff; hetznercloud/hcloud-go ``hcloud/client_handler_retry.go`` likewise):
+
+- 429 ``rate_limit_exceeded``, any method: the API refused before doing anything. The wait is
+  Retry-After when an answer carries it (the reference does not say the API sends it), else
+  until ``RateLimit-Reset``, a unix timestamp (reference, "Rate Limiting"; hcloud-go parses it
+  with ``time.Unix``). Reset is when the budget is *full* again and it refills gradually (at
+  3600/h one request a second), so the wait is capped at ``rate_limit_wait_cap``: after a
+  429 Reset is about an hour away, while a few seconds already buy requests back.
+- 5xx and no answer at all (connection error, client-side timeout): retried for GET, PUT and
+  DELETE, which are idempotent. Never for POST: a POST that times out or gets a 5xx may have
+  taken effect, and ``POST /servers`` is not idempotent, so ``create_server`` looks the
+  server up by name (``GET /servers?name=``) before it tries again, and never creates it
+  twice (names are unique per project, so a late first attempt makes a second one fail
+  with ``uniqueness_error``, which is then answered by the lookup too).
+- ``locked`` (423) and ``conflict`` (409) on a delete: tried again ``busy_tries`` times with
+  the backoff (a server is locked while an action such as its creation runs). One try by
+  default, as before; the Pulumi provider asks for more.
 """
 
 from __future__ import annotations
@@ -15,23 +36,30 @@ from typing import Any
 
 import requests
 
-from sp00ky_infra.hetzner.domain import Firewall, Server
+from sp00ky_infra.hetzner.domain import Firewall, RateLimit, Server, header_number
 from sp00ky_infra.hetzner.errors import (
+    BUSY,
     INVALID_RESPONSE,
     NOT_FOUND,
     UNAUTHORIZED,
+    UNIQUENESS_ERROR,
     UNREACHABLE,
     HcloudError,
 )
 
 DEFAULT_ENDPOINT = "https://api.hetzner.cloud/v1"  # HCLOUD_ENDPOINT, as the Terraform provider
 MAX_TRIES = 5
-PER_PAGE = 50
+PER_PAGE = 50  # the API's maximum page size (reference, "Pagination")
+TIMEOUT_SECONDS = 30.0
+# The longest wait for a 429: RateLimit-Reset is when the budget is full again, about an hour
+# after it ran out, while it refills at limit/3600 requests a second.
+RATE_LIMIT_WAIT_CAP_SECONDS = 60.0
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 
 
 def backoff(attempt: int, retry_after: float | None = None) -> float:
-    """Seconds before retry ``attempt`` (1-based): Retry-After when the API gave it, else
-    exponential from 1 s with jitter, capped at 30 s."""
+    """Seconds before retry ``attempt`` (1-based): ``retry_after`` when the answer said how
+    long, else exponential from 1 s with jitter, capped at 30 s."""
     if retry_after is not None:
         return retry_after
     return min(30.0, 2.0 ** (attempt - 1)) * random.uniform(0.75, 1.0)
@@ -46,7 +74,10 @@ class HetznerAPI:
         wait: Callable[[int, float | None], float] = backoff,
         sleep: Callable[[float], None] = time.sleep,
         max_tries: int = MAX_TRIES,
-        timeout: float = 30.0,
+        timeout: float = TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.time,
+        busy_tries: int = 1,
+        rate_limit_wait_cap: float = RATE_LIMIT_WAIT_CAP_SECONDS,
     ) -> None:
         if not token:
             raise HcloudError(UNAUTHORIZED, "HCLOUD_TOKEN is not set; create an API token")
@@ -57,6 +88,10 @@ class HetznerAPI:
         self.sleep = sleep
         self.max_tries = max_tries
         self.timeout = timeout
+        self.clock = clock
+        self.busy_tries = busy_tries
+        self.rate_limit_wait_cap = rate_limit_wait_cap
+        self.rate_limit: RateLimit | None = None  # as of the last answer
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> HetznerAPI:
@@ -69,24 +104,39 @@ class HetznerAPI:
         )
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        """One API call; retried on 429 and 5xx, otherwise an HcloudError on any error."""
+        """One API call, retried as the module docstring says; an HcloudError otherwise."""
+        retry_unknown = method.upper() in IDEMPOTENT
         for attempt in range(1, self.max_tries + 1):
+            last = attempt == self.max_tries
             try:
                 answer = self.session.request(
                     method, f"{self.endpoint}{path}", timeout=self.timeout, **kwargs
                 )
             except requests.RequestException as exc:
-                if attempt == self.max_tries:
+                if last or not retry_unknown:
                     raise HcloudError(UNREACHABLE, f"{method} {path}: {exc}") from exc
                 self.sleep(self.wait(attempt, None))
                 continue
-            retryable = answer.status_code == 429 or answer.status_code >= 500
-            if retryable and attempt < self.max_tries:
-                retry_after = answer.headers.get("Retry-After")
-                self.sleep(self.wait(attempt, float(retry_after) if retry_after else None))
+            self.rate_limit = RateLimit.from_headers(answer.headers) or self.rate_limit
+            if answer.status_code == 429 and not last:
+                self.sleep(self.wait(attempt, self._rate_limit_delay(answer.headers)))
+                continue
+            if answer.status_code >= 500 and retry_unknown and not last:
+                self.sleep(self.wait(attempt, header_number(answer.headers.get("Retry-After"))))
                 continue
             return _read(answer, method, path)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _rate_limit_delay(self, headers: Mapping[str, str]) -> float | None:
+        """Seconds to wait after a 429: Retry-After if given, else until RateLimit-Reset
+        (capped); None (the backoff decides) when neither says anything usable."""
+        retry_after = header_number(headers.get("Retry-After"))
+        if retry_after is not None:
+            return retry_after
+        reset = header_number(headers.get("RateLimit-Reset"))
+        if reset is None or reset <= self.clock():
+            return None
+        return min(reset - self.clock(), self.rate_limit_wait_cap)
 
     def paginate(self, path: str, key: str, **params: Any) -> Iterator[dict[str, Any]]:
         """Every item of a listing, page by page."""
@@ -100,7 +150,41 @@ class HetznerAPI:
     # --- servers -------------------------------------------------------------------------------
 
     def create_server(self, **body: Any) -> Server:
-        return Server.from_json(self.request("POST", "/servers", json=body)["server"])
+        """Create a server, at most once: after an answer that leaves the outcome unknown
+        (no answer, a timeout, a 5xx) the server is looked up by name first, and only
+        created again when it is not there."""
+        uncertain = False
+        for attempt in range(1, self.max_tries + 1):
+            try:
+                return Server.from_json(self.request("POST", "/servers", json=body)["server"])
+            except HcloudError as exc:
+                if not (exc.outcome_unknown or (uncertain and exc.code == UNIQUENESS_ERROR)):
+                    raise
+                found = self._made_by(body)
+                if found is not None:
+                    return found
+                if exc.code == UNIQUENESS_ERROR or attempt == self.max_tries:
+                    raise
+                uncertain = True
+                self.sleep(self.wait(attempt, None))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _made_by(self, body: Mapping[str, Any]) -> Server | None:
+        """The server an earlier attempt of ``body`` made: its name and every label match."""
+        server = self.server_named(body["name"])
+        wanted = body.get("labels") or {}
+        if server is None or any(server.labels.get(k) != v for k, v in wanted.items()):
+            return None
+        return server
+
+    def server_named(self, name: str) -> Server | None:
+        found = self.request("GET", "/servers", params={"name": name}).get("servers") or []
+        return Server.from_json(found[0]) if found else None
+
+    def update_server_labels(self, server_id: int | str, labels: Mapping[str, str]) -> Server:
+        """Replace a server's labels (PUT /servers/{id}; the API replaces the whole set)."""
+        body = self.request("PUT", f"/servers/{server_id}", json={"labels": dict(labels)})
+        return Server.from_json(body["server"])
 
     def delete_server(self, server_id: int | str) -> bool:
         """Delete a server; False when it was already gone."""
@@ -126,13 +210,18 @@ class HetznerAPI:
         return self._delete(f"/firewalls/{firewall_id}")
 
     def _delete(self, path: str) -> bool:
-        try:
-            self.request("DELETE", path)
-        except HcloudError as exc:
-            if exc.code == NOT_FOUND:
-                return False
-            raise
-        return True
+        for attempt in range(1, self.busy_tries + 1):
+            try:
+                self.request("DELETE", path)
+            except HcloudError as exc:
+                if exc.code == NOT_FOUND:
+                    return False
+                if exc.code in BUSY and attempt < self.busy_tries:
+                    self.sleep(self.wait(attempt, None))
+                    continue
+                raise
+            return True
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _read(answer: requests.Response, method: str, path: str) -> dict[str, Any]:

@@ -47,3 +47,33 @@ class Firewall:
         return cls(
             id=int(body["id"]), name=str(body["name"]), labels=dict(body.get("labels") or {})
         )
+
+
+def header_number(text: str | None) -> float | None:
+    """A header's number, or None when it is missing or not a number (an HTTP date)."""
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """The rate-limit headers the API sends on every answer
+    (https://docs.hetzner.cloud/reference/cloud#rate-limiting): ``limit`` requests per hour,
+    ``remaining`` now, and ``reset``, the unix time at which the budget is full again. The
+    budget refills gradually (at 3600/h, one request a second), so it is not a window edge.
+    hcloud-go reads Reset the same way (``hcloud/client_handler_rate_limit.go``)."""
+
+    limit: int
+    remaining: int
+    reset: float  # unix time
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str]) -> RateLimit | None:
+        limit = header_number(headers.get("RateLimit-Limit"))
+        remaining = header_number(headers.get("RateLimit-Remaining"))
+        reset = header_number(headers.get("RateLimit-Reset"))
+        if limit is None or remaining is None or reset is None:
+            return None
+        return cls(int(limit), int(remaining), reset)

@@ -6,8 +6,18 @@ at run time (the token is never stored in state). It lives in an importable modu
 serialized provider refers to it by name and the host imports it from the project's venv.
 
 create tries ``locations`` in order for ``server_type``, then each fallback type, moving on
-only when the API says that location or type is unavailable; it returns once the server
-exists. delete treats "not found" as done. A changed ``sp00ky/revision`` label replaces.
+only when the API says that location or type cannot take the server (``resource_unavailable``,
+``placement_error``, or ``invalid_input`` "unsupported location for server type"); a quota
+refusal (``resource_limit_exceeded``) is not tried elsewhere. It returns once the server
+exists, and never makes it twice (the client looks it up by name after an unknown outcome).
+delete treats "not found" as done and waits out ``locked``/``conflict``.
+
+The provider never replaces a server: a deploy is new machines under new names, made and
+drained by the controller (DESIGN.md, "Cloud labels"). A change of labels is an in-place
+update (PUT /servers/{id}), except that a server keeps its own ``sp00ky/revision``: it runs
+what it was made with until it is destroyed. Every other change (user-data with a fresh join
+token, server type, locations, fallback types, image, firewalls) matters to new machines only:
+no replacement, no API call.
 """
 
 from __future__ import annotations
@@ -15,17 +25,28 @@ from __future__ import annotations
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
+from pulumi.dynamic import (
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    Resource,
+    ResourceProvider,
+    UpdateResult,
+)
 
-from sp00ky_infra.hetzner import UNAVAILABLE, HcloudError, HetznerAPI, Server
-from sp00ky_infra.hetzner.errors import NOT_FOUND
+from sp00ky_infra.hetzner import HcloudError, HetznerAPI, Server
+from sp00ky_infra.hetzner.errors import INVALID_INPUT, NOT_FOUND
+from sp00ky_infra.infra.errors import InfraError
 from sp00ky_infra.shared import labels
 
 REVISION_LABEL = labels.REVISION
 DEFAULT_IMAGE = "debian-12"
+# Tries of a delete that finds the server locked (an action runs on it) or changing: with the
+# client's backoff (1, 2, 4, 8 s) about 15 s in all.
+BUSY_TRIES = 5
 
 
-class MachineError(Exception):
+class MachineError(InfraError):
     """No location or server type could take the machine, or the API refused it."""
 
 
@@ -53,15 +74,25 @@ def create_server(api: HetznerAPI, props: dict[str, Any]) -> tuple[Server, list[
             try:
                 return api.create_server(**body), skipped
             except HcloudError as exc:
-                if exc.code not in UNAVAILABLE:
+                if not exc.unavailable_here:
                     raise MachineError(
                         f"creating server {props['name']} ({server_type} in "
                         f"{location or 'any location'}) failed: {exc}"
                     ) from exc
-                skipped.append(f"{server_type}@{location or 'any'}: {exc.code}")
+                why = f"{exc.code} ({exc.message})" if exc.code == INVALID_INPUT else exc.code
+                skipped.append(f"{server_type}@{location or 'any'}: {why}")
     raise MachineError(
         f"no location or server type could take server {props['name']}; tried " + ", ".join(skipped)
     )
+
+
+def kept_labels(olds: dict[str, Any], news: dict[str, Any]) -> dict[str, str]:
+    """The labels an existing server should carry: the new ones, with its own revision."""
+    wanted = dict(news.get("labels") or {})
+    old = olds.get("labels") or {}
+    if REVISION_LABEL in old:
+        wanted[REVISION_LABEL] = old[REVISION_LABEL]
+    return wanted
 
 
 class HetznerMachineProvider(ResourceProvider):
@@ -78,19 +109,21 @@ class HetznerMachineProvider(ResourceProvider):
         return CreateResult(id_=str(server.id), outs=outs)
 
     def delete(self, id: str, props: dict[str, Any]) -> None:
-        HetznerAPI.from_env().delete_server(id)
+        HetznerAPI.from_env(busy_tries=BUSY_TRIES).delete_server(id)
 
     def diff(self, id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        """Only what the machine runs (its revision) or its name replaces it. A fresh join
-        token, new locations or types in the pool matter to new machines, not to this one."""
-        replaces = []
-        if (olds.get("labels") or {}).get(REVISION_LABEL) != (news.get("labels") or {}).get(
-            REVISION_LABEL
-        ):
-            replaces.append("labels")
-        if olds.get("name") != news.get("name"):
-            replaces.append("name")
-        return DiffResult(changes=bool(replaces), replaces=replaces, delete_before_replace=False)
+        """Never a replacement: only a change of labels (other than the revision) is a
+        change, made in place by ``update``."""
+        changed = kept_labels(olds, news) != dict(olds.get("labels") or {})
+        return DiffResult(changes=changed, replaces=[], delete_before_replace=False)
+
+    def update(self, id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        """Put the new labels on the server, keeping its own revision; the outputs stay
+        what the server is (its type, user-data, ...), with the labels it now carries."""
+        wanted = kept_labels(olds, news)
+        if wanted != dict(olds.get("labels") or {}):
+            HetznerAPI.from_env().update_server_labels(id, wanted)
+        return UpdateResult(outs={**olds, "labels": wanted})
 
     def read(self, id: str, props: dict[str, Any]) -> ReadResult:
         try:

@@ -2,7 +2,9 @@
 
 Components take typed args and parent their children; none reads Pulumi config (only the
 project's ``__main__.py`` does). The stack holds machine names, not counts
-(``sp00ky:machines``), so scaling down removes exactly the machine the controller chose.
+(``sp00ky:machines``), so scaling down removes exactly the machine the controller chose, and
+each machine's own revision, so a machine draining after a deploy keeps the labels of what it
+runs until it is destroyed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sp00ky_infra.infra.machine import HetznerMachine
 from sp00ky_infra.shared import labels as label
 from sp00ky_infra.shared import names
 from sp00ky_infra.shared.cloud_init import user_data
+from sp00ky_infra.shared.desired import Desired
 from sp00ky_infra.shared.tokens import STACK_JOIN_TTL_SECONDS, issue_join_token
 
 
@@ -29,8 +32,8 @@ class PoolArgs:
     project: str
     pool: Pool
     backend: str
-    revision: str
-    machines: Sequence[str]
+    revision: str  # what the pool's new machines run
+    machines: Mapping[str, str | None]  # name -> the revision it runs (None: the pool's)
     pool_url: str
     pool_secret: str
     config_root: str = "."
@@ -39,7 +42,8 @@ class PoolArgs:
 
 
 def labels(args: PoolArgs, machine: str | None = None) -> dict[str, str]:
-    """The labels every resource of a pool carries (DESIGN.md), plus the guardian's limit."""
+    """The labels every resource of a pool carries (DESIGN.md), plus the guardian's limit; a
+    machine's carry its name and the revision it runs."""
     found = {
         label.PROJECT: args.project,
         label.POOL: args.pool.name,
@@ -49,6 +53,7 @@ def labels(args: PoolArgs, machine: str | None = None) -> dict[str, str]:
     }
     if machine is not None:
         found[label.MACHINE] = machine
+        found[label.REVISION] = args.machines.get(machine) or args.revision
     return found
 
 
@@ -147,13 +152,15 @@ class DockerPool(pulumi.ComponentResource):
 def build(
     config: Config,
     provider: str,
-    machines: Mapping[str, Sequence[str]],
+    machines: Desired | Mapping[str, Sequence[str]],
     pool_url: str,
     pool_secret: str,
     project: str,
 ) -> dict[str, pulumi.ComponentResource]:
     """One component per pool of ``config``, with the machines the stack asks for."""
-    unknown = sorted(set(machines) - set(config.pools))
+    if not isinstance(machines, Desired):
+        machines = Desired.parse(machines)
+    unknown = sorted(set(machines.pools) - set(config.pools))
     if unknown:
         raise ValueError(
             f"sp00ky:machines names pools that sp00ky.yml does not declare: {', '.join(unknown)}"
@@ -173,7 +180,7 @@ def build(
             pool=pool,
             backend=backend.name,
             revision=backend.revision(pool),
-            machines=list(machines.get(name, [])),
+            machines=machines.of(name),
             pool_url=pool_url,
             pool_secret=pool_secret,
             config_root=config.root,

@@ -19,14 +19,16 @@ from typing import Any
 
 import yaml
 
+from sp00ky_infra.shared.errors import SharedError
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 CLOUD_INIT = ROOT / "cloud-init"
 AGENT = ROOT / "agent"
 USER_DATA_LIMIT = 32 * 1024  # Hetzner Cloud's limit on user-data
 
 
-class UserDataTooLarge(ValueError):
-    pass
+class UserDataTooLarge(SharedError, ValueError):
+    """The user-data is over Hetzner's limit; the message gives its size and the limit."""
 
 
 @functools.cache

@@ -14,6 +14,8 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
+from sp00ky_infra.shared.errors import SharedError
+
 # How long a join token is good for. A boot takes about a minute (machine-pools.txt, "Boot
 # time"), and a token is one-time anyway.
 JOIN_TTL_SECONDS = 900.0  # issued by the controller as it creates the machine: 15 min is ample
@@ -22,7 +24,7 @@ JOIN_TTL_SECONDS = 900.0  # issued by the controller as it creates the machine: 
 STACK_JOIN_TTL_SECONDS = 3600.0
 
 
-class TokenError(Exception):
+class TokenError(SharedError):
     """A join token that is malformed, forged, expired or for another machine."""
 
 

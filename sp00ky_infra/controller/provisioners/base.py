@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sp00ky_infra.controller.errors import ControllerError
 
-class ProvisionerError(Exception):
+
+class ProvisionerError(ControllerError):
     """A provisioner failed; the message says what and why."""
 
 

@@ -1,0 +1,238 @@
+"""The agents' protocol, version 1, as the agent speaks it: the JSON shapes of /v1.
+
+A standard-library mirror of the controller's pydantic models
+(``sp00ky_infra/controller/protocol.py``): the same messages, field names, optional fields and
+defaults; ``tests/test_protocol_agreement.py`` fails when the two differ. Each message is a
+frozen dataclass; ``Message.from_json`` checks what the controller sent, field by field, and
+raises ProtocolError naming the message, the field and what was expected; ``to_json`` gives
+what the agent sends. Fields the agent does not know are ignored, as the controller does.
+
+    agent sends                      controller answers
+    POST /v1/join      JoinRequest   JoinReply (BackendInfo, AgentSettings)
+    POST .../ready     ReadyRequest  Ack
+    POST .../poll      PollRequest   PollReply (Assignment, Stop)
+    POST .../result    ResultRequest ResultReply
+    POST .../drained   (no body)     Ack
+    any error answer                 Problem
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Self, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from agent.errors import ProtocolError
+
+
+class Message:
+    """A message of the protocol: parsed and dumped by its dataclass fields' annotations."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_json(cls, data: object) -> Self:
+        """The message in ``data`` (decoded JSON), checked; ProtocolError if it is not one."""
+        return _message(cls, data, cls.__name__)
+
+    def to_json(self) -> dict[str, Any]:
+        """The message as JSON values, every field present."""
+        dumped: dict[str, Any] = _dump(self)
+        return dumped
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JoinRequest(Message):
+    machine: str
+    token: str  # the one-time join token from the machine's user-data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendInfo(Message):
+    name: str
+    port: int | None  # deploy.port: where the backend listens in its image
+    healthcheck: str | None
+    command: tuple[str, ...]  # deploy.command, for process machines
+    image: str | None = None  # the image, for docker machines
+    env: Mapping[str, str]  # the backend's own env (never the store's secrets)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentSettings(Message):
+    slots: int
+    lease: float  # seconds an attempt's lease lasts without a renewal
+    poll_wait: float  # the longest a poll waits for work
+    recycle: Literal["job", "never"]
+    boot_timeout: float
+    max_offline: float  # out of contact this long, the machine shuts down
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JoinReply(Message):
+    session: str  # send as `Authorization: Bearer <session>` from now on
+    machine: str
+    pool: str
+    backend: BackendInfo
+    settings: AgentSettings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadyRequest(Message):
+    ok: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ack(Message):
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunningAttempt(Message):
+    job: str
+    attempt: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PollRequest(Message):
+    running: tuple[RunningAttempt, ...] = ()  # held: running, or a result not yet acknowledged
+    free_slots: int = 0  # jobs the machine can start now
+    wait: float = 0.0  # seconds to wait for work
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Assignment(Message):
+    job: str
+    attempt: str
+    path: str
+    payload: Any
+    deadline: float | None  # unix time by which the attempt must end
+    lease_expires_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stop(Message):
+    job: str
+    attempt: str
+    reason: Literal["cancelled", "stale"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PollReply(Message):
+    assignments: tuple[Assignment, ...] = ()
+    stop: tuple[Stop, ...] = ()
+    drain: bool = False
+    lease: float
+    now: float
+
+
+ErrorCode = Literal["backend_error", "backend_unreachable", "timeout"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorInfo(Message):
+    code: ErrorCode
+    reason: str
+    status: int | None = None  # the backend's HTTP status
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultRequest(Message):
+    status: Literal["success", "failed", "cancelled"]
+    result: Any = None
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultReply(Message):
+    job_status: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem(Message):
+    error: str
+
+
+# --- reading and writing, driven by the annotations ------------------------------------------
+
+_SCALARS: dict[type, str] = {str: "a string", bool: "true or false", int: "an integer"}
+_ADVICE = (
+    "the agent and the controller must speak the same protocol (v1): "
+    "install the agent this controller ships"
+)
+
+_HINTS: dict[type[Message], dict[str, Any]] = {}  # each message's resolved annotations
+
+
+def _hints(cls: type[Message]) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = get_type_hints(cls)
+    return _HINTS[cls]
+
+
+M = TypeVar("M", bound=Message)
+
+
+def _message(cls: type[M], data: object, where: str) -> M:
+    if not isinstance(data, dict):
+        raise _wrong(where, f"an object ({cls.__name__})", data)
+    values: dict[str, Any] = {}
+    hints = _hints(cls)
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if field.name in data:
+            values[field.name] = _value(hints[field.name], data[field.name], where, field.name)
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise ProtocolError(
+                f"{where}.{field.name}: missing from the controller's answer; {_ADVICE}"
+            )
+    return cls(**values)
+
+
+def _value(kind: Any, data: object, parent: str, key: str | int) -> Any:
+    where = f"{parent}[{key}]" if isinstance(key, int) else f"{parent}.{key}"
+    origin, args = get_origin(kind), get_args(kind)
+    if kind is Any:
+        return data
+    if origin in (Union, types.UnionType):
+        if data is None and type(None) in args:
+            return None
+        (inner,) = (arg for arg in args if arg is not type(None))
+        return _value(inner, data, parent, key)
+    if origin is Literal:
+        if data not in args:
+            raise _wrong(where, "one of " + ", ".join(map(repr, args)), data)
+        return data
+    if origin is tuple:
+        if not isinstance(data, list):
+            raise _wrong(where, "a list", data)
+        return tuple(_value(args[0], item, where, i) for i, item in enumerate(data))
+    if origin is Mapping:
+        if not isinstance(data, dict):
+            raise _wrong(where, "an object", data)
+        return {str(k): _value(args[1], v, where, str(k)) for k, v in data.items()}
+    if isinstance(kind, type) and issubclass(kind, Message):
+        return _message(kind, data, where)
+    if kind is float:
+        if isinstance(data, int | float) and not isinstance(data, bool):
+            return float(data)
+        raise _wrong(where, "a number", data)
+    if type(data) is not kind:  # bool is an int to isinstance, never to the protocol
+        raise _wrong(where, _SCALARS[kind], data)
+    return data
+
+
+def _wrong(where: str, expected: str, got: object) -> ProtocolError:
+    shown = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
+    return ProtocolError(f"{where}: expected {expected}, got {shown}; {_ADVICE}")
+
+
+def _dump(value: object) -> Any:
+    if isinstance(value, Message):
+        return {f.name: _dump(getattr(value, f.name)) for f in dataclasses.fields(value)}  # type: ignore[arg-type]
+    if isinstance(value, list | tuple):
+        return [_dump(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: _dump(item) for key, item in value.items()}
+    return value
