@@ -9,44 +9,11 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from sp00ky_infra.client import Client
-from tests.controllers import (
-    ControllerProcess,
-    backend_app,
-    kill_machines,
-    project,
-    wait_for,
-)
+from tests.controllers import ControllerProcess, backend_app, two_controllers, wait_for
 
-RENDER = {"min": 0, "autoscale": True, "max": 2}
 TICKS = 2.0  # ten ticks of 200 ms: long enough for a leader to create a machine if it would
-
-
-@contextmanager
-def two_controllers(
-    tmp_path: Path, store_url: str, app: dict[str, Any], env: dict[str, str]
-) -> Iterator[tuple[ControllerProcess, ControllerProcess, Client]]:
-    """A leads; B has started (and read the pools' state) and waits."""
-    config = project(tmp_path, {"render": RENDER}, {"renderer": app})
-    client = Client(store_url, config)
-    first = ControllerProcess(tmp_path / "a", config, store_url, env).start()
-    second: ControllerProcess | None = None
-    try:
-        wait_for(first.leader, what="A leading")
-        second = ControllerProcess(tmp_path / "b", config, store_url, env).start()
-        assert not second.leader()
-        yield first, second, client
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
-        kill_machines(store_url)
-        client.close()
 
 
 def take_over(first: ControllerProcess, second: ControllerProcess) -> None:
@@ -59,8 +26,9 @@ def test_a_pool_paused_on_the_leader_stays_paused_after_a_failover(
     tmp_path: Path, store_url: str
 ) -> None:
     app = backend_app("render", "render_job", tmp_path / "backend.jsonl")
-    with two_controllers(tmp_path, store_url, app, {}) as (first, second, client):
+    with two_controllers(tmp_path, store_url, app) as (first, second, client):
         store = client.store
+        assert not second.leader()
         assert first.admin("POST", "/pools/render/pause").json()["paused"]
         job_id = client.run("renderer", "/render", {"gameId": "g", "seconds": 0}).id
         time.sleep(TICKS)
@@ -85,6 +53,7 @@ def test_a_breaker_opened_on_the_leader_stays_open_after_a_failover(
     env = {"SPKY_BREAKER_PAUSE": "10m", "SPKY_BREAKER_MAX_PAUSE": "15m"}
     with two_controllers(tmp_path, store_url, app, env) as (first, second, client):
         store = client.store
+        assert not second.leader()
         job_id = client.run("renderer", "/render", {"gameId": "g", "seconds": 0}).id
         incident = wait_for(
             lambda: first.pool("render")["incidents"], timeout=60, what="A's breaker opening"
