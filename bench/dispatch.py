@@ -31,6 +31,7 @@ from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.provisioners import MachineSpec, Provisioned
 from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.controller.settings import ControllerSettings
+from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.store import NewJob, open_store
 from tests.controllers import backend_app, project, running_controller, wait_for
 
@@ -111,6 +112,7 @@ class RecordingProvisioner:
     """Creates nothing: the tick benchmark measures the controller, not machines."""
 
     name = "bench"
+    delivers_join_token = False
 
     def create(self, spec: MachineSpec) -> Provisioned:
         return Provisioned(provider_id=spec.name)
@@ -143,9 +145,9 @@ def tick_time(
         for n in range(machines_per_pool):
             machine = f"{name}-m{n}"
             store.machines.add(machine, name, "bench", controller.revisions[name], 1, now)
-            store.machines.move(
-                machine, ["requested"], "ready", now, ready_at=now, last_seen_at=now
-            )
+            store.machines.move(machine, Reason.PROVISIONED, now)
+            store.machines.join(machine, f"session-of-{machine}", now)  # seen now
+            store.machines.move(machine, Reason.READY, now)
         per_pool = pending // pools
         for start in range(0, per_pool, 5000):
             store.enqueue_many(
@@ -155,7 +157,7 @@ def tick_time(
                 ],
                 now,
             )
-    controller.last_prune = time.time() + 3600  # retention is not what this measures
+    controller.prune.due(time.time() + 3600)  # retention is not what this measures
     tick(controller)  # leadership, idle clocks: once
     times = []
     for _ in range(30):

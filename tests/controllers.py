@@ -21,6 +21,7 @@ from typing import Any
 import requests
 import yaml
 
+from sp00ky_infra.client import Client
 from sp00ky_infra.controller.provisioners.local import session_members
 from sp00ky_infra.store import SqlStore, open_store
 from tests.helpers import ROOT
@@ -196,6 +197,29 @@ def running_controller(
     finally:
         process.stop()
         kill_machines(store_url)
+
+
+@contextmanager
+def two_controllers(
+    folder: Path, store_url: str, app: dict[str, Any], env: dict[str, str] | None = None
+) -> Iterator[tuple[ControllerProcess, ControllerProcess, Client]]:
+    """Controller A leads a ``render`` pool (0 to 2 machines) of ``app``; B has started (and
+    read the pools' state) and waits. Both are stopped at the end, and every machine."""
+    pools = {"render": {"min": 0, "autoscale": True, "max": 2}}
+    config = project(folder, pools, {"renderer": app})
+    client = Client(store_url, config)
+    first = ControllerProcess(folder / "a", config, store_url, env or {}).start()
+    second: ControllerProcess | None = None
+    try:
+        wait_for(first.leader, what="the first controller leading")
+        second = ControllerProcess(folder / "b", config, store_url, env or {}).start()
+        yield first, second, client
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        kill_machines(store_url)
+        client.close()
 
 
 def backend_events(log: Path) -> list[dict[str, Any]]:

@@ -8,29 +8,15 @@ from pathlib import Path
 
 import requests
 
-from sp00ky_infra.client import Client
-from tests.controllers import (
-    ControllerProcess,
-    backend_app,
-    kill_machines,
-    project,
-    wait_for,
-)
+from tests.controllers import backend_app, two_controllers, wait_for
 
 
 def test_a_second_controller_stays_passive_then_takes_over_after_kill_9(
     tmp_path: Path, store_url: str
 ) -> None:
-    log = tmp_path / "backend.jsonl"
-    pools = {"render": {"min": 0, "autoscale": True, "max": 2}}
-    config = project(tmp_path, pools, {"renderer": backend_app("render", "render_job", log)})
-    client = Client(store_url, config)
-    store = client.store
-    first = ControllerProcess(tmp_path / "a", config, store_url, {}).start()
-    second: ControllerProcess | None = None
-    try:
-        wait_for(first.leader, what="the first controller leading")
-        second = ControllerProcess(tmp_path / "b", config, store_url, {}).start()
+    app = backend_app("render", "render_job", tmp_path / "backend.jsonl")
+    with two_controllers(tmp_path, store_url, app) as (first, second, client):
+        store = client.store
         ids = [
             client.run("renderer", "/render", {"gameId": f"g{n}", "seconds": 0.5}).id
             for n in range(6)
@@ -58,9 +44,3 @@ def test_a_second_controller_stays_passive_then_takes_over_after_kill_9(
             for earlier, later in itertools.pairwise(attempts):
                 assert earlier["ended_at"] is not None
                 assert earlier["ended_at"] <= later["started_at"]
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
-        kill_machines(store_url)
-        client.close()

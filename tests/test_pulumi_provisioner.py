@@ -20,7 +20,9 @@ from sp00ky_infra.controller.provisioners import MachineSpec
 from sp00ky_infra.controller.provisioners.pulumi import Outcome, PulumiProvisioner
 from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.controller.settings import ControllerSettings
+from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.store import open_store
+from sp00ky_infra.store.machines import Change
 from tests.controllers import backend_app, project, wait_for
 from tests.helpers import ROOT
 
@@ -174,12 +176,13 @@ def test_the_tick_records_ids_and_counts_refusals_towards_the_breaker(tmp_path: 
 
         stack.fail_with = "error: resource_limit_exceeded for every new server"
         for machine in live:  # both vanish: the pool asks for replacements, which are refused
-            store.machines.move(machine.name, ["booting"], "failed", time.time(), failed_reason="x")
-            store.machines.move(machine.name, ["failed"], "destroyed", time.time())
+            failed = Change(detail="x")
+            store.machines.move(machine.name, Reason.BOOT_FAILED, time.time(), failed)
+            store.machines.move(machine.name, Reason.DESTROYED, time.time())
         tick(controller)
         wait_for(provisioner.idle, what="the failing update")
         tick(controller)
-        assert controller.breakers["render"].failures == 2
+        assert controller.pool_states.breaker("render").failures == 2
         refused = [
             m
             for m in store.machines.recent("render")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from sp00ky_infra.policy.breaker import Breaker
+from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.store import Conflict, NewJob, SqlStore, open_store
-from sp00ky_infra.store.machines import MachineNotFound
+from sp00ky_infra.store.machines import Change, MachineNotFound
 
 T0 = 1_700_000_000.0
 
@@ -20,17 +21,17 @@ def test_a_machine_moves_through_its_states(store: SqlStore) -> None:
         None,
         False,
     )
-    assert machines.move("render-a1", ["requested"], "booting", T0 + 1, provider_id="4242")
-    assert not machines.move("render-a1", ["requested"], "booting", T0 + 1)  # CAS on the state
+    assert machines.move("render-a1", Reason.PROVISIONED, T0 + 1, Change(provider_id="4242"))
+    assert not machines.move("render-a1", Reason.PROVISIONED, T0 + 1)  # CAS on the state
     joined = machines.join("render-a1", "hash", T0 + 2)
     assert (joined.state, joined.joined_at, joined.provider_id) == ("booting", T0 + 2, "4242")
     with pytest.raises(Conflict, match="cannot join: it joined already"):
         machines.join("render-a1", "other", T0 + 3)
-    assert machines.move("render-a1", ["booting"], "ready", T0 + 4, ready_at=T0 + 4)
+    assert machines.move("render-a1", Reason.READY, T0 + 4)
     machines.seen("render-a1", T0 + 5)
-    machines.update("render-a1", idle_since=T0 + 5)
-    assert machines.move("render-a1", ["ready"], "draining", T0 + 6, drain_reason="idle_surplus")
-    assert machines.move("render-a1", ["draining"], "destroyed", T0 + 7, destroyed_at=T0 + 7)
+    machines.set_idle("render-a1", T0 + 5)
+    assert machines.move("render-a1", Reason.IDLE_SURPLUS, T0 + 6)
+    assert machines.move("render-a1", Reason.DESTROYED, T0 + 7)
     final = machines.get("render-a1")
     assert (final.state, final.last_seen_at, final.idle_since) == ("destroyed", T0 + 5, T0 + 5)
     assert machines.live() == [] and machines.recent("render")[0].name == "render-a1"
@@ -43,7 +44,7 @@ def test_live_machines_and_machine_time(store: SqlStore) -> None:
     store.machines.add("a", "render", "local", "r", 1, T0)
     store.machines.add("b", "render", "local", "r", 1, T0 + 100)
     store.machines.add("c", "other", "local", "r", 1, T0)
-    store.machines.move("a", ["requested"], "destroyed", T0 + 3600, destroyed_at=T0 + 3600)
+    store.machines.move("a", Reason.LEFT_BEHIND, T0 + 3600)
     assert [m.name for m in store.machines.live("render")] == ["b"]
     assert [m.name for m in store.machines.live()] == ["c", "b"]
     # a: one hour, destroyed; b: still alive at T0 + 7300 -> two hours

@@ -8,14 +8,14 @@ from typing import Any
 from sp00ky_infra.client import Client
 from sp00ky_infra.controller.core import Controller, Refusal
 from sp00ky_infra.controller.reconcile import shape_of
-from sp00ky_infra.policy.plan import LIVE_STATES
+from sp00ky_infra.policy.machines import LIVE_STATES, Reason
 from sp00ky_infra.policy.sizing import capacity, desired_machines
 from sp00ky_infra.store import Job
 from sp00ky_infra.store.machines import MachineNotFound
 
 
 class NotFound(Refusal):
-    status = 404
+    """No such pool, machine or waiting job (404 on the admin API: controller/errors.py)."""
 
 
 def _pool(controller: Controller, name: str) -> None:
@@ -37,7 +37,8 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
     shape = shape_of(controller, name)
     busy_slots = sum(busy.values())
     queued = store.queued(table, now, 10**9)
-    breaker = controller.breakers[name]
+    state = controller.pool_states.get(name)
+    breaker = state.breaker
     view: dict[str, Any] = {
         "name": name,
         "backend": controller.backends[name].name,
@@ -47,7 +48,7 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
         "autoscale": pool.autoscale,
         "buffer": pool.buffer,
         "slots": pool.slots,
-        "paused": controller.paused.get(name, False),
+        "paused": state.paused,
         "capacity": capacity(shape, busy_slots, queued),
         "desired": desired_machines(shape, busy_slots, queued),
         "machines": dict(Counter(m.state for m in live if m.state in LIVE_STATES)),
@@ -73,11 +74,10 @@ def pools_view(controller: Controller) -> list[dict[str, Any]]:
 def set_paused(controller: Controller, name: str, paused: bool) -> dict[str, Any]:
     """Pause: the pool creates and binds nothing new (running jobs finish). Resume undoes it."""
     _pool(controller, name)
-    controller.store.pools.set_paused(name, paused, controller.clock())
-    controller.paused[name] = paused
+    controller.pool_states.set_paused(name, paused, controller.clock())
     controller.event(name, "paused" if paused else "resumed", "by the admin API")
     if not paused:
-        controller.notify_pool(name)
+        controller.wake.pool(name)
     return pool_view(controller, name, machines=False)
 
 
@@ -86,12 +86,8 @@ def drain_machine(controller: Controller, machine: str) -> dict[str, Any]:
         found = controller.store.machines.get(machine)
     except MachineNotFound as exc:
         raise NotFound(str(exc)) from exc
-    if not controller.store.machines.move(
-        machine, ["ready"], "draining", controller.clock(), drain_reason="manual"
-    ):
+    if not controller.executor.drain(found.pool, machine, Reason.MANUAL, controller.clock()):
         raise Refusal(f"machine {machine} is {found.state}; only a ready machine can be drained")
-    controller.event(found.pool, "drain", f"{machine}: manual")
-    controller.notify_machine(machine)
     return controller.store.machines.get(machine).as_json()
 
 
@@ -124,5 +120,5 @@ def start_job(controller: Controller, name: str, body: dict[str, Any]) -> Job:
         if key in body
     }
     job = client.run(controller.backends[name].name, body["path"], body.get("payload"), **options)
-    controller.notify_pool(name)
+    controller.wake.pool(name)
     return job

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sp00ky_infra.config import Backend, Config, Pool
@@ -20,6 +17,7 @@ from sp00ky_infra.controller.errors import Gone as Gone
 from sp00ky_infra.controller.errors import NotLeader as NotLeader
 from sp00ky_infra.controller.errors import Refusal as Refusal
 from sp00ky_infra.controller.errors import Unauthorized as Unauthorized
+from sp00ky_infra.controller.executor import Executor
 from sp00ky_infra.controller.protocol import (
     AgentSettings,
     Assignment,
@@ -32,26 +30,29 @@ from sp00ky_infra.controller.protocol import (
 )
 from sp00ky_infra.controller.provisioners import Provisioner
 from sp00ky_infra.controller.settings import ControllerSettings
-from sp00ky_infra.policy.breaker import Breaker
+from sp00ky_infra.controller.state import (
+    Deployment,
+    Event,
+    EventLog,
+    Periodic,
+    PoolStates,
+    Wake,
+)
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.names import pool_image
 from sp00ky_infra.store import Conflict, JobNotFound, SqlStore, StaleAttempt
 from sp00ky_infra.store.machines import Machine, MachineNotFound
 
 log = logging.getLogger("sp00ky.controller")
-MAX_EVENTS = 200
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    at: float
-    pool: str
-    kind: str  # scale_up, ready, drain, destroy, failed, breaker_open, breaker_closed, ...
-    message: str
 
 
 class Controller:
-    """Everything the tick, the agents' endpoint and the admin API share."""
+    """What the tick, the agents' endpoint and the admin API share: the ports (settings,
+    store, provisioner, clock), the deployment, the pools' states and the executor, the one
+    way machines change. Leadership is gained and lost in ``lead()``; gaining it reloads what
+    another leader may have changed meanwhile."""
+
+    deployment: Deployment
 
     def __init__(
         self,
@@ -62,46 +63,70 @@ class Controller:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
-        self.config = config
         self.store = store
         self.provisioner = provisioner
         self.clock = clock
-        self.leader = False
         self.leader_lock = store.leader_lock()
-        self.last_prune = 0.0
-        self.last_heartbeat = 0.0
-        self.events: deque[Event] = deque(maxlen=MAX_EVENTS)
-        self._events_lock = threading.Lock()
-        self.notify_machine: Callable[[str], None] = lambda name: None
-        self.notify_pool: Callable[[str], None] = lambda pool: None
-        self.pools: dict[str, Pool] = {}
-        self.backends: dict[str, Backend] = {}
-        self.revisions: dict[str, str] = {}
-        self.paused: dict[str, bool] = {}
-        self.breakers: dict[str, Breaker] = {}
+        self._leader = False
+        self.events = EventLog()
+        self.wake = Wake()
+        self.pool_states = PoolStates(store)
+        self.prune = Periodic(settings.prune_every)
+        self.heartbeat = Periodic(settings.heartbeat_every)
+        self.executor = Executor(
+            settings, store, provisioner, self.pool_states, self.events, self.wake
+        )
         self.load(config)
 
     def load(self, config: Config) -> None:
         """Take a (new) configuration. Pause flags live in the store: a deploy never un-pauses."""
-        self.config = config
-        self.pools = {name: self.settings.pool(pool) for name, pool in config.pools.items()}
-        self.backends = {name: config.backend_for(name) for name in self.pools}
-        self.revisions = {
-            name: self.backends[name].revision(pool) for name, pool in config.pools.items()
-        }
-        for name in self.pools:
-            state = self.store.pools.state(name)
-            self.paused[name] = state.paused
-            self.breakers[name] = state.breaker
+        self.deployment = Deployment.of(config, self.settings.pool)
+        self.pool_states.reload(self.deployment.pools)
+
+    @property
+    def config(self) -> Config:
+        return self.deployment.config
+
+    @property
+    def pools(self) -> Mapping[str, Pool]:
+        return self.deployment.pools
+
+    @property
+    def backends(self) -> Mapping[str, Backend]:
+        return self.deployment.backends
+
+    @property
+    def revisions(self) -> Mapping[str, str]:
+        return self.deployment.revisions
+
+    @property
+    def leader(self) -> bool:
+        return self._leader
+
+    def lead(self) -> bool:
+        """Take (or keep) the store's leadership if free. Gaining it reloads the pools' states
+        (pause, breakers) and hands the provisioner the store's machines before anything acts:
+        a failover never runs on the copy this controller read when it started."""
+        was_leader = self._leader
+        try:
+            leader = self.leader_lock.try_acquire()
+            if leader and not was_leader:
+                self.pool_states.reload(self.pools)
+                self.executor.adopt()
+        except Exception as exc:  # the store is unreachable: do nothing this tick
+            leader = False
+            log.warning("cannot reach the store for leadership: %s", exc)
+        self._leader = leader
+        if leader != was_leader:
+            kind = "leader" if leader else "follower"
+            self.event("*", kind, f"{self.settings.controller_id} is the {kind}")
+        return leader
 
     def event(self, pool: str, kind: str, message: str) -> None:
-        with self._events_lock:
-            self.events.append(Event(self.clock(), pool, kind, message))
-        log.info("pool=%s event=%s %s", pool, kind, message)
+        self.executor.event(self.clock(), pool, kind, message)
 
     def recent_events(self, limit: int = 20) -> list[Event]:
-        with self._events_lock:
-            return list(self.events)[-limit:]
+        return self.events.recent(limit)
 
     def pool_of(self, machine: str) -> str:
         """The pool of ``machine`` ("" when unknown: authentication will say so)."""
@@ -111,9 +136,7 @@ class Controller:
             return ""
 
     def table_of(self, pool: str) -> str:
-        method = self.backends[pool].method
-        assert method is not None, "lint guarantees a pool backend has an outbox table"
-        return method.table
+        return self.deployment.table_of(pool)
 
     # --- the agents -------------------------------------------------------------------------
 
@@ -147,14 +170,13 @@ class Controller:
             raise Unauthorized("join token was used before (a replay)")
         session = tokens.new_session_token()
         try:
-            machine = self.store.machines.join(name, tokens.session_hash(session), now)
+            machine = self.executor.joined(name, tokens.session_hash(session), now)
         except (Conflict, MachineNotFound) as exc:
             raise Unauthorized(str(exc)) from exc
         pool = self.pools.get(machine.pool)
         if pool is None:
             raise Gone(f"pool {machine.pool} is no longer configured; shut down")
         backend = self.backends[machine.pool]
-        self.event(machine.pool, "joined", f"{name} joined")
         return JoinReply(
             session=session,
             machine=name,
@@ -188,49 +210,9 @@ class Controller:
         machine = self._authenticate(name, session)
         now = self.clock()
         if ok:
-            if self.store.machines.move(
-                name, ["booting"], "ready", now, ready_at=now, idle_since=now
-            ):
-                self.event(
-                    machine.pool, "ready", f"{name} is ready ({now - machine.created_at:.1f}s)"
-                )
-                self.boot_succeeded(machine.pool)
-                self.notify_machine(name)
-            return
-        why = reason or "the backend did not become ready"
-        if self.store.machines.move(
-            name, ["requested", "booting"], "failed", now, failed_reason=why
-        ):
-            self.event(machine.pool, "failed", f"{name} failed to boot: {why}")
-            self.boot_failed(machine.pool, f"{name}: {why}")
-
-    def boot_succeeded(self, pool: str) -> None:
-        if self.breakers[pool] != Breaker():
-            was_open = self.breakers[pool].is_open(self.clock())
-            self.breakers[pool] = Breaker()
-            self.store.pools.save_breaker(pool, Breaker(), self.clock())
-            if (
-                self.store.pools.close_incidents(pool, "pool_breaker_open", self.clock())
-                or was_open
-            ):
-                self.event(pool, "breaker_closed", "a machine booted fine; the breaker is closed")
-
-    def boot_failed(self, pool: str, why: str) -> None:
-        now = self.clock()
-        before = self.breakers[pool]
-        after = before.failed(
-            now, self.settings.breaker_first_pause, self.settings.breaker_max_pause
-        )
-        self.breakers[pool] = after
-        self.store.pools.save_breaker(pool, after, now)
-        if after.opened > before.opened and after.open_until is not None:
-            pause = after.open_until - now
-            message = (
-                f"{after.failures} failed boots in a row (last: {why}); no new machines "
-                f"for {pause:.0f}s"
-            )
-            self.store.pools.open_incident(pool, "pool_breaker_open", message, now)
-            self.event(pool, "breaker_open", message)
+            self.executor.ready(machine, now)
+        else:
+            self.executor.boot_failure(machine, reason or "the backend did not become ready", now)
 
     def poll(self, name: str, session: str, request: PollRequest, renew: bool = True) -> PollReply:
         """Renew the leases the machine reports, then hand it cancels, work and drain.
@@ -267,7 +249,7 @@ class Controller:
                 if job.id not in known and not job.cancel_requested
             ]
             free = min(request.free_slots, pool.slots - sum(job.slots for job in running))
-            if free > 0 and not self.paused.get(machine.pool, False):
+            if free > 0 and not self.pool_states.paused(machine.pool):
                 backend = self.backends[machine.pool]
                 claimed = self.store.claim(
                     self.table_of(machine.pool),
@@ -280,7 +262,7 @@ class Controller:
                 )
                 assignments += [_assignment(job) for job in claimed]
                 if claimed:
-                    self.store.machines.update(name, idle_since=None)
+                    self.executor.claimed(name)
         return PollReply(
             assignments=assignments,
             stop=stop,
@@ -317,19 +299,14 @@ class Controller:
             raise Refusal(str(exc)) from exc
         except Conflict as exc:
             raise Refusal(str(exc)) from exc
-        self.notify_machine(name)  # a slot is free again
+        self.wake.machine(name)  # a slot is free again
         return done.status
 
     def drained(self, name: str, session: str) -> None:
         """The agent finished its jobs and is leaving; the tick destroys the machine."""
         machine = self._authenticate(name, session)
-        now = self.clock()
-        if machine.state == "ready":  # the agent was stopped on its machine (SIGTERM)
-            self.store.machines.move(name, ["ready"], "draining", now, drain_reason="agent_stop")
-            self.event(machine.pool, "drain", f"{name}: stopped on the machine")
-        elif machine.state != "draining":
+        if not self.executor.agent_drained(machine, self.clock()):
             raise Refusal(f"machine {name} is {machine.state}, not draining")
-        self.store.machines.update(name, drained=1, updated_at=now)
 
 
 def machine_env(backend: Backend) -> dict[str, str]:

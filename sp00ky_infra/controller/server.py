@@ -12,7 +12,6 @@ import logging
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,12 +23,11 @@ from sp00ky_infra.controller.api_admin import admin_app
 from sp00ky_infra.controller.api_agents import agents_app
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.hub import Hub
-from sp00ky_infra.controller.provisioners import Provisioner
+from sp00ky_infra.controller.provisioners import HasGateway, Provisioner
 from sp00ky_infra.controller.provisioners.local import LocalProvisioner
-from sp00ky_infra.controller.reconcile import TickReport, destroy_machine, tick
+from sp00ky_infra.controller.reconcile import TickReport, tick
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
 from sp00ky_infra.store import open_store
-from sp00ky_infra.store.machines import Machine
 
 log = logging.getLogger("sp00ky.controller")
 DISPATCH_INTERVAL_SECONDS = 0.2  # due jobs (delays, backoffs) are noticed at least this often
@@ -106,7 +104,7 @@ class Dispatcher(threading.Thread):
     def dispatch(self, changed: bool) -> None:
         controller, now = self.controller, self.controller.clock()
         for pool in self.hub.waiting_pools():
-            open_for_work = pool in controller.pools and not controller.paused.get(pool, False)
+            open_for_work = pool in controller.pools and not controller.pool_states.paused(pool)
             if open_for_work and controller.store.queued(controller.table_of(pool), now, 1):
                 self.hub.notify_pool(pool)
         if changed:
@@ -124,10 +122,9 @@ class Runtime:
         settings = settings.with_secrets()
         config = load_config(settings.config_path)
         provisioner = make_provisioner(settings, config)
-        gateway = getattr(provisioner, "gateway", None)
-        if gateway is not None and settings.pool_host == "127.0.0.1":
+        if isinstance(provisioner, HasGateway) and settings.pool_host == "127.0.0.1":
             # machine containers reach this host at their network's gateway: listen there
-            settings = replace(settings, pool_host=gateway())
+            settings = replace(settings, pool_host=provisioner.gateway())
         self.agents_socket = bind(settings.pool_host, settings.pool_port)
         self.admin_socket = bind(settings.admin_host, settings.admin_port)
         settings = replace(
@@ -138,21 +135,9 @@ class Runtime:
         store = open_store(settings.store_url)
         self.controller = Controller(settings, config, store, provisioner)
         self.settings = settings
-        adopt = getattr(provisioner, "adopt", None)
-        if adopt is not None:  # what exists already stays in the stack
-            live: dict[str, list[str]] = {}
-            for machine in store.machines.live():
-                if machine.provider == provisioner.name:
-                    live.setdefault(machine.pool, []).append(machine.name)
-            adopt(live)
-        reap = getattr(provisioner, "reap", None)
-        if reap is not None:  # machines an earlier run left behind are gone: say so
-            for name in reap():
-                now = self.controller.clock()
-                store.machines.move(
-                    name, ["requested", "booting", "ready", "draining", "failed"], "destroyed",
-                    now, destroyed_at=now, failed_reason="left by an earlier run",
-                )  # fmt: skip
+        # Machines an earlier run left behind are gone: say so. (What exists already is
+        # handed to the provisioner when this controller starts leading: Controller.lead.)
+        self.controller.executor.reap(self.controller.clock())
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -186,8 +171,7 @@ class Runtime:
         self._stop = asyncio.Event()
         controller = self.controller
         hub = Hub(self._loop)
-        controller.notify_machine = hub.notify_machine
-        controller.notify_pool = hub.notify_pool
+        controller.wake.attach(hub)
         servers = [
             _Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
             for app in (agents_app(controller, hub), admin_app(controller))
@@ -227,22 +211,7 @@ class Runtime:
 
     def destroy_machines(self) -> int:
         """Destroy every live machine, all at once (``dev`` on Ctrl-C leaves no process)."""
-        controller = self.controller
-        machines = controller.store.machines.live()
-
-        def destroy(machine: Machine) -> None:
-            controller.store.machines.move(
-                machine.name,
-                ["requested", "booting", "ready"],
-                "draining",
-                controller.clock(),
-                drain_reason="shutdown",
-            )
-            destroy_machine(controller, machine.pool, machine.name)
-
-        with ThreadPoolExecutor(max_workers=max(1, min(32, len(machines)))) as pool:
-            list(pool.map(destroy, machines))
-        return len(machines)
+        return self.controller.executor.shutdown(self.controller.clock())
 
     def close(self) -> None:
         lock = self.controller.leader_lock

@@ -1,32 +1,30 @@
 """The reconcile plan of one pool: observed machines and queue in, actions out. Pure.
 
-Every action carries its reason. The controller's executor applies them through its ports
-(store, provisioner); nothing here does I/O or reads the clock.
+Every action carries its reason (the lifecycle's, ``policy.machines``). The controller's
+executor applies them through its ports (store, provisioner); nothing here does I/O or reads
+the clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Literal
+from dataclasses import dataclass, field, replace
 
 from sp00ky_infra.policy.breaker import Breaker
+from sp00ky_infra.policy.machines import IdleClock, MachineState, Reason, idle_since
 from sp00ky_infra.policy.sizing import Shape, desired_machines
 
-MachineState = Literal["requested", "booting", "ready", "draining", "failed", "destroyed"]
-LIVE_STATES: tuple[MachineState, ...] = ("requested", "booting", "ready", "draining")
-
-
-class Reason(StrEnum):
-    SCALE_UP = "scale_up"  # desired above the machines the pool has
-    IDLE_SURPLUS = "idle_surplus"  # idle for idleTimeout while the pool has more than it needs
-    MAX_LIFETIME = "max_lifetime"  # lived maxLifetime: renewed piece by piece
-    REVISION_CHANGED = "revision_changed"  # a deploy changed what it runs
-    MANUAL = "manual"  # an operator drained it by hand
-    BOOT_TIMEOUT = "boot_timeout"  # not ready within the boot timeout
-    SILENT = "silent"  # stopped answering
-    DRAINED = "drained"  # draining and no job left: destroy
+__all__ = [
+    "Create",
+    "Destroy",
+    "Drain",
+    "Fail",
+    "MachineView",
+    "Plan",
+    "PoolView",
+    "Reason",  # the lifecycle's (policy.machines), which every action carries
+    "plan_pool",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +36,7 @@ class MachineView:
     created_at: float
     revision: str
     busy_slots: int = 0
-    idle_since: float | None = None  # set while ready with no job
+    idle_since: float | None = None  # the row's idle clock (the plan keeps it: ``idle``)
     last_seen_at: float | None = None  # its agent's last poll
     drained: bool = False  # its agent said it finished its jobs and left
 
@@ -95,6 +93,7 @@ class Plan:
     drain: tuple[Drain, ...] = ()
     fail: tuple[Fail, ...] = ()
     destroy: tuple[Destroy, ...] = ()
+    idle: tuple[IdleClock, ...] = ()  # idle clocks to start or stop: bookkeeping, no action
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -109,7 +108,13 @@ def plan_pool(pool: PoolView, now: float) -> Plan:
     destroy: list[Destroy] = []
     notes: list[str] = []
     serving: list[MachineView] = []  # machines that count towards the pool's size
-    for machine in pool.machines:
+    machines = _with_idle_clocks(pool.machines, now)
+    idle_clocks = tuple(
+        IdleClock(after.name, after.idle_since)
+        for before, after in zip(pool.machines, machines, strict=True)
+        if after.idle_since != before.idle_since
+    )
+    for machine in machines:
         if machine.state in ("requested", "booting"):
             if now - machine.created_at > pool.boot_timeout:
                 fail.append(Fail(machine.name, Reason.BOOT_TIMEOUT))
@@ -128,9 +133,7 @@ def plan_pool(pool: PoolView, now: float) -> Plan:
             else:
                 serving.append(machine)
 
-    busy = sum(
-        machine.busy_slots for machine in pool.machines if machine.state in ("ready", "draining")
-    )
+    busy = sum(machine.busy_slots for machine in machines if machine.state in ("ready", "draining"))
     desired = desired_machines(pool.shape, busy, pool.queued)
     current = len(serving)
 
@@ -167,5 +170,17 @@ def plan_pool(pool: PoolView, now: float) -> Plan:
         drain=tuple(drain),
         fail=tuple(fail),
         destroy=tuple(destroy),
+        idle=idle_clocks,
         notes=tuple(notes),
     )
+
+
+def _with_idle_clocks(machines: Sequence[MachineView], now: float) -> list[MachineView]:
+    """The machines with their idle clocks kept at ``now`` (kept in the rows: restart-safe)."""
+    return [
+        replace(
+            machine,
+            idle_since=idle_since(machine.state, machine.busy_slots, machine.idle_since, now),
+        )
+        for machine in machines
+    ]

@@ -1,7 +1,9 @@
 """Machine rows and pool state (pause, breaker, incidents): what the controller rebuilds from.
 
-A machine moves requested -> booting -> ready -> draining -> destroyed, or to failed (never
-ready, or stopped answering) and then destroyed. Every move is a compare-and-set on the state.
+A machine moves as the lifecycle table (``policy.machines``) allows, and only so: every move
+names its reason, the table gives the states it may come from and the one it goes to, and the
+store applies it with one compare-and-set on the state. The columns a move sets follow from
+its target; callers never name columns.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sp00ky_infra.policy.breaker import Breaker
-from sp00ky_infra.policy.plan import LIVE_STATES, MachineState
+from sp00ky_infra.policy.machines import INITIAL, LIVE_STATES, MachineState, Reason, Rule, rule
 from sp00ky_infra.store.dialect import Dialect
 from sp00ky_infra.store.model import Conflict, StoreError
 
@@ -83,6 +85,37 @@ class PoolState:
     breaker: Breaker = field(default_factory=Breaker)
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What a move records beside the state: the provisioner's id of the machine (PROVISIONED),
+    and a failed machine's reason in words when it says more than its Reason."""
+
+    provider_id: str | None = None
+    provider_state: str | None = None
+    detail: str | None = None
+
+
+NO_CHANGE = Change()
+
+
+def _columns(found: Rule, now: float, change: Change) -> list[tuple[str, Any]]:
+    """The columns a move sets, from where it goes."""
+    reason = change.detail or found.reason.value
+    if found.target == "booting" and change.provider_id is not None:
+        return [("provider_id", change.provider_id), ("provider_state", change.provider_state)]
+    if found.target == "ready":
+        return [("ready_at", now), ("idle_since", now)]
+    if found.target == "draining":
+        return [("drain_reason", reason)]
+    if found.target == "failed":
+        return [("failed_reason", reason)]
+    if found.target == "destroyed" and found.reason == Reason.LEFT_BEHIND:
+        return [("destroyed_at", now), ("failed_reason", reason)]
+    if found.target == "destroyed":
+        return [("destroyed_at", now)]
+    return []
+
+
 def _machine(row: Sequence[Any]) -> Machine:
     (name, pool, provider, state, revision, slots, created_at, updated_at, joined_at, ready_at,
      last_seen_at, idle_since, drain_reason, drained, failed_reason, destroyed_at, provider_id,
@@ -119,12 +152,13 @@ class MachineTable:
     def add(
         self, name: str, pool: str, provider: str, revision: str, slots: int, now: float
     ) -> Machine:
+        """A new machine row, ``requested`` (SCALE_UP: the executor asks a provisioner next)."""
         with self._store._cursor() as cur:
             self._store._x(
                 cur,
                 "INSERT INTO machines (name, pool, provider, state, revision, slots, created_at, "
-                "updated_at) VALUES (?, ?, ?, 'requested', ?, ?, ?, ?)",
-                (name, pool, provider, revision, slots, now, now),
+                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (name, pool, provider, INITIAL, revision, slots, now, now),
             )
         return self.get(name)
 
@@ -158,50 +192,66 @@ class MachineTable:
             )
             return [_machine(row) for row in cur.fetchall()]
 
-    def move(
-        self,
-        name: str,
-        from_states: Sequence[MachineState],
-        to: MachineState,
-        now: float,
-        **fields: Any,
-    ) -> bool:
-        """Set ``to`` (and ``fields``) if the machine is in one of ``from_states``."""
-        assignments = ["state = ?", "updated_at = ?", *(f"{key} = ?" for key in fields)]
-        marks = ", ".join("?" for _ in from_states)
+    def move(self, name: str, reason: Reason, now: float, change: Change = NO_CHANGE) -> bool:
+        """Move the machine as ``reason`` allows, if it is in a state the table allows it from;
+        False when it is not (the compare-and-set lost). ForbiddenMove for a reason that moves
+        no machine."""
+        found = rule(reason)
+        assignments = [("state", found.target), ("updated_at", now), *_columns(found, now, change)]
+        marks = ", ".join("?" for _ in found.sources)
         with self._store._cursor() as cur:
             self._store._x(
                 cur,
-                f"UPDATE machines SET {', '.join(assignments)} "
+                f"UPDATE machines SET {', '.join(f'{column} = ?' for column, _ in assignments)} "
                 f"WHERE name = ? AND state IN ({marks})",
-                (to, now, *fields.values(), name, *from_states),
+                (*(value for _, value in assignments), name, *found.sources),
             )
             return bool(cur.rowcount == 1)
 
-    def update(self, name: str, **fields: Any) -> None:
-        """Set bookkeeping fields that do not change the state (provider id, idle_since)."""
-        assignments = ", ".join(f"{key} = ?" for key in fields)
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur, f"UPDATE machines SET {assignments} WHERE name = ?", (*fields.values(), name)
-            )
-
     def join(self, name: str, session_hash: str, now: float) -> Machine:
-        """The machine's agent joined: bind its session. Only once, and only while booting."""
+        """The machine's agent joined (JOINED): bind its session. Only once, only while booting."""
+        found = rule(Reason.JOINED)
+        marks = ", ".join("?" for _ in found.sources)
         with self._store._cursor() as cur:
             self._store._x(
                 cur,
                 "UPDATE machines SET session_hash = ?, joined_at = ?, last_seen_at = ?, "
-                "state = 'booting', updated_at = ? WHERE name = ? AND session_hash IS NULL "
-                "AND state IN ('requested', 'booting')",
-                (session_hash, now, now, now, name),
+                f"state = ?, updated_at = ? WHERE name = ? AND session_hash IS NULL "
+                f"AND state IN ({marks})",
+                (session_hash, now, now, found.target, now, name, *found.sources),
             )
             if cur.rowcount != 1:
                 raise Conflict(f"machine {name!r} cannot join: it joined already or is not booting")
         return self.get(name)
 
     def seen(self, name: str, now: float) -> None:
-        self.update(name, last_seen_at=now)
+        """Its agent polled at ``now``."""
+        self._set(name, ("last_seen_at", now))
+
+    def set_idle(self, name: str, since: float | None) -> None:
+        """Start (``since``) or stop (None) the machine's idle clock."""
+        self._set(name, ("idle_since", since))
+
+    def set_provider(self, name: str, provider_id: str | None, provider_state: str) -> None:
+        """What the provisioner reported of it after the move (an asynchronous provisioner)."""
+        self._set(name, ("provider_id", provider_id), ("provider_state", provider_state))
+
+    def set_provider_state(self, name: str, provider_state: str) -> None:
+        self._set(name, ("provider_state", provider_state))
+
+    def mark_drained(self, name: str, now: float) -> None:
+        """Its agent finished its jobs and left: the tick destroys it."""
+        self._set(name, ("drained", 1), ("updated_at", now))
+
+    def _set(self, name: str, *assignments: tuple[str, Any]) -> None:
+        """Bookkeeping that does not change the state (column names are this module's own)."""
+        sets = ", ".join(f"{column} = ?" for column, _ in assignments)
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                f"UPDATE machines SET {sets} WHERE name = ?",
+                (*(value for _, value in assignments), name),
+            )
 
     def machine_seconds(self, pool: str, now: float) -> float:
         """Machine time from creation to destruction (or now), summed over the pool's machines."""
@@ -312,6 +362,8 @@ class PoolTable:
 
 __all__ = [
     "LIVE_STATES",
+    "NO_CHANGE",
+    "Change",
     "Incident",
     "Machine",
     "MachineNotFound",

@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 from sp00ky_infra.controller.provisioners.base import (
+    Adopts,
+    HasGateway,
     MachineSpec,
+    Outcome,
     Provisioned,
     Provisioner,
     ProvisionerError,
+    Reaps,
     Refused,
+    ReportsOutcomes,
 )
 
-__all__ = ["MachineSpec", "Provisioned", "Provisioner", "ProvisionerError", "Refused"]
+__all__ = [
+    "Adopts",
+    "HasGateway",
+    "MachineSpec",
+    "Outcome",
+    "Provisioned",
+    "Provisioner",
+    "ProvisionerError",
+    "Reaps",
+    "Refused",
+    "ReportsOutcomes",
+]

@@ -1,14 +1,24 @@
 """The provisioner port: create a machine that runs the agent, destroy it, nothing more.
 
-ProvisionerError (root)
+Every provisioner is a ``Provisioner``. What only some can do is declared, never guessed:
+
+- ``delivers_join_token`` (an attribute of every provisioner): it puts ``MachineSpec.join_token``
+  into the machine, so the controller issues one per machine. Pulumi does not: its program
+  issues the token at ``pulumi up``, and the controller issues none.
+- ``Adopts``: takes over the machines the store has when this controller starts leading.
+- ``Reaps``: removes the machines an earlier run left behind, at start.
+- ``HasGateway``: machines reach the controller at an address of their own network.
+- ``ReportsOutcomes``: creates asynchronously and reports per machine afterwards.
+
+ProvisionerError (a ControllerError, controller/errors.py)
 └── Refused   the provider will not create the machine (a cap, a quota): a failed boot
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from sp00ky_infra.controller.errors import ControllerError
 
@@ -30,7 +40,7 @@ class MachineSpec:
     backend: str
     revision: str
     controller_url: str
-    join_token: str
+    join_token: str | None = None  # issued only for a provisioner that delivers it
     workdir: str = "."  # where a local machine runs the backend's deploy.command
     labels: Mapping[str, str] = field(default_factory=dict)
 
@@ -41,8 +51,18 @@ class Provisioned:
     provider_state: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an asynchronous provisioner did to one machine."""
+
+    machine: str
+    kind: Literal["created", "failed", "destroyed"]
+    detail: str = ""
+
+
 class Provisioner(Protocol):
     name: str
+    delivers_join_token: bool  # puts MachineSpec.join_token into the machine itself
 
     def create(self, spec: MachineSpec) -> Provisioned:
         """Start a machine; returns once it exists (not once it is ready)."""
@@ -54,4 +74,32 @@ class Provisioner(Protocol):
 
     def close(self) -> None:
         """Release what the provisioner holds (not the machines)."""
+        ...
+
+
+@runtime_checkable
+class Adopts(Protocol):
+    def adopt(self, machines: Mapping[str, Sequence[str]]) -> None:
+        """Take the live machines the store has (pool -> names) as the ones that exist."""
+        ...
+
+
+@runtime_checkable
+class Reaps(Protocol):
+    def reap(self) -> list[str]:
+        """Remove the machines an earlier run left; returns their names."""
+        ...
+
+
+@runtime_checkable
+class HasGateway(Protocol):
+    def gateway(self) -> str:
+        """The address machines reach this host at."""
+        ...
+
+
+@runtime_checkable
+class ReportsOutcomes(Protocol):
+    def outcomes(self) -> list[Outcome]:
+        """What happened to machines since the last call."""
         ...

@@ -41,7 +41,10 @@ CMD ["python3", "-m", "agent"]
 
 
 class DockerProvisioner:
+    """Reaps, HasGateway."""
+
     name = "docker"
+    delivers_join_token = True  # in the container's environment
 
     def __init__(
         self, network: str, project: str = "dev", client: docker.DockerClient | None = None
@@ -88,6 +91,8 @@ class DockerProvisioner:
             raise Refused(f"building the image of backend {backend} failed: {exc}") from exc
 
     def create(self, spec: MachineSpec) -> Provisioned:
+        if spec.join_token is None:
+            raise Refused(f"machine {spec.name} has no join token to start its agent with")
         command = self.commands.get(spec.backend)
         if command is None:
             raise Refused(f"backend {spec.backend}'s image was not built; is it a pool backend?")

@@ -47,6 +47,7 @@ def process_start_time(pid: int) -> str | None:
 
 class LocalProvisioner:
     name = "local"
+    delivers_join_token = True  # in the agent's environment
 
     def __init__(self, log_dir: str | Path, agent_env: dict[str, str] | None = None) -> None:
         self.log_dir = Path(log_dir)
@@ -54,6 +55,8 @@ class LocalProvisioner:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     def create(self, spec: MachineSpec) -> Provisioned:
+        if spec.join_token is None:
+            raise Refused(f"machine {spec.name} has no join token to start its agent with")
         self._reap()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {

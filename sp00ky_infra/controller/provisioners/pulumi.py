@@ -16,13 +16,13 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import Any, Protocol
 
-from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
+from sp00ky_infra.controller.provisioners.base import MachineSpec, Outcome, Provisioned, Refused
 
 log = logging.getLogger("sp00ky.controller")
+__all__ = ["Outcome", "PulumiProvisioner", "Stack", "automation_stack"]
 
 
 class Stack(Protocol):
@@ -33,13 +33,6 @@ class Stack(Protocol):
     def outputs(self) -> MutableMapping[str, Any]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    machine: str
-    kind: Literal["created", "failed", "destroyed"]
-    detail: str = ""
-
-
 def automation_stack(stack: str, work_dir: str) -> Stack:
     """The real stack (needs the pulumi CLI on PATH)."""
     from pulumi import automation
@@ -48,7 +41,10 @@ def automation_stack(stack: str, work_dir: str) -> Stack:
 
 
 class PulumiProvisioner:
+    """Adopts, ReportsOutcomes; the program issues each machine's join token itself."""
+
     name = "pulumi"
+    delivers_join_token = False  # infra/program.py issues it at `pulumi up`
 
     def __init__(
         self,
@@ -86,14 +82,14 @@ class PulumiProvisioner:
                 self.desired[pool].discard(name)
                 self._changed.notify()
 
-    def adopt(self, machines: dict[str, list[str]]) -> None:
-        """Start from the machines the store already has (a restarted controller): without
-        this, the next update would write a smaller set and destroy them."""
+    def adopt(self, machines: Mapping[str, Sequence[str]]) -> None:
+        """Start from the machines the store has (this controller starts leading): without
+        this, the next update would write a smaller set and destroy them. The store is the
+        truth: what another leader destroyed meanwhile is not brought back."""
         with self._changed:
-            for pool, names in machines.items():
-                self.desired.setdefault(pool, set()).update(names)
-                self.applied.setdefault(pool, set()).update(names)
-                self.pool_of.update(dict.fromkeys(names, pool))
+            self.desired = {pool: set(names) for pool, names in machines.items()}
+            self.applied = {pool: set(names) for pool, names in machines.items()}
+            self.pool_of.update({name: pool for pool, names in machines.items() for name in names})
 
     def outcomes(self) -> list[Outcome]:
         """What updates did since the last call (the tick applies them)."""

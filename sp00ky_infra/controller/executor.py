@@ -1,0 +1,296 @@
+"""The executor: the only code that changes a machine's state or calls a provisioner.
+
+Every move goes through the lifecycle table (``policy.machines``) and the store's one
+compare-and-set; the breaker counts the boots that fail and closes on one that works. The
+tick's plans, the agents' operations (join, ready, drained, a claimed job), the admin's drain,
+a controller's start (reap, adopt) and its shutdown all come here, each with ``now``.
+
+Each action of a plan is applied on its own: one that fails is logged and retried next tick,
+and never stops the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from sp00ky_infra.controller.provisioners import (
+    Adopts,
+    MachineSpec,
+    Provisioner,
+    ProvisionerError,
+    Reaps,
+    Refused,
+    ReportsOutcomes,
+)
+from sp00ky_infra.controller.settings import ControllerSettings
+from sp00ky_infra.controller.state import Deployment, Event, EventLog, PoolStates, Wake
+from sp00ky_infra.policy.breaker import Breaker
+from sp00ky_infra.policy.machines import IdleClock, Reason, rule
+from sp00ky_infra.policy.plan import Create, Destroy, Drain, Fail, Plan
+from sp00ky_infra.shared import tokens
+from sp00ky_infra.shared.names import machine_name
+from sp00ky_infra.store import SqlStore
+from sp00ky_infra.store.machines import Change, Machine, MachineNotFound
+
+log = logging.getLogger("sp00ky.controller")
+DESTROYABLE = rule(Reason.DESTROYED).sources  # what the provisioner may destroy
+Action = Create | Drain | Fail | Destroy | IdleClock
+
+
+class Executor:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        store: SqlStore,
+        provisioner: Provisioner,
+        pools: PoolStates,
+        events: EventLog,
+        wake: Wake,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.provisioner = provisioner
+        self.pools = pools
+        self.events = events
+        self.wake = wake
+
+    def event(self, at: float, pool: str, kind: str, message: str) -> None:
+        self.events.add(Event(at, pool, kind, message))
+        log.info("pool=%s event=%s %s", pool, kind, message)
+
+    # --- the tick's plans --------------------------------------------------------------------
+
+    def apply(self, plan: Plan, deployment: Deployment, now: float) -> list[str]:
+        """Apply one pool's plan; returns what failed (each action isolated from the others)."""
+        errors: list[str] = []
+        actions: list[Action] = [*plan.idle, *plan.fail, *plan.destroy, *plan.drain]
+        if plan.create is not None:
+            actions.append(plan.create)
+        for action in actions:
+            try:
+                self._apply(plan.pool, action, deployment, now)
+            except Exception as exc:  # isolate: one failed action never stops the others
+                message = f"{type(action).__name__.lower()} in pool {plan.pool} failed: {exc}"
+                log.exception(message)
+                errors.append(message)
+        return errors
+
+    def _apply(self, pool: str, action: Action, deployment: Deployment, now: float) -> None:
+        if isinstance(action, IdleClock):
+            self.store.machines.set_idle(action.machine, action.since)
+        elif isinstance(action, Create):
+            for _ in range(action.count):
+                if not self.create(deployment, pool, now):
+                    break  # refused: the breaker counts it; try again next tick
+        elif isinstance(action, Drain):
+            self.drain(pool, action.machine, action.reason, now)
+        elif isinstance(action, Fail):
+            self.fail(pool, action.machine, action.reason, now)
+            self.destroy(pool, action.machine, now)
+        else:
+            self.destroy(pool, action.machine, now)
+
+    # --- moves -------------------------------------------------------------------------------
+
+    def create(self, deployment: Deployment, pool: str, now: float) -> bool:
+        """Ask the provisioner for one machine; False when it was refused (a failed boot)."""
+        settings = self.settings
+        name = machine_name(pool)
+        machine = self.store.machines.add(
+            name,
+            pool,
+            self.provisioner.name,
+            deployment.revisions[pool],
+            deployment.pools[pool].slots,
+            now,
+        )
+        try:
+            live = len(self.store.machines.live())
+            if settings.max_machines is not None and live > settings.max_machines:
+                raise Refused(
+                    f"the project's machine cap is {settings.max_machines} (all pools, booting "
+                    "and draining included)"
+                )
+            made = self.provisioner.create(
+                MachineSpec(
+                    name=name,
+                    pool=pool,
+                    backend=deployment.backends[pool].name,
+                    revision=machine.revision,
+                    controller_url=settings.agents_url,
+                    join_token=self._join_token(name, now),
+                    workdir=deployment.config.root,
+                )
+            )
+        except ProvisionerError as exc:
+            self.refused(pool, name, str(exc), now)
+            return False
+        self.store.machines.move(
+            name,
+            Reason.PROVISIONED,
+            now,
+            Change(provider_id=made.provider_id, provider_state=made.provider_state),
+        )
+        self.event(now, pool, "scale_up", f"{name} requested ({self.provisioner.name})")
+        return True
+
+    def _join_token(self, name: str, now: float) -> str | None:
+        """A join token for a provisioner that delivers it; the Pulumi program issues its own."""
+        if not self.provisioner.delivers_join_token:
+            return None
+        return tokens.issue_join_token(self.settings.secret, name, now, self.settings.join_ttl)
+
+    def drain(self, pool: str, name: str, reason: Reason, now: float) -> bool:
+        """A ready machine starts draining; its agent hears of it on its next poll."""
+        if not self.store.machines.move(name, reason, now):
+            return False
+        self.event(now, pool, "drain", f"{name}: {reason.value}")
+        self.wake.machine(name)
+        return True
+
+    def fail(self, pool: str, name: str, reason: Reason, now: float) -> bool:
+        """The plan failed it (boot timeout, silence); False when its state no longer allows
+        it. A boot that timed out counts towards the pool's breaker."""
+        if not self.store.machines.move(name, reason, now):
+            return False
+        self.event(now, pool, "failed", f"{name}: {reason.value}")
+        if reason == Reason.BOOT_TIMEOUT:
+            self.boot_failed(pool, f"{name} not ready within the boot timeout", now)
+        return True
+
+    def boot_failure(self, machine: Machine, why: str, now: float) -> None:
+        """Its agent says the backend never became ready: a failed boot."""
+        if self.store.machines.move(machine.name, Reason.BOOT_FAILED, now, Change(detail=why)):
+            self.event(now, machine.pool, "failed", f"{machine.name} failed to boot: {why}")
+            self.boot_failed(machine.pool, f"{machine.name}: {why}", now)
+
+    def refused(self, pool: str, name: str, detail: str, now: float) -> None:
+        """The provider would not create it: failed (a failed boot), then destroyed at once,
+        since nothing exists to destroy."""
+        why = f"refused: {detail}"
+        if self.store.machines.move(name, Reason.REFUSED, now, Change(detail=why)):
+            self.event(now, pool, "refused", f"{name}: {detail}")
+            self.boot_failed(pool, why, now)
+            self.store.machines.move(name, Reason.DESTROYED, now)
+
+    def destroy(self, pool: str, name: str, now: float) -> bool:
+        """Destroy a draining or failed machine through its provisioner, then its row."""
+        machine = self.store.machines.get(name)
+        if machine.state not in DESTROYABLE:
+            return False  # destroyed already, or it moved on since it was planned
+        self.provisioner.destroy(name, machine.provider_id, machine.provider_state)
+        if not self.store.machines.move(name, Reason.DESTROYED, now):
+            return False
+        self.event(
+            now, pool, "destroyed", f"{name} destroyed after {now - machine.created_at:.0f}s"
+        )
+        return True
+
+    # --- the agents --------------------------------------------------------------------------
+
+    def joined(self, name: str, session_hash: str, now: float) -> Machine:
+        """Its agent joined: the session is bound (Conflict when it joined already)."""
+        machine = self.store.machines.join(name, session_hash, now)
+        self.event(now, machine.pool, "joined", f"{name} joined")
+        return machine
+
+    def ready(self, machine: Machine, now: float) -> None:
+        """Its backend answers: ready, and the pool's breaker closes."""
+        if self.store.machines.move(machine.name, Reason.READY, now):
+            took = now - machine.created_at
+            self.event(now, machine.pool, "ready", f"{machine.name} is ready ({took:.1f}s)")
+            self.boot_succeeded(machine.pool, now)
+            self.wake.machine(machine.name)
+
+    def claimed(self, name: str) -> None:
+        """The machine took work: its idle clock stops (the tick restarts it once it is idle)."""
+        self.store.machines.set_idle(name, None)
+
+    def agent_drained(self, machine: Machine, now: float) -> bool:
+        """Its agent finished its jobs and left (after a drain, or stopped on the machine);
+        False when the machine was neither ready nor draining."""
+        if machine.state == "ready":  # the agent was stopped on its machine (SIGTERM)
+            if self.store.machines.move(machine.name, Reason.AGENT_STOP, now):
+                self.event(now, machine.pool, "drain", f"{machine.name}: stopped on the machine")
+        elif machine.state != "draining":
+            return False
+        self.store.machines.mark_drained(machine.name, now)
+        return True
+
+    # --- the breaker -------------------------------------------------------------------------
+
+    def boot_succeeded(self, pool: str, now: float) -> None:
+        before, after = self.pools.change_breaker(pool, lambda _: Breaker(), now)
+        if before != after and (
+            self.store.pools.close_incidents(pool, "pool_breaker_open", now) or before.is_open(now)
+        ):
+            self.event(now, pool, "breaker_closed", "a machine booted fine; the breaker is closed")
+
+    def boot_failed(self, pool: str, why: str, now: float) -> None:
+        settings = self.settings
+        before, after = self.pools.change_breaker(
+            pool,
+            lambda breaker: breaker.failed(
+                now, settings.breaker_first_pause, settings.breaker_max_pause
+            ),
+            now,
+        )
+        if after.opened > before.opened and after.open_until is not None:
+            message = (
+                f"{after.failures} failed boots in a row (last: {why}); no new machines "
+                f"for {after.open_until - now:.0f}s"
+            )
+            self.store.pools.open_incident(pool, "pool_breaker_open", message, now)
+            self.event(now, pool, "breaker_open", message)
+
+    # --- what an asynchronous provisioner reports, start and shutdown -------------------------
+
+    def record_outcomes(self, now: float) -> None:
+        """What an asynchronous provisioner (Pulumi) reports back: servers created (their ids
+        go on the rows, so a restarted controller knows what exists) or refused (failed boots)."""
+        if not isinstance(self.provisioner, ReportsOutcomes):
+            return
+        machines = self.store.machines
+        for outcome in self.provisioner.outcomes():
+            try:
+                machine = machines.get(outcome.machine)
+            except MachineNotFound:  # a machine unknown to the store: nothing to record
+                continue
+            if outcome.kind == "created":
+                machines.set_provider(outcome.machine, outcome.detail or None, "created")
+            elif outcome.kind == "destroyed":
+                machines.set_provider_state(outcome.machine, "destroyed")
+            else:
+                self.refused(machine.pool, outcome.machine, outcome.detail, now)
+
+    def adopt(self) -> None:
+        """Hand the provisioner the machines the store has (this controller starts leading)."""
+        if not isinstance(self.provisioner, Adopts):
+            return
+        live: dict[str, list[str]] = {}
+        for machine in self.store.machines.live():
+            if machine.provider == self.provisioner.name:
+                live.setdefault(machine.pool, []).append(machine.name)
+        self.provisioner.adopt(live)
+
+    def reap(self, now: float) -> int:
+        """Machines an earlier run left behind are gone: say so in their rows."""
+        if not isinstance(self.provisioner, Reaps):
+            return 0
+        reaped = self.provisioner.reap()
+        for name in reaped:
+            self.store.machines.move(name, Reason.LEFT_BEHIND, now)
+        return len(reaped)
+
+    def shutdown(self, now: float) -> int:
+        """Destroy every live machine, all at once (``dev`` on Ctrl-C leaves no process)."""
+        machines = self.store.machines.live()
+
+        def destroy(machine: Machine) -> None:
+            self.store.machines.move(machine.name, Reason.SHUTDOWN, now)
+            self.destroy(machine.pool, machine.name, now)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(32, len(machines)))) as pool:
+            list(pool.map(destroy, machines))
+        return len(machines)

@@ -1,0 +1,137 @@
+"""The executor with fake provisioners behind the real port, on a real store: declared
+capabilities decide what it asks of a provisioner (join tokens, reaping)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.provisioners import (
+    Adopts,
+    HasGateway,
+    MachineSpec,
+    Provisioned,
+    Reaps,
+    ReportsOutcomes,
+)
+from sp00ky_infra.controller.provisioners.docker import DockerProvisioner
+from sp00ky_infra.controller.provisioners.local import LocalProvisioner
+from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner
+from sp00ky_infra.controller.settings import ControllerSettings
+from sp00ky_infra.policy.machines import Reason
+from sp00ky_infra.shared import tokens
+from sp00ky_infra.store import open_store
+from tests.controllers import backend_app, project
+
+SECRET = "executor-test-secret"
+
+
+class Recording:
+    """Creates nothing; remembers what it was asked."""
+
+    name = "recording"
+
+    def __init__(self, delivers_join_token: bool) -> None:
+        self.delivers_join_token = delivers_join_token
+        self.specs: list[MachineSpec] = []
+        self.destroyed: list[str] = []
+
+    def create(self, spec: MachineSpec) -> Provisioned:
+        self.specs.append(spec)
+        return Provisioned(provider_id=spec.name)
+
+    def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
+        self.destroyed.append(name)
+
+    def close(self) -> None:
+        pass
+
+
+MakeController = Callable[[Recording], Controller]
+
+
+class Reaping(Recording):
+    def __init__(self, left: list[str]) -> None:
+        super().__init__(delivers_join_token=True)
+        self.left = left
+
+    def reap(self) -> list[str]:
+        return self.left
+
+
+@pytest.fixture
+def make_controller(tmp_path: Path) -> Iterator[MakeController]:
+    config = load_config(
+        project(
+            tmp_path,
+            {"render": {"min": 1}},
+            {"renderer": backend_app("render", "render_job", tmp_path / "log")},
+        )
+    )
+    store = open_store(f"sqlite:///{tmp_path}/state.db")
+    made: list[Controller] = []
+
+    def make(provisioner: Recording) -> Controller:
+        settings = ControllerSettings(secret=SECRET, state_dir=str(tmp_path))
+        made.append(Controller(settings, config, store, provisioner))
+        return made[-1]
+
+    yield make
+    for controller in made:
+        controller.leader_lock.release()
+    store.close()
+
+
+def test_a_join_token_is_issued_only_for_a_provisioner_that_delivers_it(
+    make_controller: MakeController,
+) -> None:
+    delivers, brings_its_own = Recording(True), Recording(False)
+    for provisioner in (delivers, brings_its_own):
+        controller = make_controller(provisioner)
+        assert controller.executor.create(controller.deployment, "render", time.time())
+    (spec,) = delivers.specs
+    assert spec.join_token is not None
+    claim = tokens.verify_join_token(SECRET, spec.join_token, spec.name, time.time())
+    assert claim.machine == spec.name
+    (other,) = brings_its_own.specs  # the Pulumi program issues the one its machine gets
+    assert other.join_token is None
+
+
+def test_machines_left_by_an_earlier_run_are_reaped_through_the_table(
+    make_controller: MakeController,
+) -> None:
+    provisioner = Reaping(["render-a", "render-b"])
+    controller = make_controller(provisioner)
+    machines = controller.store.machines
+    for name in ("render-a", "render-b"):
+        machines.add(name, "render", "recording", "r", 1, 1.0)
+    machines.move("render-b", Reason.PROVISIONED, 2.0)
+    assert controller.executor.reap(3.0) == 2
+    for name in ("render-a", "render-b"):
+        gone = machines.get(name)
+        assert (gone.state, gone.destroyed_at) == ("destroyed", 3.0)
+        assert gone.failed_reason == "left by an earlier run"
+
+
+def test_the_provisioners_declare_what_they_can_do() -> None:
+    docker = DockerProvisioner.__new__(DockerProvisioner)  # no engine needed to ask
+    pulumi = PulumiProvisioner.__new__(PulumiProvisioner)
+    local = LocalProvisioner("unused")
+    capabilities = (Adopts, Reaps, HasGateway, ReportsOutcomes)
+    found = {
+        type(p).__name__: (
+            [c.__name__ for c in capabilities if isinstance(p, c)],
+            p.delivers_join_token,
+        )
+        for p in (docker, pulumi, local)
+    }
+    assert found == {
+        "DockerProvisioner": (["Reaps", "HasGateway"], True),
+        "PulumiProvisioner": (["Adopts", "ReportsOutcomes"], False),
+        "LocalProvisioner": ([], True),
+    }
