@@ -1,10 +1,10 @@
 """The backend's image onto the machine's Docker engine, before the backend starts.
 
-The join reply's ``backend.image_source`` says where it comes from:
+The join reply's ``backend.image_source`` (protocol.ImageSource) says where it comes from:
 
-- ``{"source": "registry", "reference": "HOST/NAME@sha256:...", "auth": {...} | null}``:
-  pulled by the engine (``POST /images/create``), the credentials in ``X-Registry-Auth``.
-- ``{"source": "controller", "reference": "sha256:<image id>", "name": "..."}``: fetched from
+- ``source="registry", reference="HOST/NAME@sha256:...", auth=...``: pulled by the engine
+  (``POST /images/create``), the credentials in ``X-Registry-Auth``.
+- ``source="controller", reference="sha256:<image id>", name=...``: fetched from
   the controller (``GET /v1/machines/NAME/images/ID`` with the session) and streamed into
   ``POST /images/load`` as it arrives, never held whole; then the loaded image's id must be
   the one asked for (an image id is the digest of its config, which pins every layer's
@@ -30,8 +30,9 @@ from urllib.parse import quote
 
 from agent.docker import API_VERSION, DockerAPI, _UnixConnection
 from agent.errors import AgentError, DockerError, ImageError, ImageUnavailable
+from agent.protocol import ImageSource
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 22
 PROGRESS_EVERY_SECONDS = 2.0
 CONNECT_TIMEOUT_SECONDS = 10.0
 READ_TIMEOUT_SECONDS = 60.0  # a stream silent this long is cut short, and retried
@@ -49,7 +50,7 @@ class Transient(AgentError):
 
 def ensure_image(
     api: DockerAPI,
-    source: dict[str, Any],
+    source: ImageSource,
     fetch: Callable[[str], Any],
     log: Log,
     deadline: float,
@@ -61,18 +62,19 @@ def ensure_image(
     response (``stream=True``); it raises ImageUnavailable (never worth retrying) or
     Transient.
     """
-    reference = str(source["reference"])
+    reference = source.reference
     if _present(api, reference):
         log("image_cached", image=reference)
         return reference
     started, attempt = time.monotonic(), 0
-    log("image_fetch", image=reference, source=source["source"])
+    log("image_fetch", image=reference, source=source.source)
     while True:
         try:
-            if source["source"] == "registry":
-                _pull(api, reference, source.get("auth"), log)
+            if source.source == "registry":
+                auth = source.auth.to_json() if source.auth else None
+                _pull(api, reference, auth, log)
             else:
-                _load(api, reference, source.get("name"), fetch, log)
+                _load(api, reference, source.name, fetch, log)
             log("image_ready", image=reference, seconds=f"{time.monotonic() - started:.1f}")
             return reference
         except ImageUnavailable:

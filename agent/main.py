@@ -3,8 +3,8 @@ renew their leases with every poll, and deliver results until the controller has
 
 Logs go to stdout, one line an event: ``agent machine=NAME event=EVENT key=value ...``.
 Exit codes: 0 drained or told to leave, 1 stopped by a second signal, 2 bad settings,
-3 join refused, 4 the backend never became ready, 5 the backend could not be restarted,
-6 out of contact with the controller for too long.
+3 join refused, 4 the backend never became ready (or its image never arrived), 5 the backend
+could not be restarted, 6 out of contact with the controller for too long.
 """
 
 from __future__ import annotations
@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from agent import controller as remote
-from agent.docker import DockerRuntime
-from agent.errors import ControllerError, Gone, Refused, RuntimeError_, SettingsError
+from agent.docker import DockerAPI, DockerRuntime
+from agent.errors import (
+    ControllerError,
+    Gone,
+    ImageUnavailable,
+    Refused,
+    RuntimeError_,
+    SettingsError,
+)
+from agent.images import Transient, ensure_image
 from agent.jobs import JobRun
 from agent.leases import abandon_at, safety_margin
 from agent.protocol import (
@@ -129,7 +137,8 @@ class Agent:
 
     def _process_runtime(self, backend: BackendInfo) -> Runtime:
         if self.settings.runtime == "docker":
-            image = self.settings.image or backend.image
+            api = DockerAPI(self.settings.docker_socket)
+            image = self.settings.image or self.fetch_image(api, backend)
             if not image:
                 raise RuntimeError_("the docker runtime needs an image (SPKY_AGENT_IMAGE)")
             labels = {"sp00ky/machine": self.machine, "sp00ky/pool": self.pool}
@@ -139,9 +148,28 @@ class Agent:
                 container_port=backend.port or 8080,
                 labels={**labels, "sp00ky/role": "backend"},
                 name=f"sp00ky-{self.machine}-backend",
+                api=api,
             )
         command = list(self.settings.command or backend.command)
         return ProcessRuntime(command, backend.env, self.settings.workdir, output=None)
+
+    def fetch_image(self, api: DockerAPI, backend: BackendInfo) -> str | None:
+        """The backend's image onto this machine's engine before it starts (ImageError, a
+        failed boot naming the image, if it cannot be had)."""
+        if backend.image_source is None:
+            return backend.image
+        deadline = time.monotonic() + self.config.boot_timeout
+        return ensure_image(api, backend.image_source, self._image_stream, self.log, deadline)
+
+    def _image_stream(self, image_id: str) -> Any:
+        try:
+            return self.remote.image(image_id)
+        except Gone:
+            raise
+        except Refused as exc:
+            raise ImageUnavailable(f"image {image_id}: the controller refused it: {exc}") from exc
+        except ControllerError as exc:
+            raise Transient(str(exc)) from exc
 
     def start_backend(self) -> str | None:
         if self.runtime is None:

@@ -13,6 +13,7 @@ what the agent sends. Fields the agent does not know are ignored, as the control
     POST .../poll      PollRequest   PollReply (Assignment, Stop)
     POST .../result    ResultRequest ResultReply
     POST .../drained   (no body)     Ack
+    GET  .../images/ID (no body)     the image as a docker save tar (ImageSource "controller")
     any error answer                 Problem
 """
 
@@ -50,12 +51,28 @@ class JoinRequest(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RegistryCredentials(Message):
+    username: str
+    password: str
+    serveraddress: str  # the registry's host[:port]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageSource(Message):
+    source: Literal["registry", "controller"]  # pull through the engine, or fetch and load
+    reference: str  # registry: NAME@sha256:DIGEST; controller: the image id
+    name: str | None = None  # a name to tag a loaded image with
+    auth: RegistryCredentials | None = None  # for a private registry
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BackendInfo(Message):
     name: str
     port: int | None  # deploy.port: where the backend listens in its image
     healthcheck: str | None
     command: tuple[str, ...]  # deploy.command, for process machines
     image: str | None = None  # the image, for docker machines
+    image_source: ImageSource | None = None  # where docker machines fetch it, when settled
     env: Mapping[str, str]  # the backend's own env (never the store's secrets)
 
 

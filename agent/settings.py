@@ -19,6 +19,7 @@ class Settings:
     runtime: str = "process"  # process | docker
     workdir: str = "."
     image: str = ""  # the docker runtime's image; default: the one the controller names
+    docker_socket: str = "/var/run/docker.sock"  # DOCKER_HOST (unix://...) names another
     command: tuple[str, ...] = ()  # the process runtime's command; default: deploy.command
     # Run when out of contact too long; on a VM cloud-init sets ["systemctl", "poweroff"].
     # Empty: the agent only exits (under Docker or as a local process).
@@ -51,6 +52,8 @@ class Settings:
                     values[key] = json.loads(env[name])
                 except ValueError as exc:
                     raise SettingsError(f"{name}: not a JSON list ({exc})") from exc
+        if env.get("DOCKER_HOST", "").startswith("unix://"):
+            values["docker_socket"] = env["DOCKER_HOST"].removeprefix("unix://")
         for key in ("command", "poweroff"):
             if key in values:
                 values[key] = _command(key, values[key])

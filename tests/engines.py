@@ -9,6 +9,7 @@ import base64
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -63,30 +64,49 @@ class Engine:
 
 @contextlib.contextmanager
 def second_engine() -> Iterator[Engine]:
-    """A dockerd of its own with no bridge and no iptables (the host's engine keeps those);
-    its containers use the host's network. Its directories are removed afterwards."""
+    """A dockerd of its own: data-root, exec-root, socket, and a bridge of its own, with no
+    iptables rules (the host's engine keeps those). Its directories and bridge are removed
+    afterwards.
+
+    Not ``--bridge=none``: a dockerd started so deletes the host's ``docker0`` link (Docker
+    20.10, ``removeDefaultBridgeInterface``), which breaks the host's engine for everyone.
+    """
     # a short path: the socket's must fit in sun_path (108 bytes)
     root = Path(tempfile.mkdtemp(prefix="spky-engine-", dir="/tmp"))
     sock, log = root / "docker.sock", root / "dockerd.log"
+    bridge = f"spky{secrets.token_hex(4)}"  # at most 15 characters
+    subnet = f"10.231.{secrets.randbelow(250) + 1}"
+    _ip("link", "add", bridge, "type", "bridge")
     command = [
         "dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
         "--pidfile", str(root / "dockerd.pid"), "--host", f"unix://{sock}",
-        "--bridge=none", "--iptables=false", "--ip6tables=false",
+        f"--bridge={bridge}", "--iptables=false", "--ip6tables=false",
     ]  # fmt: skip
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     engine = Engine(str(sock), f"unix://{sock}")
+    proc = None
     try:
+        _ip("addr", "add", f"{subnet}.1/24", "dev", bridge)
+        _ip("link", "set", bridge, "up")
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         _wait("dockerd", lambda: engine.docker("version").returncode == 0, proc, log, 60)
         yield engine
     finally:
-        with contextlib.suppress(Exception):
-            ids = engine.docker("ps", "-aq").stdout.split()
-            if ids:
-                engine.docker("rm", "-f", *ids)
-        _stop(proc)
+        if proc is not None:
+            with contextlib.suppress(Exception):
+                ids = engine.docker("ps", "-aq").stdout.split()
+                if ids:
+                    engine.docker("rm", "-f", *ids)
+            _stop(proc)
         subprocess.run(["umount", "-R", str(root / "data")], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
 
 @dataclass(frozen=True)
@@ -132,7 +152,10 @@ def registry(auth: bool = True) -> Iterator[Registry]:
     config = {
         "version": 0.1,
         "log": {"level": "warn"},
-        "storage": {"filesystem": {"rootdirectory": str(root / "data")}},
+        "storage": {
+            "filesystem": {"rootdirectory": str(root / "data")},
+            "delete": {"enabled": True},  # a test takes an image away after it was resolved
+        },
         "http": {"addr": host},
     }
     if auth:

@@ -14,6 +14,7 @@ import requests
 
 from agent.docker import DockerAPI
 from agent.images import ImageError, ImageUnavailable, ensure_image
+from agent.protocol import ImageSource, RegistryCredentials
 from sp00ky_infra.config.images import parse_image
 from sp00ky_infra.controller.images import ImageServer, UnknownImage
 from sp00ky_infra.controller.registry import (
@@ -89,7 +90,7 @@ def test_a_served_image_streams_into_an_empty_engine_once(
         return Streamed(server.stream(image_id))
 
     assert tiny_image not in machine_engine.images()
-    source = {"source": "controller", "reference": tiny_image, "name": "sp00ky-dev-pool-tiny"}
+    source = ImageSource(source="controller", reference=tiny_image, name="sp00ky-dev-pool-tiny")
     got = ensure_image(api, source, fetch, log, deadline=1e12)
     assert got == tiny_image and fetched == [tiny_image]
     assert tiny_image in machine_engine.images()
@@ -98,7 +99,7 @@ def test_a_served_image_streams_into_an_empty_engine_once(
     assert log.names() == ["image_fetch", "image_progress", "image_ready"]
     # a second boot on the same machine: nothing travels again
     again = Logged()
-    ensure_image(api, {"source": "controller", "reference": tiny_image}, fetch, again, 1e12)
+    ensure_image(api, ImageSource(source="controller", reference=tiny_image), fetch, again, 1e12)
     assert fetched == [tiny_image] and again.names() == ["image_cached"]
 
 
@@ -114,7 +115,7 @@ def test_a_stream_cut_short_is_retried_then_fails_naming_the_image(
 
     with pytest.raises(ImageError) as caught:
         ensure_image(DockerAPI(machine_engine.socket),
-                     {"source": "controller", "reference": tiny_image}, cut, log,
+                     ImageSource(source="controller", reference=tiny_image), cut, log,
                      deadline=_now() + 3.0, sleep=pauses.append)  # fmt: skip
     assert not isinstance(caught.value, ImageUnavailable)
     assert f"image {tiny_image} did not arrive before the boot timeout" in str(caught.value)
@@ -131,7 +132,7 @@ def test_a_different_image_does_not_check_out(
 
     with pytest.raises(ImageError) as caught:
         ensure_image(DockerAPI(machine_engine.socket),
-                     {"source": "controller", "reference": tiny_image},
+                     ImageSource(source="controller", reference=tiny_image),
                      lambda _: Streamed(iter([other])), Logged(),
                      deadline=_now() + 0.4, sleep=lambda _: None)  # fmt: skip
     assert f"image {tiny_image} did not check out: the engine loaded sha256:" in str(caught.value)
@@ -144,7 +145,7 @@ def test_a_missing_image_fails_at_once(machine_engine: Engine) -> None:
     pauses: list[float] = []
     with pytest.raises(ImageUnavailable, match=r"image sha256:0+ is not one this controller"):
         ensure_image(DockerAPI(machine_engine.socket),
-                     {"source": "controller", "reference": "sha256:" + "0" * 64}, refused,
+                     ImageSource(source="controller", reference="sha256:" + "0" * 64), refused,
                      Logged(), deadline=1e12, sleep=pauses.append)  # fmt: skip
     assert pauses == []
 
@@ -183,24 +184,26 @@ def test_the_machine_pulls_the_digest_with_the_credentials(
 ) -> None:
     digest = image_registry.push(TINY, "acme/tiny:1")
     pinned = f"{image_registry.host}/acme/tiny@{digest}"
-    auth = load_auths(str(image_registry.docker_config))[image_registry.host].as_dict()
+    auth = RegistryCredentials.from_json(
+        load_auths(str(image_registry.docker_config))[image_registry.host].as_dict()
+    )
     api = DockerAPI(machine_engine.socket)
 
     def no_fetch(_: str) -> Streamed:
         raise AssertionError("a registry image never comes from the controller")
 
     with pytest.raises(ImageUnavailable) as unauthorised:
-        ensure_image(api, {"source": "registry", "reference": pinned, "auth": None}, no_fetch,
+        ensure_image(api, ImageSource(source="registry", reference=pinned), no_fetch,
                      Logged(), deadline=1e12)  # fmt: skip
     assert f"image {pinned}: the registry refused the pull" in str(unauthorised.value)
 
     missing = f"{image_registry.host}/acme/nope@{digest}"
     with pytest.raises(ImageUnavailable, match=f"image {missing} is not in its registry"):
-        ensure_image(api, {"source": "registry", "reference": missing, "auth": auth}, no_fetch,
+        ensure_image(api, ImageSource(source="registry", reference=missing, auth=auth), no_fetch,
                      Logged(), deadline=1e12)  # fmt: skip
 
     log = Logged()
-    got = ensure_image(api, {"source": "registry", "reference": pinned, "auth": auth}, no_fetch,
+    got = ensure_image(api, ImageSource(source="registry", reference=pinned, auth=auth), no_fetch,
                        log, deadline=1e12)  # fmt: skip
     assert got == pinned and tiny_image in machine_engine.images()
     assert log.names()[0] == "image_fetch" and log.names()[-1] == "image_ready"
@@ -211,7 +214,7 @@ def test_an_unreachable_registry_is_retried(machine_engine: Engine) -> None:
     pinned = "127.0.0.1:9/acme/tiny@sha256:" + "1" * 64
     with pytest.raises(ImageError, match=f"image {pinned} did not arrive before the boot timeout"):
         ensure_image(DockerAPI(machine_engine.socket),
-                     {"source": "registry", "reference": pinned, "auth": None},
+                     ImageSource(source="registry", reference=pinned),
                      lambda _: Streamed(iter([])), Logged(), deadline=_now() + 2.0,
                      sleep=pauses.append)  # fmt: skip
     assert pauses and pauses[0] == 0.5

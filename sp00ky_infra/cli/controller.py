@@ -22,6 +22,7 @@ from sp00ky_infra.cli.jobs import refusals
 from sp00ky_infra.client import Client, payload_from_text
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.controller import admin
+from sp00ky_infra.controller.images import ImagesError
 from sp00ky_infra.controller.reconcile import TickReport
 from sp00ky_infra.controller.server import Runtime
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
@@ -32,7 +33,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 def _start(settings: ControllerSettings) -> Runtime:
     try:
         return Runtime(settings)
-    except SettingsError as exc:
+    except (SettingsError, ImagesError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
 

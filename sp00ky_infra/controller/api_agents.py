@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import FastAPI, Header, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from sp00ky_infra import __version__
 from sp00ky_infra.controller.core import Controller
@@ -31,7 +31,7 @@ ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": Problem, "description": text}
     for code, text in {
         401: "bad join token or session",
-        409: "stale attempt, or a state that does not allow it",
+        409: "stale attempt, a state that does not allow it, or an image not served here",
         410: "the machine is failed or destroyed: shut down",
         503: "not the leader: retry",
     }.items()
@@ -111,6 +111,19 @@ def agents_app(controller: Controller, hub: Hub) -> FastAPI:
         """What the backend answered for this attempt; refused (409) if it is not current."""
         status = controller.result(name, _session(authorization), job, attempt, body)
         return ResultReply(job_status=status)
+
+    @app.get(
+        "/v1/machines/{name}/images/{image_id}",
+        responses={**ERRORS, 200: {"content": {"application/x-tar": {}}}},
+        response_class=StreamingResponse,
+    )
+    def image(
+        name: str, image_id: str, authorization: Annotated[str | None, Header()] = None
+    ) -> StreamingResponse:
+        """The pool's image, built by this controller, as a ``docker save`` tar: streamed
+        (never held whole), for the machine to load and check against ``image_id``."""
+        chunks = controller.image(name, _session(authorization), image_id)
+        return StreamingResponse(chunks, media_type="application/x-tar")
 
     @app.post("/v1/machines/{name}/drained", responses=ERRORS)
     def drained(name: str, authorization: Annotated[str | None, Header()] = None) -> Ack:

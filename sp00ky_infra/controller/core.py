@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from sp00ky_infra.config import Backend, Config, Pool
@@ -18,13 +18,16 @@ from sp00ky_infra.controller.errors import NotLeader as NotLeader
 from sp00ky_infra.controller.errors import Refusal as Refusal
 from sp00ky_infra.controller.errors import Unauthorized as Unauthorized
 from sp00ky_infra.controller.executor import Executor
+from sp00ky_infra.controller.images import ImageServer, PoolImage, UnknownImage
 from sp00ky_infra.controller.protocol import (
     AgentSettings,
     Assignment,
     BackendInfo,
+    ImageSource,
     JoinReply,
     PollReply,
     PollRequest,
+    RegistryCredentials,
     ResultRequest,
     Stop,
 )
@@ -61,8 +64,11 @@ class Controller:
         store: SqlStore,
         provisioner: Provisioner,
         clock: Callable[[], float] = time.time,
+        images: Mapping[str, PoolImage] | None = None,
+        image_server: ImageServer | None = None,
     ) -> None:
         self.settings = settings
+        self.image_server = image_server  # serves the images it built (deploy.dockerfile)
         self.store = store
         self.provisioner = provisioner
         self.clock = clock
@@ -76,11 +82,12 @@ class Controller:
         self.executor = Executor(
             settings, store, provisioner, self.pool_states, self.events, self.wake
         )
-        self.load(config)
+        self.load(config, images)
 
-    def load(self, config: Config) -> None:
-        """Take a (new) configuration. Pause flags live in the store: a deploy never un-pauses."""
-        self.deployment = Deployment.of(config, self.settings.pool)
+    def load(self, config: Config, images: Mapping[str, PoolImage] | None = None) -> None:
+        """Take a (new) configuration, with each pool's image as settled for it (pinned in the
+        revisions). Pause flags live in the store: a deploy never un-pauses."""
+        self.deployment = Deployment.of(config, self.settings.pool, images)
         self.pool_states.reload(self.deployment.pools)
 
     @property
@@ -187,10 +194,35 @@ class Controller:
                 healthcheck=backend.deploy.healthcheck,
                 command=list(backend.deploy.command),
                 image=pool_image(backend.name),
+                image_source=self.image_source(machine.pool),
                 env=machine_env(backend),
             ),
             settings=self.agent_settings(pool),
         )
+
+    def image_source(self, pool: str) -> ImageSource | None:
+        """Where the pool's machines fetch its image; the registry's credentials ride here,
+        in the join reply to an authenticated machine, never in user-data or labels."""
+        image = self.deployment.images.get(pool)
+        if image is None:
+            return None
+        auth = image.auth
+        return ImageSource(
+            source=image.source,
+            reference=image.reference,
+            name=pool_image(self.backends[pool].name) if image.source == "controller" else None,
+            auth=RegistryCredentials(**auth.as_dict()) if auth else None,
+        )
+
+    def image(self, name: str, session: str, image_id: str) -> Iterator[bytes]:
+        """The machine's own pool image, streamed as ``docker save`` writes it."""
+        machine = self._authenticate(name, session)
+        image = self.deployment.images.get(machine.pool)
+        if image is None or image.source != "controller" or image.reference != image_id:
+            raise UnknownImage(f"image {image_id} is not the one pool {machine.pool} runs")
+        if self.image_server is None:
+            raise UnknownImage(f"image {image_id}: this controller serves no images")
+        return self.image_server.stream(image_id)
 
     def agent_settings(self, pool: Pool) -> AgentSettings:
         return AgentSettings(

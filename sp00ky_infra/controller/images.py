@@ -34,7 +34,7 @@ from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.names import pool_image
 
 log = logging.getLogger("sp00ky.controller")
-CHUNK_BYTES = 1 << 20  # docker save is read and sent 1 MiB at a time
+CHUNK_BYTES = 1 << 22  # docker save is read and sent 4 MiB at a time
 
 
 class ImagesError(ControllerError):

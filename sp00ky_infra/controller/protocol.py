@@ -17,12 +17,35 @@ class JoinRequest(BaseModel):
     token: str = Field(description="The one-time join token from the machine's user-data.")
 
 
+class RegistryCredentials(BaseModel):
+    """What the Engine API's X-Registry-Auth carries; sent only in the join reply."""
+
+    username: str
+    password: str
+    serveraddress: str = Field(description="The registry's host[:port].")
+
+
+class ImageSource(BaseModel):
+    """Where the machine gets the backend's image, pinned for this deploy."""
+
+    source: Literal["registry", "controller"] = Field(
+        description="`registry`: pull `reference` through the machine's engine; `controller`: "
+        "GET /v1/machines/{name}/images/{reference} and load it."
+    )
+    reference: str = Field(description="registry: NAME@sha256:DIGEST; controller: the image id.")
+    name: str | None = Field(default=None, description="A name to tag a loaded image with.")
+    auth: RegistryCredentials | None = Field(default=None, description="For a private registry.")
+
+
 class BackendInfo(BaseModel):
     name: str
     port: int | None = Field(description="deploy.port: where the backend listens in its image.")
     healthcheck: str | None
     command: list[str] = Field(description="deploy.command, for process machines.")
     image: str | None = Field(default=None, description="The image, for docker machines.")
+    image_source: ImageSource | None = Field(
+        default=None, description="Where docker machines fetch the image (when it is settled)."
+    )
     env: dict[str, str] = Field(description="The backend's own env (never the store's secrets).")
 
 

@@ -23,9 +23,11 @@ from sp00ky_infra.controller.api_admin import admin_app
 from sp00ky_infra.controller.api_agents import agents_app
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.hub import Hub
+from sp00ky_infra.controller.images import ImagesError, ImageServer, PoolImage, settle_images
 from sp00ky_infra.controller.provisioners import HasGateway, Provisioner
 from sp00ky_infra.controller.provisioners.local import LocalProvisioner
 from sp00ky_infra.controller.reconcile import TickReport, tick
+from sp00ky_infra.controller.registry import Resolver, load_auths
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
 from sp00ky_infra.store import open_store
 
@@ -76,6 +78,29 @@ def make_provisioner(settings: ControllerSettings, config: Config) -> Provisione
     return docker
 
 
+def settle(
+    settings: ControllerSettings, config: Config
+) -> tuple[dict[str, PoolImage], ImageServer | None]:
+    """Each pool's image, once per deploy, when machines fetch it (settings.settles_images):
+    registry tags resolved to digests, dockerfile images built here and served. ImagesError
+    (the start is refused) names the pool and what to set."""
+    if not settings.settles_images:
+        return {}, None
+    server, no_engine = None, ""
+    if any(not config.backend_for(pool).deploy.image for pool in config.pools):
+        try:
+            server = ImageServer.connect(settings.project or "dev")
+        except ImagesError as exc:
+            no_engine = str(exc)
+    resolver = Resolver(load_auths(settings.registry_auth))
+    try:
+        return settle_images(config, resolver, server, no_engine), server
+    except Exception:
+        if server is not None:
+            server.close()
+        raise
+
+
 class Dispatcher(threading.Thread):
     """Wakes the long-polls of pools that have due work, and machines with a kill to deliver."""
 
@@ -121,6 +146,7 @@ class Runtime:
     def __init__(self, settings: ControllerSettings) -> None:
         settings = settings.with_secrets()
         config = load_config(settings.config_path)
+        images, image_server = settle(settings, config)
         provisioner = make_provisioner(settings, config)
         if isinstance(provisioner, HasGateway) and settings.pool_host == "127.0.0.1":
             # machine containers reach this host at their network's gateway: listen there
@@ -133,7 +159,9 @@ class Runtime:
             admin_port=self.admin_socket.getsockname()[1],
         )
         store = open_store(settings.store_url)
-        self.controller = Controller(settings, config, store, provisioner)
+        self.controller = Controller(
+            settings, config, store, provisioner, images=images, image_server=image_server
+        )
         self.settings = settings
         # Machines an earlier run left behind are gone: say so. (What exists already is
         # handed to the provisioner when this controller starts leading: Controller.lead.)
@@ -217,6 +245,8 @@ class Runtime:
         lock = self.controller.leader_lock
         lock.release()
         self.controller.provisioner.close()
+        if self.controller.image_server is not None:
+            self.controller.image_server.close()
         self.controller.store.close()
         for sock in (self.agents_socket, self.admin_socket):
             sock.close()

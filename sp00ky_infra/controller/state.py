@@ -1,7 +1,7 @@
 """What a controller acts on, each part with one owner and one source.
 
-- ``Deployment``: the configuration (pools, their backends and revisions); frozen, replaced
-  whole when a configuration is loaded.
+- ``Deployment``: the configuration (pools, their backends, their images as settled at start,
+  and revisions); frozen, replaced whole when a configuration is loaded.
 - ``PoolStates``: each pool's pause flag and breaker, as the store has them. The store is the
   truth: every change is written there first. They are reloaded whenever this controller gains
   leadership, because another leader may have paused a pool or opened a breaker meanwhile.
@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from sp00ky_infra.config import Backend, Config, Pool
+from sp00ky_infra.controller.images import PoolImage
 from sp00ky_infra.policy.breaker import Breaker
 from sp00ky_infra.store import SqlStore
 from sp00ky_infra.store.machines import PoolState
@@ -34,17 +35,31 @@ class Deployment:
     pools: Mapping[str, Pool]
     backends: Mapping[str, Backend]
     revisions: Mapping[str, str]
+    images: Mapping[str, PoolImage]  # by pool, when settled (images.settle_images)
 
     @classmethod
-    def of(cls, config: Config, pool: Callable[[Pool], Pool]) -> Deployment:
-        """``pool`` applies the controller's settings (test timings) to each pool."""
+    def of(
+        cls,
+        config: Config,
+        pool: Callable[[Pool], Pool],
+        images: Mapping[str, PoolImage] | None = None,
+    ) -> Deployment:
+        """``pool`` applies the controller's settings (test timings) to each pool; each
+        pool's settled image, if any, is pinned in its revision."""
+        images = dict(images or {})
         pools = {name: pool(each) for name, each in config.pools.items()}
         backends = {name: config.backend_for(name) for name in pools}
         return cls(
             config=config,
             pools=pools,
             backends=backends,
-            revisions={name: backends[name].revision(each) for name, each in config.pools.items()},
+            revisions={
+                name: backends[name].revision(
+                    each, images[name].reference if name in images else None
+                )
+                for name, each in config.pools.items()
+            },
+            images=images,
         )
 
     def table_of(self, pool: str) -> str:
