@@ -18,13 +18,14 @@ ImagesError (a ControllerError): the message names the pool, the backend and wha
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import docker
 from docker.errors import APIError, BuildError, DockerException, ImageNotFound
+from docker.models.images import Image
 
 from sp00ky_infra.config import Config
 from sp00ky_infra.config.images import parse_image
@@ -74,12 +75,8 @@ class ImageServer:
 
     def build(self, backend: str, dockerfile: str, context: str) -> str:
         """Build ``sp00ky-dev-pool-<backend>``; its image id, now served."""
-        log.info("building %s from %s", pool_image(backend), dockerfile)
         try:
-            image, _ = self.client.images.build(
-                path=context, dockerfile=str(Path(dockerfile).resolve()), tag=pool_image(backend),
-                labels={labels.PROJECT: self.project, labels.ROLE: "pool-image"}, rm=True,
-            )  # fmt: skip
+            image = build_pool_image(self.client, self.project, backend, dockerfile, context)
         except (BuildError, APIError, DockerException) as exc:
             raise ImagesError(f"building the image of backend {backend} failed: {exc}") from exc
         return self.serve(str(image.id))
@@ -101,6 +98,19 @@ class ImageServer:
 
     def close(self) -> None:
         self.client.close()
+
+
+def build_pool_image(
+    client: docker.DockerClient, project: str, backend: str, dockerfile: str, context: str
+) -> Image:
+    """``sp00ky-dev-pool-<backend>`` from deploy.dockerfile, labelled: what a served image is,
+    and what a docker machine's image starts from. Docker's errors are the caller's to word."""
+    log.info("building %s from %s", pool_image(backend), dockerfile)
+    image, _ = client.images.build(
+        path=context, dockerfile=str(Path(dockerfile).resolve()), tag=pool_image(backend),
+        labels={labels.PROJECT: project, labels.ROLE: "pool-image"}, rm=True,
+    )  # fmt: skip
+    return image
 
 
 def settle_images(
@@ -137,8 +147,3 @@ def settle_images(
         image_id = server.build(backend.name, dockerfile, str(Path(dockerfile).parent))
         images[pool] = PoolImage("controller", image_id)
     return images
-
-
-def pins(images: Mapping[str, PoolImage]) -> dict[str, str]:
-    """What each pool's revision pins: the image's digest reference or id."""
-    return {pool: image.reference for pool, image in images.items()}

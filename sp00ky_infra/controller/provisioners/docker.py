@@ -16,11 +16,11 @@ import json
 import logging
 import tarfile
 from collections.abc import Mapping
-from pathlib import Path
 
 import docker
 from docker.errors import APIError, BuildError, DockerException, ImageNotFound, NotFound
 
+from sp00ky_infra.controller.images import build_pool_image
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.cloud_init import AGENT
@@ -75,12 +75,8 @@ class DockerProvisioner:
         return str(config[0]["Gateway"])
 
     def _build(self, backend: str, dockerfile: str, context: str) -> None:
-        log.info("building %s from %s", pool_image(backend), dockerfile)
         try:
-            image, _ = self.client.images.build(
-                path=context, dockerfile=str(Path(dockerfile).resolve()), tag=pool_image(backend),
-                labels={labels.PROJECT: self.project, labels.ROLE: "pool-image"}, rm=True,
-            )  # fmt: skip
+            image = build_pool_image(self.client, self.project, backend, dockerfile, context)
             config = image.attrs["Config"]
             self.commands[backend] = [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
             self.client.images.build(
