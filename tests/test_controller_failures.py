@@ -152,7 +152,11 @@ def test_a_changed_config_replaces_machines_without_interrupting_a_job(tmp_path:
     config = project(tmp_path, {"render": {"min": 1}}, {"renderer": app})
     client = Client(store_url, config)
     store = client.store
-    first = ControllerProcess(tmp_path, config, store_url, {}).start()
+    # The lease outlasts a controller restart on a loaded machine (the agent gives a job up a
+    # margin before its lease can expire, and a restart takes seconds): a deploy never
+    # interrupts a job.
+    timings = {"SPKY_POOL_TIMINGS": "lease=12s,idleTimeout=2s,bootTimeout=15s"}
+    first = ControllerProcess(tmp_path, config, store_url, timings).start()
     try:
         old = wait_for(lambda: live_machines(store, "render", "ready"), what="a machine")[0]
         job_id = client.run("renderer", "/render", {"gameId": "long", "seconds": 4}).id
@@ -161,7 +165,9 @@ def test_a_changed_config_replaces_machines_without_interrupting_a_job(tmp_path:
         app["env"]["RENDER_QUALITY"] = "ultra"
         project(tmp_path, {"render": {"min": 1}}, {"renderer": app})
         port = first.agents_url.rsplit(":", 1)[1]
-        second = ControllerProcess(tmp_path, config, store_url, {"SPKY_POOL_PORT": port}).start()
+        second = ControllerProcess(
+            tmp_path, config, store_url, {**timings, "SPKY_POOL_PORT": port}
+        ).start()
         try:
             wait_for(
                 lambda: store.machines.get(old).state == "draining", what="old machine draining"
