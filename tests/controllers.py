@@ -222,6 +222,40 @@ def two_controllers(
         client.close()
 
 
+class Deploy:
+    """A controller serving ``folder``'s sp00ky.yml, and ``redeploy`` to change that file and
+    restart it on the same agents' port, as a deploy does (the machines stay and reconnect)."""
+
+    def __init__(self, folder: Path, store_url: str, env: dict[str, str]) -> None:
+        self.folder, self.store_url, self.env = folder, store_url, env
+        self.controllers: list[ControllerProcess] = []
+
+    @property
+    def current(self) -> ControllerProcess:
+        return self.controllers[-1]
+
+    def start(self, pools: dict[str, Any], apps: dict[str, Any]) -> ControllerProcess:
+        config = project(self.folder, pools, apps)
+        env = dict(self.env)
+        if self.controllers:
+            self.current.stop()
+            env["SPKY_POOL_PORT"] = self.current.agents_url.rsplit(":", 1)[1]
+        self.controllers.append(ControllerProcess(self.folder, config, self.store_url, env).start())
+        return self.current
+
+
+@contextmanager
+def deploys(folder: Path, store_url: str, env: dict[str, str] | None = None) -> Iterator[Deploy]:
+    """Every controller started is stopped at the end, and every machine."""
+    deploy = Deploy(folder, store_url, env or {})
+    try:
+        yield deploy
+    finally:
+        for controller in deploy.controllers:
+            controller.stop()
+        kill_machines(store_url)
+
+
 def backend_events(log: Path) -> list[dict[str, Any]]:
     if not log.exists():
         return []

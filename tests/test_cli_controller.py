@@ -145,6 +145,10 @@ def test_controller_refuses_bad_settings_naming_the_variable(tmp_path: Path) -> 
         ({"SPKY_POOL_TIMINGS": "lease=fast"}, "SPKY_POOL_TIMINGS: lease: 'fast' is not a duration"),
         ({"SPKY_POOL_TIMINGS": "speed=3s"}, "SPKY_POOL_TIMINGS: unknown timing 'speed'"),
         ({"SPKY_POOL_PROVIDER": "aws"}, "SPKY_POOL_PROVIDER: 'aws' is not a provisioner"),
+        (
+            {"SPKY_POOL_PROVIDER": "pulumi", "SPKY_POOL_SECRET": "s"},
+            "SPKY_PROJECT is not set: the stack labels its machines with the project",
+        ),
     ):
         done = cli("controller", cwd=tmp_path, env={"SPKY_CONFIG": str(config), **env}, timeout=30)
         assert done.returncode == 2 and message in done.stderr, (env, done.stderr)

@@ -15,6 +15,7 @@ from tests.controllers import (
     ControllerProcess,
     backend_app,
     backend_events,
+    deploys,
     kill_machines,
     live_machines,
     project,
@@ -149,40 +150,31 @@ def test_a_changed_config_replaces_machines_without_interrupting_a_job(tmp_path:
     store_url = f"sqlite:///{tmp_path}/state.db"
     log = tmp_path / "backend.jsonl"
     app = backend_app("render", "render_job", log)
-    config = project(tmp_path, {"render": {"min": 1}}, {"renderer": app})
-    client = Client(store_url, config)
-    store = client.store
-    first = ControllerProcess(tmp_path, config, store_url, {}).start()
-    try:
+    # The lease outlasts a controller restart on a loaded machine (the agent gives a job up a
+    # margin before its lease can expire, and a restart takes seconds): a deploy never
+    # interrupts a job.
+    timings = {"SPKY_POOL_TIMINGS": "lease=12s,idleTimeout=2s,bootTimeout=15s"}
+    with deploys(tmp_path, store_url, timings) as deploy:
+        first = deploy.start({"render": {"min": 1}}, {"renderer": app})
+        client = Client(store_url, first.config)
+        store = client.store
         old = wait_for(lambda: live_machines(store, "render", "ready"), what="a machine")[0]
         job_id = client.run("renderer", "/render", {"gameId": "long", "seconds": 4}).id
         wait_for(lambda: store.get(job_id).status == "processing", what="the job running")
-        first.stop()  # a deploy: the controller restarts with a new env for the backend
+        # a deploy: the controller restarts with a new env for the backend
         app["env"]["RENDER_QUALITY"] = "ultra"
-        project(tmp_path, {"render": {"min": 1}}, {"renderer": app})
-        port = first.agents_url.rsplit(":", 1)[1]
-        second = ControllerProcess(tmp_path, config, store_url, {"SPKY_POOL_PORT": port}).start()
-        try:
-            wait_for(
-                lambda: store.machines.get(old).state == "draining", what="old machine draining"
-            )
-            assert store.machines.get(old).drain_reason == "revision_changed"
-            new = wait_for(
-                lambda: [m for m in live_machines(store, "render", "ready") if m != old],
-                timeout=20,
-                what="a replacement",
-            )
-            assert store.machines.get(new[0]).revision != store.machines.get(old).revision
-            done = wait_for(
-                lambda: store.get(job_id).status == "success" and store.get(job_id), timeout=20
-            )
-            assert done.attempt_number == 1 and done.machine == old  # never interrupted
-            wait_for(
-                lambda: store.machines.get(old).state == "destroyed", timeout=20, what="old gone"
-            )
-        finally:
-            second.stop()
-    finally:
-        first.stop()
-        kill_machines(store_url)
+        deploy.start({"render": {"min": 1}}, {"renderer": app})
+        wait_for(lambda: store.machines.get(old).state == "draining", what="old machine draining")
+        assert store.machines.get(old).drain_reason == "revision_changed"
+        new = wait_for(
+            lambda: [m for m in live_machines(store, "render", "ready") if m != old],
+            timeout=20,
+            what="a replacement",
+        )
+        assert store.machines.get(new[0]).revision != store.machines.get(old).revision
+        done = wait_for(
+            lambda: store.get(job_id).status == "success" and store.get(job_id), timeout=20
+        )
+        assert done.attempt_number == 1 and done.machine == old  # never interrupted
+        wait_for(lambda: store.machines.get(old).state == "destroyed", timeout=20, what="old gone")
         client.close()

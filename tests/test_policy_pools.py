@@ -197,6 +197,14 @@ def test_lifetime_revision_boot_timeout_and_silence() -> None:
     assert plan.busy_slots == 2 and plan.create is not None and plan.create.count == 2
 
 
+def test_a_failed_machine_is_destroyed_all_the_same() -> None:
+    """machine-pools.txt, "Machine lifecycle": a machine that never becomes ready is failed
+    instead, "and is destroyed all the same" (its agent reported the failed boot)."""
+    plan = plan_pool(pool(MachineView("broken", "failed", NOW - 20, "r1")), NOW)
+    assert [(d.machine, d.reason) for d in plan.destroy] == [("broken", Reason.DESTROYED)]
+    assert plan.current == 0  # it does not count towards the pool's size
+
+
 def test_paused_or_open_breaker_creates_nothing() -> None:
     assert plan_pool(pool(queued=2, paused=True), NOW).create is None
     opened = Breaker().failed(NOW).failed(NOW).failed(NOW)

@@ -31,16 +31,26 @@ class FakeStack:
     """Speaks like pulumi.automation.Stack; records what the provisioner asked of it."""
 
     def __init__(self) -> None:
-        self.config: list[dict[str, list[str]]] = []
+        self.config: list[dict[str, list[str]]] = []  # each update's machine names
+        self.written: list[dict[str, dict[str, str | None]]] = []  # ... as written, revisions too
+        self.settings: dict[str, Any] = {}  # the stack's other config
         self.running = 0
         self.most_at_once = 0
         self.gate: threading.Event | None = None
         self.fail_with: str | None = None
         self.ids: dict[str, str] = {}
 
+    def get_all_config(self) -> dict[str, Any]:
+        return dict(self.settings)
+
     def set_config(self, key: str, value: Any, *, path: bool = False) -> None:
-        assert key == "sp00ky:machines" and not path
-        self.config.append(json.loads(value.value))
+        assert not path
+        if key != "sp00ky:machines":
+            self.settings[key] = value
+            return
+        written = json.loads(value.value)
+        self.written.append(written)
+        self.config.append({pool: sorted(names) for pool, names in written.items()})
 
     def up(self, *, on_output: Any = None) -> Any:
         self.running += 1
@@ -222,10 +232,54 @@ def test_a_restarted_controller_keeps_the_machines_it_already_has() -> None:
     stack = FakeStack()
     provisioner = PulumiProvisioner(lambda: stack)
     try:
-        provisioner.adopt({"render": ["render-old"]})
+        provisioner.adopt({"render": {"render-old": "r0"}})
         assert provisioner.idle() and stack.config == []  # nothing to do yet
         provisioner.create(_spec("render-new"))
         _drain(provisioner, 1)
         assert stack.config == [{"render": ["render-new", "render-old"]}]
+        # each machine keeps the revision it runs: the old one drains under its own labels
+        assert stack.written == [{"render": {"render-new": "r1", "render-old": "r0"}}]
     finally:
         provisioner.close()
+
+
+def test_the_stack_says_what_the_controller_says_or_the_controller_refuses() -> None:
+    from pulumi.automation import ConfigValue
+
+    from sp00ky_infra.controller.provisioners.pulumi import StackDisagrees
+
+    mine = {
+        "sp00ky:project": "shop",
+        "sp00ky:poolUrl": "https://shop-pool.example.com",
+        "sp00ky:poolSecret": "s3cret-pool",
+    }
+    stack = FakeStack()
+    stack.settings["sp00ky:poolUrl"] = ConfigValue("https://shop-pool.example.com")
+    provisioner = PulumiProvisioner(lambda: stack)
+    try:
+        provisioner.pin(mine)  # what the stack lacks is written, the secret as a secret
+        assert stack.settings["sp00ky:project"].value == "shop"
+        assert not stack.settings["sp00ky:project"].secret
+        assert stack.settings["sp00ky:poolSecret"].secret
+        provisioner.pin(mine)  # and a second start finds them the same
+    finally:
+        provisioner.close()
+
+    for key, theirs, said in (
+        ("sp00ky:project", "sp00ky-infra", "the stack's sp00ky:project is 'sp00ky-infra' but "
+         "SPKY_PROJECT is 'shop'"),
+        ("sp00ky:poolUrl", "https://old.example.com", "SPKY_POOL_PUBLIC_URL is "
+         "'https://shop-pool.example.com'"),
+        ("sp00ky:poolSecret", "another", "the stack's sp00ky:poolSecret is another secret but "
+         "SPKY_POOL_SECRET is set to another"),
+    ):  # fmt: skip
+        stack = FakeStack()
+        stack.settings[key] = ConfigValue(theirs, secret=key.endswith("Secret"))
+        provisioner = PulumiProvisioner(lambda stack=stack: stack)  # type: ignore[misc]
+        try:
+            with pytest.raises(StackDisagrees) as refused:
+                provisioner.pin(mine)
+            assert said in str(refused.value)
+            assert "s3cret-pool" not in str(refused.value)  # a secret is never printed
+        finally:
+            provisioner.close()

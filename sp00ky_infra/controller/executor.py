@@ -268,10 +268,10 @@ class Executor:
         """Hand the provisioner the machines the store has (this controller starts leading)."""
         if not isinstance(self.provisioner, Adopts):
             return
-        live: dict[str, list[str]] = {}
+        live: dict[str, dict[str, str]] = {}
         for machine in self.store.machines.live():
             if machine.provider == self.provisioner.name:
-                live.setdefault(machine.pool, []).append(machine.name)
+                live.setdefault(machine.pool, {})[machine.name] = machine.revision
         self.provisioner.adopt(live)
 
     def reap(self, now: float) -> int:

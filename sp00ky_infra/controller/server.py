@@ -24,7 +24,7 @@ from sp00ky_infra.controller.api_agents import agents_app
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.hub import Hub
 from sp00ky_infra.controller.images import ImagesError, ImageServer, PoolImage, settle_images
-from sp00ky_infra.controller.provisioners import HasGateway, Provisioner
+from sp00ky_infra.controller.provisioners import HasGateway, Provisioner, Refused
 from sp00ky_infra.controller.provisioners.local import LocalProvisioner
 from sp00ky_infra.controller.reconcile import TickReport, tick
 from sp00ky_infra.controller.registry import Resolver, load_auths
@@ -62,10 +62,7 @@ def make_provisioner(settings: ControllerSettings, config: Config) -> Provisione
     if settings.provider == "local":
         return LocalProvisioner(Path(settings.state_dir) / "machines")
     if settings.provider == "pulumi":
-        from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner, automation_stack
-
-        stack, folder = settings.pulumi_stack, settings.pulumi_dir
-        return PulumiProvisioner(lambda: automation_stack(stack, folder))
+        return pulumi_provisioner(settings)
     from sp00ky_infra.controller.provisioners.docker import DockerProvisioner
 
     docker = DockerProvisioner(settings.docker_network, settings.project or "dev")
@@ -99,6 +96,32 @@ def settle(
         if server is not None:
             server.close()
         raise
+
+
+def pulumi_provisioner(settings: ControllerSettings) -> Provisioner:
+    """The stack's machines, with the stack made to say what this controller says: one
+    project (the machines' label and the guardian's heartbeat), one pool URL, one secret."""
+    from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner, automation_stack
+
+    if not settings.project:
+        raise SettingsError(
+            "SPKY_PROJECT is not set: the stack labels its machines with the project, and the "
+            "guardian reads this controller's heartbeat under the same name. Set it"
+        )
+    stack, folder = settings.pulumi_stack, settings.pulumi_dir
+    provisioner = PulumiProvisioner(lambda: automation_stack(stack, folder))
+    try:
+        provisioner.pin(
+            {
+                "sp00ky:project": settings.project,
+                "sp00ky:poolUrl": settings.agents_url,
+                "sp00ky:poolSecret": settings.secret,
+            }
+        )
+    except Refused as exc:
+        provisioner.close()
+        raise SettingsError(f"stack {stack} ({folder}): {exc}") from exc
+    return provisioner
 
 
 class Dispatcher(threading.Thread):

@@ -132,6 +132,8 @@ def plan_pool(pool: PoolView, now: float) -> Plan:
                 drain.append(Drain(machine.name, Reason.MAX_LIFETIME))
             else:
                 serving.append(machine)
+        elif machine.state == "failed":  # e.g. its agent said the backend never became ready
+            destroy.append(Destroy(machine.name, Reason.DESTROYED))
 
     busy = sum(machine.busy_slots for machine in machines if machine.state in ("ready", "draining"))
     desired = desired_machines(pool.shape, busy, pool.queued)

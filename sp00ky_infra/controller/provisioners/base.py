@@ -16,7 +16,7 @@ ProvisionerError (a ControllerError, controller/errors.py)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -79,8 +79,9 @@ class Provisioner(Protocol):
 
 @runtime_checkable
 class Adopts(Protocol):
-    def adopt(self, machines: Mapping[str, Sequence[str]]) -> None:
-        """Take the live machines the store has (pool -> names) as the ones that exist."""
+    def adopt(self, machines: Mapping[str, Mapping[str, str]]) -> None:
+        """Take the live machines the store has (pool -> name -> the revision it runs) as
+        the ones that exist."""
         ...
 
 

@@ -16,10 +16,11 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Outcome, Provisioned, Refused
+from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV, Desired
 
 log = logging.getLogger("sp00ky.controller")
 __all__ = ["Outcome", "PulumiProvisioner", "Stack", "automation_stack"]
@@ -28,16 +29,35 @@ __all__ = ["Outcome", "PulumiProvisioner", "Stack", "automation_stack"]
 class Stack(Protocol):
     """The part of ``pulumi.automation.Stack`` the provisioner uses."""
 
+    def get_all_config(self) -> Mapping[str, Any]: ...
     def set_config(self, key: str, value: Any, *, path: bool = False) -> None: ...
     def up(self, *, on_output: Callable[[str], Any] | None = ...) -> Any: ...
     def outputs(self) -> MutableMapping[str, Any]: ...
 
 
 def automation_stack(stack: str, work_dir: str) -> Stack:
-    """The real stack (needs the pulumi CLI on PATH)."""
+    """The real stack (needs the pulumi CLI on PATH). Its runs carry the controller's mark:
+    only they may take machines away (a `pulumi up` by hand keeps what exists)."""
     from pulumi import automation
 
-    return automation.create_or_select_stack(stack_name=stack, work_dir=work_dir)
+    return automation.create_or_select_stack(
+        stack_name=stack,
+        work_dir=work_dir,
+        opts=automation.LocalWorkspaceOptions(env_vars={UPDATED_BY_ENV: CONTROLLER}),
+    )
+
+
+# The stack config that must say what the controller says (one source: the controller's
+# settings), with the settings' names for messages.
+PINNED = {
+    "sp00ky:project": "SPKY_PROJECT",
+    "sp00ky:poolUrl": "SPKY_POOL_PUBLIC_URL",
+    "sp00ky:poolSecret": "SPKY_POOL_SECRET",
+}
+
+
+class StackDisagrees(Refused):
+    """The stack's config names another project, pool URL or secret than the controller."""
 
 
 class PulumiProvisioner:
@@ -56,6 +76,7 @@ class PulumiProvisioner:
         self.clock = clock
         self.desired: dict[str, set[str]] = {}
         self.pool_of: dict[str, str] = {}
+        self.revision_of: dict[str, str] = {}
         self.applied: dict[str, set[str]] = {}
         self.durations: deque[float] = deque(maxlen=50)
         self.updates = 0
@@ -72,6 +93,7 @@ class PulumiProvisioner:
         with self._changed:
             self.desired.setdefault(spec.pool, set()).add(spec.name)
             self.pool_of[spec.name] = spec.pool
+            self.revision_of[spec.name] = spec.revision
             self._changed.notify()
         return Provisioned(provider_id="", provider_state="pending")
 
@@ -82,7 +104,7 @@ class PulumiProvisioner:
                 self.desired[pool].discard(name)
                 self._changed.notify()
 
-    def adopt(self, machines: Mapping[str, Sequence[str]]) -> None:
+    def adopt(self, machines: Mapping[str, Mapping[str, str]]) -> None:
         """Start from the machines the store has (this controller starts leading): without
         this, the next update would write a smaller set and destroy them. The store is the
         truth: what another leader destroyed meanwhile is not brought back."""
@@ -90,6 +112,31 @@ class PulumiProvisioner:
             self.desired = {pool: set(names) for pool, names in machines.items()}
             self.applied = {pool: set(names) for pool, names in machines.items()}
             self.pool_of.update({name: pool for pool, names in machines.items() for name in names})
+            self.revision_of.update(
+                {name: revision for names in machines.values() for name, revision in names.items()}
+            )
+
+    def pin(self, settings: Mapping[str, str]) -> None:
+        """Make the stack say what the controller says: ``settings`` maps sp00ky:project,
+        sp00ky:poolUrl and sp00ky:poolSecret to the controller's values. A value the stack
+        has already must be the same (StackDisagrees names both, never a secret's value);
+        one it lacks is written. The machines are labelled with the project and dial the
+        URL; the guardian reads the heartbeat the controller stamps under the same project."""
+        stack = self._get_stack()
+        found = stack.get_all_config()
+        for key, mine in settings.items():
+            theirs = getattr(found.get(key), "value", found.get(key))
+            if theirs is None:
+                secret = key == "sp00ky:poolSecret"
+                stack.set_config(key, _config_value(mine, secret=secret))
+            elif theirs != mine:
+                shown = "another secret" if key == "sp00ky:poolSecret" else repr(theirs)
+                raise StackDisagrees(
+                    f"the stack's {key} is {shown} but {PINNED.get(key, key)} is "
+                    f"{'set to another' if key == 'sp00ky:poolSecret' else repr(mine)}: they "
+                    f"must be the same. Set {PINNED.get(key, key)} to the stack's value, or "
+                    f"`pulumi config set {key} ...` on the stack to the controller's"
+                )
 
     def outcomes(self) -> list[Outcome]:
         """What updates did since the last call (the tick applies them)."""
@@ -131,7 +178,12 @@ class PulumiProvisioner:
     def _update(self, wanted: dict[str, set[str]]) -> None:
         started = self.clock()
         before = self.applied
-        machines = {pool: sorted(names) for pool, names in sorted(wanted.items())}
+        machines = Desired.parse(
+            {
+                pool: {name: self.revision_of.get(name) for name in names}
+                for pool, names in wanted.items()
+            }
+        ).as_json()
         try:
             stack = self._get_stack()
             stack.set_config("sp00ky:machines", _config_value(json.dumps(machines)))
@@ -187,13 +239,10 @@ class PulumiProvisioner:
         return self._stack
 
 
-def _config_value(text: str) -> Any:
-    try:
-        from pulumi.automation import ConfigValue
+def _config_value(text: str, secret: bool = False) -> Any:
+    from pulumi.automation import ConfigValue
 
-        return ConfigValue(value=text, secret=False)
-    except ImportError:  # pragma: no cover - pulumi is a dependency
-        return text
+    return ConfigValue(value=text, secret=secret)
 
 
 def _machine_ids(outputs: Mapping[str, Any]) -> dict[str, str]:
