@@ -169,8 +169,12 @@ class Runtime:
     def __init__(self, settings: ControllerSettings) -> None:
         settings = settings.with_secrets()
         config = load_config(settings.config_path)
-        images, image_server = settle(settings, config)
-        provisioner = make_provisioner(settings, config)
+        provisioner = make_provisioner(settings, config)  # its settings are checked first
+        try:
+            images, image_server = settle(settings, config)
+        except Exception:
+            provisioner.close()
+            raise
         if isinstance(provisioner, HasGateway) and settings.pool_host == "127.0.0.1":
             # machine containers reach this host at their network's gateway: listen there
             settings = replace(settings, pool_host=provisioner.gateway())
