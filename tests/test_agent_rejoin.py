@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -194,3 +195,57 @@ def test_a_used_join_token_or_another_credential_is_refused_and_powers_off_once(
         job = client.run("renderer", "/render", {"gameId": "c"})
         wait_for(lambda: store.get(job.id).status == "success", timeout=20, what="a job")
     client.close()
+
+
+class _Remote:
+    """The controller as the agent sees it: answers join and rejoin from a script."""
+
+    def __init__(self, *answers: Exception) -> None:
+        self.answers = list(answers)
+        self.calls: list[str] = []
+
+    def join(self, token: str) -> None:
+        self.calls.append("join")
+        raise self.answers.pop(0)
+
+    def rejoin(self, credential: str) -> None:
+        self.calls.append(f"rejoin {credential}")
+        raise self.answers.pop(0)
+
+
+def test_transient_failures_are_retried_and_only_a_refusal_powers_off(
+    tmp_path: Path, capsys: Any
+) -> None:
+    from agent import main as agent_main
+    from agent.errors import ControllerError, Gone, Refused
+    from agent.settings import Settings
+
+    marker = tmp_path / "off"
+    credential = tmp_path / "credential"
+    settings = Settings(
+        controller_url="http://127.0.0.1:9",
+        machine="m1",
+        join_token="t",
+        poweroff=("sh", "-c", f"echo off >> {marker}"),
+        credential_file=str(credential),
+    )
+    transient = (
+        ControllerError("cannot reach the controller"),
+        ControllerError("503: not the leader", 503),
+        ControllerError("502: bad gateway", 502),
+    )
+    for final, how, status in (
+        (Refused("401: used before", 401), "join", 401),
+        (Gone("410: machine m1 is destroyed", 410), "rejoin", 410),
+    ):
+        if how == "rejoin":
+            credential.write_text("the-credential\n")
+        agent = agent_main.Agent(settings)
+        agent.remote = _Remote(*transient, final)  # type: ignore[assignment]
+        assert agent.run() == agent_main.REFUSED
+        expected = "join" if how == "join" else "rejoin the-credential"
+        assert agent.remote.calls == [expected] * 4  # type: ignore[attr-defined]
+        out = capsys.readouterr().out
+        assert out.count(f"event={how}_retry") == 3
+        assert f"event={how}_refused status={status}" in out and "the-credential" not in out
+        assert marker.read_text().count("off") == (1 if how == "join" else 2)
