@@ -17,6 +17,7 @@ from agent.protocol import (
     PollRequest,
     Problem,
     ReadyRequest,
+    RejoinRequest,
     ResultReply,
     ResultRequest,
 )
@@ -55,6 +56,15 @@ class Controller:
     def join(self, token: str) -> JoinReply:
         body = JoinRequest(machine=self.machine, token=token)
         reply = JoinReply.from_json(self._post("/v1/join", body.to_json()))
+        self.session_token = reply.session
+        return reply
+
+    def rejoin(self, credential: str) -> JoinReply:
+        """After a reboot or a restart: the machine credential of the first join for a new
+        session."""
+        body = RejoinRequest(credential=credential)
+        path = f"/v1/machines/{self.machine}/rejoin"
+        reply = JoinReply.from_json(self._post(path, body.to_json()))
         self.session_token = reply.session
         return reply
 

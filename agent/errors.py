@@ -8,6 +8,8 @@ AgentError (root)
 │   ├── Refused          401/403/404/409/422: this request will never succeed (a bad token,
 │   │                    a stale attempt)
 │   ├── Gone             410: the machine is failed or destroyed; the agent must shut down
+│   ├── Unreachable      no answer to join or rejoin within its budget: transient (exit 7,
+│   │                    restarted), never a power-off
 │   └── ProtocolError    the controller's answer is not a message of protocol v1; the message
 │                        names the field and what was expected
 └── RuntimeError_        the backend could not be started
@@ -41,6 +43,10 @@ class Refused(ControllerError):
 
 class Gone(ControllerError):
     """410: the machine is failed or destroyed; the agent must shut down."""
+
+
+class Unreachable(ControllerError):
+    """No answer to join or rejoin within the agent's budget: transient, never a power-off."""
 
 
 class ProtocolError(ControllerError):

@@ -3,12 +3,21 @@ renew their leases with every poll, and deliver results until the controller has
 
 Logs go to stdout, one line an event: ``agent machine=NAME event=EVENT key=value ...``.
 Exit codes: 0 drained or told to leave, 1 stopped by a second signal, 2 bad settings,
-3 join refused, 4 the backend never became ready (or its image never arrived), 5 the backend
-could not be restarted, 6 out of contact with the controller for too long.
+3 join or rejoin refused (401: a used, expired or forged token, an unknown machine, another
+credential; 410: the machine is failed or destroyed) after running the poweroff command,
+4 the backend never became ready (or its image never arrived), 5 the backend could not be
+restarted, 6 out of contact with the controller for too long, 7 the controller could not be
+reached to join within JOIN_BUDGET_SECONDS (transient: systemd starts the agent again).
+The unit (cloud-init/sp00ky-agent.service) restarts none of 3 and 4: a VM never loops.
+
+The first join issues a machine credential, kept in ``settings.credential_file`` (0600, never
+logged); an agent that finds it there rejoins with it instead of its one-time join token.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -26,6 +35,7 @@ from agent.errors import (
     Refused,
     RuntimeError_,
     SettingsError,
+    Unreachable,
 )
 from agent.images import Transient, ensure_image
 from agent.jobs import JobRun
@@ -43,6 +53,8 @@ from agent.runtime import ProcessRuntime, Runtime, wait_ready
 from agent.settings import Settings
 
 JOIN_BUDGET_SECONDS = 600.0
+REFUSED = 3  # the unit's RestartPreventExitStatus lists it: a refused machine stays off
+UNREACHABLE = 7  # no answer to join within the budget: the unit restarts the agent
 
 
 def log(machine: str, event: str, **fields: Any) -> None:
@@ -76,16 +88,26 @@ class Agent:
         self.wake.set()
 
     def run(self) -> int:
+        credential = self.read_credential()
+        how = "rejoin" if credential else "join"
         try:
-            joined = self.join()
-        except Refused as exc:
-            self.log("join_refused", reason=exc)
-            return 3
+            joined = self.join(credential)
+        except (Refused, Gone) as exc:
+            # Final: a used or expired token, another credential, a failed or destroyed
+            # machine. Powered off (on a VM) and an exit the unit does not restart: no loop.
+            self.log(f"{how}_refused", status=exc.status, reason=exc, next="poweroff")
+            self.power_off()
+            return REFUSED
+        except Unreachable as exc:
+            self.log(f"{how}_unreachable", reason=exc, next="exit")
+            return UNREACHABLE
+        if joined.credential:
+            self.save_credential(joined.credential)
         self.backend: BackendInfo = joined.backend
         self.pool = joined.pool
         self.config: AgentSettings = joined.settings
         self.margin = safety_margin(self.config.lease)
-        self.log("joined", pool=joined.pool, backend=self.backend.name, slots=self.config.slots)
+        self.log(f"{how}ed", pool=joined.pool, backend=self.backend.name, slots=self.config.slots)
         try:
             problem = self.start_backend()
         except RuntimeError_ as exc:
@@ -104,22 +126,74 @@ class Agent:
                 run.stop("shutdown")
             self.stop_backend()
 
-    def join(self) -> JoinReply:
+    def join(self, credential: str | None = None) -> JoinReply:
+        """Join with the one-time token, or rejoin with the machine credential when there is
+        one; transient failures (unreachable, 5xx, 503 not the leader) are retried with
+        backoff; Refused and Gone are final."""
         started, attempt = time.monotonic(), 0
+        how = "rejoin" if credential else "join"
         while True:
             try:
-                reply = self.remote.join(self.settings.join_token)
+                if credential:
+                    reply = self.remote.rejoin(credential)
+                else:
+                    reply = self.remote.join(self.settings.join_token)
                 self.last_contact = time.monotonic()
                 return reply
-            except Refused:
+            except (Refused, Gone):
                 raise
             except ControllerError as exc:
                 if time.monotonic() - started > JOIN_BUDGET_SECONDS:
-                    raise Refused(f"could not join in {JOIN_BUDGET_SECONDS:.0f}s: {exc}") from exc
+                    raise Unreachable(
+                        f"could not {how} in {JOIN_BUDGET_SECONDS:.0f}s: {exc}"
+                    ) from exc
                 pause = remote.backoff(attempt)
-                self.log("join_retry", reason=exc, wait=f"{pause:.2f}")
+                self.log(f"{how}_retry", reason=exc, wait=f"{pause:.2f}")
                 time.sleep(pause)
                 attempt += 1
+
+    def read_credential(self) -> str | None:
+        """The machine credential of an earlier join, if this machine kept one."""
+        path = self.settings.credential_file
+        if not path:
+            return None
+        try:
+            credential = Path(path).read_text().strip()
+        except FileNotFoundError:
+            self.log("credential_none", path=path, next="join")
+            return None
+        except OSError as exc:
+            self.log("credential_unreadable", path=path, reason=exc, next="join")
+            return None
+        if not credential:
+            self.log("credential_none", path=path, next="join")
+            return None
+        self.log("credential_found", path=path, next="rejoin")
+        return credential
+
+    def save_credential(self, credential: str) -> None:
+        """Kept 0600 beside the settings (written whole, then renamed into place); never in
+        the log. Unsaved, the machine still works but cannot rejoin after a reboot."""
+        path = self.settings.credential_file
+        if not path:
+            self.log("credential_unsaved", reason="no credential_file setting")
+            return
+        target = Path(path)
+        temporary = target.with_name(f".{target.name}.tmp")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                temporary.unlink()
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(credential + "\n")
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, target)
+        except OSError as exc:
+            self.log("credential_unsaved", path=path, reason=exc)
+            return
+        self.log("credential_saved", path=path)
 
     def call(self, action: Any) -> Any:
         """One request to the controller; contact is noted, errors are logged and None."""
@@ -289,9 +363,11 @@ class Agent:
             self.log("draining", reason="controller")
 
     def power_off(self) -> None:
-        """Out of contact too long: stop the backend and, on a VM, power the machine off."""
+        """Out of contact too long, or refused: stop the backend and, on a VM, power the
+        machine off (with no poweroff command, a local machine, the agent only exits)."""
         self.stop_backend()
         if not self.settings.poweroff:
+            self.log("poweroff_skipped", reason="no poweroff command")
             return
         self.log("poweroff", command=" ".join(self.settings.poweroff))
         try:

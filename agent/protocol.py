@@ -8,7 +8,8 @@ raises ProtocolError naming the message, the field and what was expected; ``to_j
 what the agent sends. Fields the agent does not know are ignored, as the controller does.
 
     agent sends                      controller answers
-    POST /v1/join      JoinRequest   JoinReply (BackendInfo, AgentSettings)
+    POST /v1/join      JoinRequest   JoinReply (BackendInfo, AgentSettings, credential)
+    POST .../rejoin    RejoinRequest JoinReply (no new credential)
     POST .../ready     ReadyRequest  Ack
     POST .../poll      PollRequest   PollReply (Assignment, Stop)
     POST .../result    ResultRequest ResultReply
@@ -48,6 +49,11 @@ class Message:
 class JoinRequest(Message):
     machine: str
     token: str  # the one-time join token from the machine's user-data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RejoinRequest(Message):
+    credential: str  # the machine credential of its first join (from its credential file)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +99,7 @@ class JoinReply(Message):
     pool: str
     backend: BackendInfo
     settings: AgentSettings
+    credential: str | None = None  # issued at the first join only: kept in a 0600 file
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,6 +24,10 @@ class Settings:
     # Run when out of contact too long; on a VM cloud-init sets ["systemctl", "poweroff"].
     # Empty: the agent only exits (under Docker or as a local process).
     poweroff: tuple[str, ...] = ()
+    # Where the machine credential of the first join is kept (0600), to rejoin with after a
+    # reboot; on a VM /etc/sp00ky/credential. Default: "credential" next to the settings file;
+    # empty (no settings file): the agent keeps none and can only join.
+    credential_file: str = ""
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -36,6 +40,7 @@ class Settings:
                 values.update(json.loads(Path(path).read_text()))
             except (OSError, ValueError) as exc:
                 raise SettingsError(f"SPKY_AGENT_SETTINGS_FILE {path}: {exc}") from exc
+            values.setdefault("credential_file", str(Path(path).parent / "credential"))
         for key, name in (
             ("controller_url", "SPKY_AGENT_CONTROLLER_URL"),
             ("machine", "SPKY_AGENT_MACHINE"),
@@ -43,6 +48,7 @@ class Settings:
             ("runtime", "SPKY_AGENT_RUNTIME"),
             ("workdir", "SPKY_AGENT_WORKDIR"),
             ("image", "SPKY_AGENT_IMAGE"),
+            ("credential_file", "SPKY_AGENT_CREDENTIAL_FILE"),
         ):
             if env.get(name):
                 values[key] = env[name]

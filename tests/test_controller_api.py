@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import requests
 
 from sp00ky_infra.client import Client
+from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.shared import tokens
 from tests.controllers import (
     SECRET,
@@ -149,7 +151,9 @@ def test_a_lost_poll_answer_is_sent_again(setup: tuple[ControllerProcess, Client
 def test_the_openapi_documents(setup: tuple[ControllerProcess, Client]) -> None:
     controller, _ = setup
     spec = requests.get(f"{controller.agents_url}/v1/openapi.json", timeout=5).json()
-    assert {"/v1/join", "/v1/machines/{name}/poll"} <= set(spec["paths"])
+    assert {"/v1/join", "/v1/machines/{name}/rejoin", "/v1/machines/{name}/poll"} <= set(
+        spec["paths"]
+    )
     admin_spec = controller.admin("GET", "/openapi.json").json()
     assert "/pools/{name}/queue/{key}/cancel" in admin_spec["paths"]
 
@@ -208,3 +212,50 @@ def test_drain_by_hand(setup: tuple[ControllerProcess, Client]) -> None:
         timeout=20,
     )
     assert gone.drain_reason == "manual"
+
+
+def test_a_rejoin_swaps_the_session_keeps_the_state_and_a_failed_machine_gets_410(
+    setup: tuple[ControllerProcess, Client],
+) -> None:
+    controller, client = setup
+    store = client.store
+    joined = _join(controller, "m1", _machine(client, "m1")).json()
+    one, credential = joined["session"], joined["credential"]
+    assert credential and store.machines.get("m1").credential_hash == tokens.credential_hash(
+        credential
+    )
+    assert credential not in json.dumps(store.machines.get("m1").as_json())
+    assert _post(controller, "/v1/machines/m1/ready", one, {"ok": True}).status_code == 200
+    job = client.run("renderer", "/render", {"gameId": "g"})
+    polled = _post(controller, "/v1/machines/m1/poll", one, {"free_slots": 1, "wait": 2}).json()
+    (assignment,) = polled["assignments"]
+
+    def rejoin(machine: str, offered: str) -> requests.Response:
+        return requests.post(
+            f"{controller.agents_url}/v1/machines/{machine}/rejoin",
+            json={"credential": offered},
+            timeout=10,
+        )
+
+    again = rejoin("m1", credential)
+    assert again.status_code == 200, again.text
+    reply = again.json()
+    assert reply["credential"] is None and reply["machine"] == "m1" and reply["pool"] == "render"
+    assert reply["backend"]["env"]["API_KEY"] == "backend-secret-value"
+    two = reply["session"]
+    assert _post(controller, "/v1/machines/m1/poll", one, {}).status_code == 401  # the old one
+    assert store.machines.get("m1").state == "ready"  # a rejoin moves no machine
+    # The attempt bound to it is sent again, the same one: never a second attempt alongside.
+    resent = _post(controller, "/v1/machines/m1/poll", two, {"free_slots": 1}).json()
+    assert [(a["job"], a["attempt"]) for a in resent["assignments"]] == [
+        (job.id, assignment["attempt"])
+    ]
+    path = f"/v1/machines/m1/jobs/{job.id}/attempts/{assignment['attempt']}/result"
+    assert _post(controller, path, two, {"status": "success"}).status_code == 200
+
+    for machine, offered in (("m1", "another"), ("m1", ""), ("nosuch", credential)):
+        refused = rejoin(machine, offered)
+        assert refused.status_code == 401, refused.text
+    assert store.machines.move("m1", Reason.SILENT, time.time())
+    gone = rejoin("m1", credential)
+    assert gone.status_code == 410 and "is failed" in gone.json()["error"], gone.text

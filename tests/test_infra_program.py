@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import shutil
 import subprocess
 import tarfile
@@ -217,6 +218,14 @@ def test_the_agent_is_embedded_pinned_by_hash_and_installed_as_a_service() -> No
     assert {f"agent/{p.name}" for p in (ROOT / "agent").glob("*.py")} == names
     unit = files["/etc/systemd/system/sp00ky-agent.service"]["content"]
     assert "ExecStart=/usr/bin/python3 -m agent" in unit and "SPKY_AGENT_SETTINGS_FILE" in unit
+    # a refused join or rejoin powers off and exits 3, a failed boot exits 4: never restarted
+    (prevent,) = [
+        line for line in unit.splitlines() if line.startswith("RestartPreventExitStatus=")
+    ]
+    assert {"3", "4"} <= set(prevent.split("=", 1)[1].split())
+    settings = json.loads(files["/etc/sp00ky/agent.json"]["content"])
+    assert settings["credential_file"] == "/etc/sp00ky/credential"
+    assert settings["poweroff"] == ["systemctl", "poweroff"]
     script = files["/opt/sp00ky/install-agent.sh"]["content"]
     assert "sha256sum" in script and "docker.io" in script and "systemctl enable --now" in script
     assert user_data("m", "u", "t") == user_data("m", "u", "t")  # reproducible, hash and all

@@ -108,3 +108,21 @@ def test_only_one_leader_lock(store_url: str) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_a_rejoin_swaps_the_session_of_a_live_machine_with_its_credential(
+    store: SqlStore,
+) -> None:
+    machines = store.machines
+    machines.add("render-r1", "render", "local", "rev1", 1, T0)
+    joined = machines.join("render-r1", "session-1", T0 + 1, "credential-1")
+    assert joined.credential_hash == "credential-1" and "credential_hash" not in joined.as_json()
+    assert machines.move("render-r1", Reason.READY, T0 + 2)
+    back = machines.rejoin("render-r1", "credential-1", "session-2", T0 + 3)
+    assert (back.state, back.session_hash, back.last_seen_at) == ("ready", "session-2", T0 + 3)
+    with pytest.raises(Conflict, match="cannot rejoin"):
+        machines.rejoin("render-r1", "another", "session-3", T0 + 4)
+    assert machines.move("render-r1", Reason.SILENT, T0 + 5)
+    with pytest.raises(Conflict, match="cannot rejoin"):
+        machines.rejoin("render-r1", "credential-1", "session-3", T0 + 6)
+    assert machines.get("render-r1").session_hash == "session-2"

@@ -23,6 +23,7 @@ from sp00ky_infra.controller.protocol import (
     PollRequest,
     Problem,
     ReadyRequest,
+    RejoinRequest,
     ResultReply,
     ResultRequest,
 )
@@ -30,7 +31,7 @@ from sp00ky_infra.controller.protocol import (
 ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": Problem, "description": text}
     for code, text in {
-        401: "bad join token or session",
+        401: "bad join token, session or machine credential",
         409: "stale attempt, a state that does not allow it, or an image not served here",
         410: "the machine is failed or destroyed: shut down",
         503: "not the leader: retry",
@@ -66,6 +67,13 @@ def agents_app(controller: Controller, hub: Hub) -> FastAPI:
     def join(body: JoinRequest) -> JoinReply:
         """Trade the machine's one-time join token for a session, the backend and its env."""
         return controller.join(body.machine, body.token)
+
+    @app.post("/v1/machines/{name}/rejoin", responses=ERRORS)
+    def rejoin(name: str, body: RejoinRequest) -> JoinReply:
+        """After a reboot or a restart: trade the machine credential of the first join for a
+        new session (the reply of a join, without a new credential). 401 for another
+        credential or an unknown machine, 410 for a failed or destroyed one."""
+        return controller.rejoin(name, body.credential)
 
     @app.post("/v1/machines/{name}/ready", responses=ERRORS)
     def ready(

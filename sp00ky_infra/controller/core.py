@@ -1,10 +1,12 @@
-"""The controller's state and the agents' operations: join, ready, poll, result, drained.
+"""The controller's state and the agents' operations: join, rejoin, ready, poll, result,
+drained.
 
 Its errors (ControllerError and below, with their HTTP statuses) are in ``errors.py``.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import time
@@ -166,7 +168,8 @@ class Controller:
         return machine
 
     def join(self, name: str, token: str) -> JoinReply:
-        """Trade a one-time join token for a session, the backend's spec and its env."""
+        """Trade a one-time join token for a session, the backend's spec and its env, and the
+        machine credential its agent rejoins with after a reboot (issued only here, once)."""
         self._require_leader()
         now = self.clock()
         try:
@@ -175,18 +178,50 @@ class Controller:
             raise Unauthorized(str(exc)) from exc
         if not self.store.machines.use_nonce(claim.nonce, name, now):
             raise Unauthorized("join token was used before (a replay)")
-        session = tokens.new_session_token()
+        session, credential = tokens.new_session_token(), tokens.new_machine_credential()
         try:
-            machine = self.executor.joined(name, tokens.session_hash(session), now)
+            machine = self.executor.joined(
+                name, tokens.session_hash(session), now, tokens.credential_hash(credential)
+            )
         except (Conflict, MachineNotFound) as exc:
             raise Unauthorized(str(exc)) from exc
+        return self._session_reply(machine, session, credential)
+
+    def rejoin(self, name: str, credential: str) -> JoinReply:
+        """A machine's agent back after a reboot or a restart, with the credential of its first
+        join: a new session and the same reply as a join (without a new credential). The state
+        stays: a ready machine is ready, and polls as before; the jobs still bound to it are
+        resent by its polls (the same attempts, under their leases), so none runs twice.
+        Unauthorized for an unknown machine or another credential, Gone for a machine that is
+        failed or destroyed."""
+        self._require_leader()
+        now = self.clock()
+        try:
+            machine = self.store.machines.get(name)
+        except MachineNotFound as exc:
+            raise Unauthorized(f"unknown machine {name!r}") from exc
+        offered = tokens.credential_hash(credential)
+        if machine.credential_hash is None or not hmac.compare_digest(
+            machine.credential_hash, offered
+        ):
+            raise Unauthorized(f"credential is not machine {name!r}'s")
+        if machine.state in ("failed", "destroyed"):
+            raise Gone(f"machine {name} is {machine.state}; shut down")
+        session = tokens.new_session_token()
+        try:
+            machine = self.executor.rejoined(name, offered, tokens.session_hash(session), now)
+        except Conflict as exc:  # failed or destroyed since it was read
+            raise Gone(f"machine {name} is no longer live; shut down ({exc})") from exc
+        return self._session_reply(machine, session, None)
+
+    def _session_reply(self, machine: Machine, session: str, credential: str | None) -> JoinReply:
         pool = self.pools.get(machine.pool)
         if pool is None:
             raise Gone(f"pool {machine.pool} is no longer configured; shut down")
         backend = self.backends[machine.pool]
         return JoinReply(
             session=session,
-            machine=name,
+            machine=machine.name,
             pool=machine.pool,
             backend=BackendInfo(
                 name=backend.name,
@@ -198,6 +233,7 @@ class Controller:
                 env=machine_env(backend),
             ),
             settings=self.agent_settings(pool),
+            credential=credential,
         )
 
     def image_source(self, pool: str) -> ImageSource | None:

@@ -189,10 +189,20 @@ class Executor:
 
     # --- the agents --------------------------------------------------------------------------
 
-    def joined(self, name: str, session_hash: str, now: float) -> Machine:
-        """Its agent joined: the session is bound (Conflict when it joined already)."""
-        machine = self.store.machines.join(name, session_hash, now)
+    def joined(
+        self, name: str, session_hash: str, now: float, credential_hash: str | None = None
+    ) -> Machine:
+        """Its agent joined: the session and the machine credential are bound (Conflict when
+        it joined already)."""
+        machine = self.store.machines.join(name, session_hash, now, credential_hash)
         self.event(now, machine.pool, "joined", f"{name} joined")
+        return machine
+
+    def rejoined(self, name: str, credential_hash: str, session_hash: str, now: float) -> Machine:
+        """Its agent came back with its machine credential: a new session, the same state
+        (Conflict when the machine is not live or the credential is another)."""
+        machine = self.store.machines.rejoin(name, credential_hash, session_hash, now)
+        self.event(now, machine.pool, "rejoined", f"{name} rejoined ({machine.state})")
         return machine
 
     def ready(self, machine: Machine, now: float) -> None:

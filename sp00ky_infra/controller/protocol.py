@@ -17,6 +17,14 @@ class JoinRequest(BaseModel):
     token: str = Field(description="The one-time join token from the machine's user-data.")
 
 
+class RejoinRequest(BaseModel):
+    """POST /v1/machines/{name}/rejoin: an agent back after a reboot or a restart."""
+
+    credential: str = Field(
+        description="The machine credential of its first join (from its credential file)."
+    )
+
+
 class RegistryCredentials(BaseModel):
     """What the Engine API's X-Registry-Auth carries; sent only in the join reply."""
 
@@ -64,6 +72,11 @@ class JoinReply(BaseModel):
     pool: str
     backend: BackendInfo
     settings: AgentSettings
+    credential: str | None = Field(
+        default=None,
+        description="The machine credential, issued at the first join only (a rejoin keeps "
+        "it): the agent keeps it in a 0600 file and rejoins with it after a reboot.",
+    )
 
 
 class ReadyRequest(BaseModel):

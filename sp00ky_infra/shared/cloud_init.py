@@ -1,7 +1,8 @@
 """A pool machine's user-data: built as data, dumped as ``#cloud-config``.
 
 It writes the agent's settings (controller URL, machine name, one-time join token: the only
-secret in it, never the backend's env), installs the agent, pinned by sha256 and embedded
+secret in it, never the backend's env; the machine credential of its first join is written
+by the agent beside it, never here), installs the agent, pinned by sha256 and embedded
 compressed, with ``cloud-init/install-agent.sh``, and runs it as the systemd service of
 ``cloud-init/sp00ky-agent.service``. Hetzner takes at most 32 KiB of user-data.
 """
@@ -61,6 +62,8 @@ def user_data(machine: str, controller_url: str, join_token: str, runtime: str =
         "join_token": join_token,
         "runtime": runtime,
         "poweroff": ["systemctl", "poweroff"],
+        # written by the agent at its first join (0600), never here: it rejoins with it
+        "credential_file": "/etc/sp00ky/credential",
     }
     document: dict[str, Any] = {
         "write_files": [

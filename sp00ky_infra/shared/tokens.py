@@ -3,7 +3,9 @@
 A join token rides in a machine's user-data (the only secret there): HMAC-SHA256 with
 SPKY_POOL_SECRET over the machine's name, an expiry and a one-time nonce. The agent trades it
 once for a session token, which only the controller and that agent know; the controller
-keeps its hash. The backend's env comes over that session, never through metadata.
+keeps its hash. The first join also issues a machine credential (kept by the agent in a 0600
+file, hashed by the controller): a rebooted machine rejoins with it for a new session.
+The backend's env comes over that session, never through metadata.
 """
 
 from __future__ import annotations
@@ -79,3 +81,13 @@ def new_session_token() -> str:
 
 def session_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_machine_credential() -> str:
+    """The secret a machine gets at its first join (in the join reply, never in metadata):
+    with it, its agent rejoins after a reboot. The controller keeps only its hash."""
+    return secrets.token_urlsafe(32)
+
+
+def credential_hash(credential: str) -> str:
+    return hashlib.sha256(b"sp00ky-credential:" + credential.encode()).hexdigest()

@@ -21,7 +21,7 @@ from sp00ky_infra.store.model import Conflict, StoreError
 MACHINE_COLUMNS = (
     "name, pool, provider, state, revision, slots, created_at, updated_at, joined_at, ready_at, "
     "last_seen_at, idle_since, drain_reason, drained, failed_reason, destroyed_at, provider_id, "
-    "provider_state, session_hash"
+    "provider_state, session_hash, credential_hash"
 )
 IncidentKind = Literal["pool_breaker_open"]
 
@@ -51,10 +51,12 @@ class Machine:
     provider_id: str | None
     provider_state: str | None
     session_hash: str | None
+    credential_hash: str | None = None  # the machine credential's, issued at its first join
 
     def as_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in MACHINE_COLUMNS.replace(" ", "").split(",")}
         data.pop("session_hash")
+        data.pop("credential_hash")
         return data
 
 
@@ -119,7 +121,7 @@ def _columns(found: Rule, now: float, change: Change) -> list[tuple[str, Any]]:
 def _machine(row: Sequence[Any]) -> Machine:
     (name, pool, provider, state, revision, slots, created_at, updated_at, joined_at, ready_at,
      last_seen_at, idle_since, drain_reason, drained, failed_reason, destroyed_at, provider_id,
-     provider_state, session_hash) = row  # fmt: skip
+     provider_state, session_hash, credential_hash) = row  # fmt: skip
     return Machine(
         name=name,
         pool=pool,
@@ -140,6 +142,7 @@ def _machine(row: Sequence[Any]) -> Machine:
         provider_id=provider_id,
         provider_state=provider_state,
         session_hash=session_hash,
+        credential_hash=credential_hash,
     )
 
 
@@ -208,20 +211,39 @@ class MachineTable:
             )
             return bool(cur.rowcount == 1)
 
-    def join(self, name: str, session_hash: str, now: float) -> Machine:
-        """The machine's agent joined (JOINED): bind its session. Only once, only while booting."""
+    def join(
+        self, name: str, session_hash: str, now: float, credential_hash: str | None = None
+    ) -> Machine:
+        """The machine's agent joined (JOINED): bind its session and its machine credential.
+        Only once, only while booting."""
         found = rule(Reason.JOINED)
         marks = ", ".join("?" for _ in found.sources)
         with self._store._cursor() as cur:
             self._store._x(
                 cur,
-                "UPDATE machines SET session_hash = ?, joined_at = ?, last_seen_at = ?, "
-                f"state = ?, updated_at = ? WHERE name = ? AND session_hash IS NULL "
-                f"AND state IN ({marks})",
-                (session_hash, now, now, found.target, now, name, *found.sources),
+                "UPDATE machines SET session_hash = ?, credential_hash = ?, joined_at = ?, "
+                "last_seen_at = ?, state = ?, updated_at = ? WHERE name = ? "
+                f"AND session_hash IS NULL AND state IN ({marks})",
+                (session_hash, credential_hash, now, now, found.target, now, name, *found.sources),
             )
             if cur.rowcount != 1:
                 raise Conflict(f"machine {name!r} cannot join: it joined already or is not booting")
+        return self.get(name)
+
+    def rejoin(self, name: str, credential_hash: str, session_hash: str, now: float) -> Machine:
+        """Its agent came back (a reboot, a restart) with the credential of its first join:
+        a new session replaces the old one, and the state stays as it is (no move). Only for
+        a live machine whose credential matches; Conflict otherwise."""
+        marks = ", ".join("?" for _ in LIVE_STATES)
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "UPDATE machines SET session_hash = ?, last_seen_at = ?, updated_at = ? "
+                f"WHERE name = ? AND credential_hash = ? AND state IN ({marks})",
+                (session_hash, now, now, name, credential_hash, *LIVE_STATES),
+            )
+            if cur.rowcount != 1:
+                raise Conflict(f"machine {name!r} cannot rejoin: not live, or another credential")
         return self.get(name)
 
     def seen(self, name: str, now: float) -> None:

@@ -143,4 +143,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        3,
+        "machine credentials: a rebooted machine's agent rejoins with the secret of its first join",
+        ("ALTER TABLE machines ADD COLUMN credential_hash TEXT",),
+    ),
 )

@@ -67,6 +67,9 @@ class LocalProvisioner:
             "SPKY_AGENT_JOIN_TOKEN": spec.join_token,
             "SPKY_AGENT_RUNTIME": "process",
             "SPKY_AGENT_WORKDIR": str(Path(spec.workdir).resolve()),
+            # the machine credential of its first join (0600): an agent started again with
+            # this environment rejoins with it
+            "SPKY_AGENT_CREDENTIAL_FILE": str(self._credential_file(spec.name).resolve()),
             "PYTHONUNBUFFERED": "1",
         }
         for secret in ("SPKY_POOL_SECRET", "SPKY_STORE", "SPKY_ADMIN_TOKEN"):
@@ -89,7 +92,11 @@ class LocalProvisioner:
         self._children[spec.name] = proc
         return Provisioned(str(proc.pid), process_start_time(proc.pid) or "")
 
+    def _credential_file(self, name: str) -> Path:
+        return self.log_dir / f"{name}.credential"
+
     def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
+        self._credential_file(name).unlink(missing_ok=True)
         if not provider_id:
             return
         pid = int(provider_id)
