@@ -6,15 +6,19 @@ builds ``sp00ky-dev-pool-<backend>`` from deploy.dockerfile, and from it
 ``sp00ky-dev-machine-<backend>`` (the agent added). A machine container runs the agent, which
 runs the image's own command as the backend, in the same container. No port is published;
 the agent reaches the controller at SPKY_POOL_PUBLIC_URL over the network.
-Machine containers left by an earlier run are removed when the controller starts.
+
+When the controller starts, ``reap`` removes the machine containers the store does not know as
+live; those it does keep running, and their agents reconnect (a restart loses nothing). ``dev``
+keeps none: it removes every leftover of an earlier session.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Collection, Mapping
 
 import docker
-from docker.errors import APIError, BuildError, ImageNotFound
+from docker.errors import APIError, BuildError, ImageNotFound, NotFound
 
 from sp00ky_infra import engine
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
@@ -74,12 +78,17 @@ class DockerProvisioner:
     def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
         engine.remove_container(self.client, provider_id or container_name(name))
 
-    def reap(self) -> list[str]:
-        """Remove the machine containers an earlier run left; returns their machine names."""
+    def reap(self, keep: Collection[str] = ()) -> list[str]:
+        """Remove this project's machine containers but those of the machines in ``keep`` (the
+        store's live ones, which reconnect); returns the removed containers' machine names."""
         removed = []
         for container in engine.machine_containers(self.client, self.project):
-            removed.append(str(container.labels.get(labels.MACHINE, container.name)))
-            container.remove(force=True)
+            machine = str(container.labels.get(labels.MACHINE, container.name))
+            if machine in keep:
+                continue
+            removed.append(machine)
+            with contextlib.suppress(NotFound):
+                container.remove(force=True)
         return removed
 
     def close(self) -> None:
