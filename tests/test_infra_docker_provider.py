@@ -9,16 +9,12 @@ virtual environment, with nothing added to PYTHONPATH.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import docker
-import grpc
 import pytest
 from google.protobuf import struct_pb2
 from pulumi.dynamic.dynamic import serialize_provider
@@ -26,6 +22,7 @@ from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from sp00ky_infra.infra.container import DockerMachineProvider, DockerNetworkProvider
 from tests.conftest import BASE_IMAGE
+from tests.dynamic_host import dynamic_host
 from tests.helpers import ROOT
 
 URN = "urn:pulumi:dev::shop::sp00ky:infra:DockerPool$pulumi-python:dynamic:Resource::render-a1"
@@ -34,22 +31,8 @@ NET_URN = "urn:pulumi:dev::shop::pulumi-python:dynamic:Resource::sp00ky-network"
 
 @pytest.fixture
 def host() -> Iterator[provider_pb2_grpc.ResourceProviderStub]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PULUMI_PROJECT"] = "shop"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pulumi.dynamic"], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        port = int(proc.stdout.readline().strip())
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        grpc.channel_ready_future(channel).result(timeout=30)
-        yield provider_pb2_grpc.ResourceProviderStub(channel)
-        channel.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    with dynamic_host({"PULUMI_PROJECT": "shop"}) as stub:
+        yield stub
 
 
 @pytest.fixture
