@@ -4,7 +4,7 @@ capabilities decide what it asks of a provisioner (join tokens, reaping)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import pytest
@@ -60,8 +60,8 @@ class Reaping(Recording):
         super().__init__(delivers_join_token=True)
         self.left = left
 
-    def reap(self) -> list[str]:
-        return self.left
+    def reap(self, keep: Collection[str] = ()) -> list[str]:
+        return [name for name in self.left if name not in keep]
 
 
 @pytest.fixture
@@ -102,16 +102,18 @@ def test_a_join_token_is_issued_only_for_a_provisioner_that_delivers_it(
     assert other.join_token is None
 
 
-def test_machines_left_by_an_earlier_run_are_reaped_through_the_table(
+def test_a_restart_keeps_the_live_machines_and_reaps_the_rest_through_the_table(
     make_controller: MakeController,
 ) -> None:
-    provisioner = Reaping(["render-a", "render-b"])
+    provisioner = Reaping(["render-a", "render-b", "render-stray"])
     controller = make_controller(provisioner)
     machines = controller.store.machines
     for name in ("render-a", "render-b"):
         machines.add(name, "render", "recording", "r", 1, 1.0)
     machines.move("render-b", Reason.PROVISIONED, 2.0)
-    assert controller.executor.reap(3.0) == 2
+    assert controller.executor.reap(3.0) == 1  # the stray only: the live ones reconnect
+    assert {machines.get(n).state for n in ("render-a", "render-b")} == {"requested", "booting"}
+    assert controller.executor.reap(3.0, keep_live=False) == 3  # dev: a fresh session
     for name in ("render-a", "render-b"):
         gone = machines.get(name)
         assert (gone.state, gone.destroyed_at) == ("destroyed", 3.0)

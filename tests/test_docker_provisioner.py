@@ -1,5 +1,6 @@
 """Docker machines end to end against a real dockerd: the controller builds the images, starts
-machine containers on a network of the test's own, and removes what an earlier run left."""
+machine containers on a network of the test's own; a restarted controller keeps the live ones,
+`dev` removes every one an earlier session left."""
 
 from __future__ import annotations
 
@@ -14,8 +15,17 @@ import pytest
 from docker.models.containers import Container
 
 from sp00ky_infra.client import Client
+from sp00ky_infra.controller.server import Runtime
+from sp00ky_infra.controller.settings import ControllerSettings
 from tests.conftest import BASE_IMAGE
-from tests.controllers import ControllerProcess, backend_app, project, wait_for
+from tests.controllers import (
+    ADMIN_TOKEN,
+    SECRET,
+    ControllerProcess,
+    backend_app,
+    project,
+    wait_for,
+)
 from tests.helpers import ROOT
 
 
@@ -98,7 +108,44 @@ def test_docker_machines_scale_from_zero_run_jobs_and_go(
         client.close()
 
 
-def test_containers_left_by_a_killed_controller_are_removed_at_the_next_start(
+def test_a_restarted_controller_keeps_the_live_machine_containers_and_they_run_jobs(
+    tmp_path: Path, docker_project: tuple[Path, str, dict[str, str]]
+) -> None:
+    """The scheduler restarts, nothing is lost: the store's live machines keep their
+    containers and reconnect; a machine container the store does not know as live goes."""
+    config, name, env = docker_project
+    env = {**env, "SPKY_POOL_TIMINGS": "lease=10s,idleTimeout=120s,bootTimeout=60s"}
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    client = Client(store_url, config)
+    first = ControllerProcess(tmp_path / "a", config, store_url, env).start(timeout=300)
+    second: ControllerProcess | None = None
+    try:
+        job = client.run("renderer", "/render", {"gameId": "g1", "seconds": 1})
+        wait_for(lambda: client.store.get(job.id).status == "success", timeout=120, what="job 1")
+        (kept,) = _machines(name)
+        machine = kept.labels["sp00ky/machine"]
+        stray = _stray_container(name)
+        first.stop()  # SIGTERM: the machines keep running
+        assert first.proc is not None and first.proc.returncode == 0
+        port = first.agents_url.rsplit(":", 1)[1]
+        second = ControllerProcess(
+            tmp_path / "b", config, store_url, {**env, "SPKY_POOL_PORT": port}
+        ).start(timeout=300)
+        ids = [c.id for c in _machines(name)]
+        assert ids == [kept.id] and stray.id not in ids  # the live one kept, the stray gone
+        assert client.store.machines.get(machine).state != "destroyed"
+        again = client.run("renderer", "/render", {"gameId": "g2", "seconds": 1})
+        wait_for(lambda: client.store.get(again.id).status == "success", timeout=120, what="job 2")
+        assert client.store.get(again.id).machine == machine  # the machine reconnected
+        assert [c.id for c in _machines(name)] == [kept.id]
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        client.close()
+
+
+def test_a_dev_start_removes_every_machine_container_of_an_earlier_session(
     tmp_path: Path, docker_project: tuple[Path, str, dict[str, str]]
 ) -> None:
     config, name, env = docker_project
@@ -113,14 +160,32 @@ def test_containers_left_by_a_killed_controller_are_removed_at_the_next_start(
         (left,) = _machines(name)
         first.stop(signal.SIGKILL)
         assert [c.id for c in _machines(name)] == [left.id]  # still there
-        second = ControllerProcess(tmp_path, config, store_url, env).start(timeout=300)
+        settings = ControllerSettings.from_env(
+            {**env, "SPKY_POOL_SECRET": SECRET, "SPKY_ADMIN_TOKEN": ADMIN_TOKEN,
+             "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0"},
+            config_path=str(config), store_url=store_url, state_dir=str(tmp_path / "dev"),
+        )  # fmt: skip
+        runtime = Runtime(settings, fresh=True)  # as `dev` starts
         try:
-            assert left.id not in [c.id for c in _machines(name)]  # removed at start
+            assert _machines(name) == []  # removed at start, though the store had it live
             machine = left.labels["sp00ky/machine"]
             gone = client.store.machines.get(machine)
             assert gone.state == "destroyed" and gone.failed_reason == "left by an earlier run"
         finally:
-            second.stop()
+            runtime.close()
     finally:
         first.stop()
+        client.close()
+
+
+def _stray_container(project_name: str) -> Container:
+    """A machine container of the project that the store does not know."""
+    client = docker.from_env()
+    try:
+        return client.containers.run(
+            BASE_IMAGE, ["sleep", "300"], detach=True,
+            labels={"sp00ky/project": project_name, "sp00ky/role": "machine",
+                    "sp00ky/machine": "render-stray"},
+        )  # fmt: skip
+    finally:
         client.close()

@@ -155,16 +155,31 @@ def test_user_data_carries_a_join_token_and_no_value_of_the_backends_env(tmp_pat
         assert claim.machine == machine.name
 
 
-def test_the_local_docker_stack_publishes_no_backend_port(tmp_path: Path) -> None:
+def test_the_local_docker_stack_runs_the_machine_image_and_publishes_no_port(
+    tmp_path: Path,
+) -> None:
     mocks = _run_program(tmp_path, "docker", {"render": ["render-a1"], "batch": []})
-    (network,) = _of_type(mocks, "docker:index/network:Network")
-    assert network.inputs["name"] == "sp00ky-shop"
-    images = {i.inputs["imageName"] for i in _of_type(mocks, "docker:index/image:Image")}
-    assert images == {"sp00ky-dev-pool-renderer", "sp00ky-dev-pool-batcher"}
-    (container,) = _of_type(mocks, "docker:index/container:Container")
-    assert container.name == "render-a1" and not container.inputs.get("ports")
-    assert "SPKY_AGENT_MACHINE=render-a1" in container.inputs["envs"]
-    assert not any(BACKEND_SECRET in env for env in container.inputs["envs"])
+    assert not [r for r in mocks.resources if r.typ.startswith("docker:")]  # no pulumi_docker
+    dynamic = _of_type(mocks, "pulumi-python:dynamic:Resource")
+    (network,) = [r for r in dynamic if r.name == "sp00ky-network"]
+    assert network.inputs["name"] == "sp00ky-shop" and network.inputs["project"] == "shop"
+    (container,) = [r for r in dynamic if r.name != "sp00ky-network"]
+    inputs = container.inputs
+    assert container.name == "render-a1" and inputs["name"] == "render-a1"
+    assert inputs["image"] == "sp00ky-dev-machine-renderer"  # the pool image + the agent
+    assert inputs["backend"] == "renderer" and inputs["dockerfile"].endswith("Dockerfile")
+    assert inputs["ports"] == []  # the backend's port is never published
+    assert inputs["extra_hosts"] == {"host.docker.internal": "host-gateway"}
+    assert inputs["network"] == "sp00ky-shop"
+    assert inputs["controller_url"] == "https://pool.example.com"
+    assert inputs["labels"]["sp00ky/machine"] == "render-a1"
+    assert inputs["labels"]["sp00ky/pool"] == "render"
+    token = inputs["join_token"]
+    if isinstance(token, dict):  # a secret travels wrapped in Pulumi's secret envelope
+        token = token["value"]
+    claim = tokens.verify_join_token(SECRET, token, "render-a1", __import__("time").time())
+    assert claim.machine == "render-a1"
+    assert BACKEND_SECRET not in repr(inputs)
 
 
 def test_unknown_pools_in_the_stack_are_refused(tmp_path: Path) -> None:

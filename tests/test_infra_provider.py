@@ -7,9 +7,6 @@ virtual environment, with nothing added to PYTHONPATH.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,8 +19,8 @@ from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI
 from sp00ky_infra.infra.machine import HetznerMachineProvider, create_server
+from tests.dynamic_host import dynamic_host
 from tests.fake_hetzner import TOKEN, FakeHetzner
-from tests.helpers import ROOT
 
 URN = "urn:pulumi:prod::shop::sp00ky:infra:HetznerPool$pulumi-python:dynamic:Resource::render-a1"
 
@@ -36,22 +33,10 @@ def fake() -> Iterator[FakeHetzner]:
 
 @pytest.fixture
 def host(fake: FakeHetzner) -> Iterator[provider_pb2_grpc.ResourceProviderStub]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update({"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": fake.url, "PULUMI_PROJECT": "shop"})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pulumi.dynamic"], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        port = int(proc.stdout.readline().strip())
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        grpc.channel_ready_future(channel).result(timeout=30)
-        yield provider_pb2_grpc.ResourceProviderStub(channel)
-        channel.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    with dynamic_host(
+        {"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": fake.url, "PULUMI_PROJECT": "shop"}
+    ) as stub:
+        yield stub
 
 
 def _props(**overrides: Any) -> dict[str, Any]:

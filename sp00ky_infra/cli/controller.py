@@ -30,9 +30,9 @@ from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
-def _start(settings: ControllerSettings) -> Runtime:
+def _start(settings: ControllerSettings, fresh: bool = False) -> Runtime:
     try:
-        return Runtime(settings)
+        return Runtime(settings, fresh=fresh)
     except (SettingsError, ImagesError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -151,7 +151,7 @@ def dev(
         filename=str(Path(settings.state_dir) / "controller.log"),
     )
     with refusals():
-        runtime = _start(settings)
+        runtime = _start(settings, fresh=True)  # a new session: an earlier one's leftovers go
     runtime.write_state()
     console = Console(soft_wrap=True, highlight=False)  # status lines stay whole, uncoloured
     live_view = not plain and console.is_terminal

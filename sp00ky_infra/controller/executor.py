@@ -284,11 +284,18 @@ class Executor:
                 live.setdefault(machine.pool, {})[machine.name] = machine.revision
         self.provisioner.adopt(live)
 
-    def reap(self, now: float) -> int:
-        """Machines an earlier run left behind are gone: say so in their rows."""
+    def reap(self, now: float, keep_live: bool = True) -> int:
+        """Remove what an earlier run left behind and say so in the rows. The machines the
+        store has live keep running and reconnect (a restart loses nothing), unless
+        ``keep_live`` is False (``dev``: a new session starts from nothing)."""
         if not isinstance(self.provisioner, Reaps):
             return 0
-        reaped = self.provisioner.reap()
+        keep: set[str] = set()
+        if keep_live:
+            keep = {
+                m.name for m in self.store.machines.live() if m.provider == self.provisioner.name
+            }
+        reaped = self.provisioner.reap(keep)
         for name in reaped:
             self.store.machines.move(name, Reason.LEFT_BEHIND, now)
         return len(reaped)

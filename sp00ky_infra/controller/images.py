@@ -25,14 +25,12 @@ from typing import Literal
 
 import docker
 from docker.errors import APIError, BuildError, DockerException, ImageNotFound
-from docker.models.images import Image
 
 from sp00ky_infra.config import Config
 from sp00ky_infra.config.images import parse_image
 from sp00ky_infra.controller.errors import ControllerError, Refusal
 from sp00ky_infra.controller.registry import RegistryAuth, RegistryError, Resolver
-from sp00ky_infra.shared import labels
-from sp00ky_infra.shared.names import pool_image
+from sp00ky_infra.engine import build_pool_image
 
 log = logging.getLogger("sp00ky.controller")
 CHUNK_BYTES = 1 << 22  # docker save is read and sent 4 MiB at a time
@@ -98,19 +96,6 @@ class ImageServer:
 
     def close(self) -> None:
         self.client.close()
-
-
-def build_pool_image(
-    client: docker.DockerClient, project: str, backend: str, dockerfile: str, context: str
-) -> Image:
-    """``sp00ky-dev-pool-<backend>`` from deploy.dockerfile, labelled: what a served image is,
-    and what a docker machine's image starts from. Docker's errors are the caller's to word."""
-    log.info("building %s from %s", pool_image(backend), dockerfile)
-    image, _ = client.images.build(
-        path=context, dockerfile=str(Path(dockerfile).resolve()), tag=pool_image(backend),
-        labels={labels.PROJECT: project, labels.ROLE: "pool-image"}, rm=True,
-    )  # fmt: skip
-    return image
 
 
 def settle_images(

@@ -166,7 +166,9 @@ class Dispatcher(threading.Thread):
 class Runtime:
     """A controller with its listeners bound: ``serve()`` until ``stop()``."""
 
-    def __init__(self, settings: ControllerSettings) -> None:
+    def __init__(self, settings: ControllerSettings, fresh: bool = False) -> None:
+        """``fresh`` (``dev``): remove every machine an earlier session left, live in the
+        store or not; otherwise the live ones keep running and reconnect."""
         settings = settings.with_secrets()
         config = load_config(settings.config_path)
         provisioner = make_provisioner(settings, config)  # its settings are checked first
@@ -190,9 +192,10 @@ class Runtime:
             settings, config, store, provisioner, images=images, image_server=image_server
         )
         self.settings = settings
-        # Machines an earlier run left behind are gone: say so. (What exists already is
-        # handed to the provisioner when this controller starts leading: Controller.lead.)
-        self.controller.executor.reap(self.controller.clock())
+        # Machines an earlier run left that the store does not know as live (all, ``fresh``)
+        # are removed: say so. (The live ones are handed to the provisioner when this
+        # controller starts leading: Controller.lead.)
+        self.controller.executor.reap(self.controller.clock(), keep_live=not fresh)
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 

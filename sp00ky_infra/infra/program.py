@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
-import pulumi_docker as docker
 import pulumi_hcloud as hcloud
 
 from sp00ky_infra.config import Config, Pool
+from sp00ky_infra.infra.container import DockerMachine, DockerNetwork
 from sp00ky_infra.infra.machine import HetznerMachine
 from sp00ky_infra.shared import labels as label
 from sp00ky_infra.shared import names
@@ -99,51 +99,39 @@ class HetznerPool(pulumi.ComponentResource):
 
 
 class DockerPool(pulumi.ComponentResource):
-    """A pool on the local Docker engine: the backend's image built from deploy.dockerfile
-    (``sp00ky-dev-pool-<backend>``), and a machine container per name on the stack's network,
-    running the agent. The backend's port is never published."""
+    """A pool on the local Docker engine: a machine container per name on the stack's
+    network, each made by the dynamic provider over ``sp00ky_infra.engine`` (infra/container.py):
+    ``sp00ky-dev-machine-<backend>`` (the backend's image from deploy.dockerfile, with the
+    agent), running the agent, which reaches the controller at ``pool_url`` (on Linux, a
+    controller on the host is ``host.docker.internal``, mapped to the host's gateway). The
+    backend's port is never published."""
 
     def __init__(
         self,
         name: str,
         args: PoolArgs,
-        network: docker.Network,
+        network: DockerNetwork,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("sp00ky:infra:DockerPool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         if not args.dockerfile:
             raise ValueError(f"pool {args.pool.name}: its backend has no deploy.dockerfile")
-        dockerfile = Path(args.config_root, args.dockerfile)
-        self.image = docker.Image(
-            f"{name}-image",
-            image_name=names.pool_image(args.backend),
-            build=docker.DockerBuildArgs(
-                context=str(dockerfile.parent), dockerfile=str(dockerfile), platform="linux/amd64"
-            ),
-            skip_push=True,
-            opts=child,
-        )
-        self.containers: dict[str, docker.Container] = {}
+        dockerfile = Path(args.config_root, args.dockerfile).resolve()
+        self.containers: dict[str, DockerMachine] = {}
         for machine in args.machines:
             token = issue_join_token(args.pool_secret, machine, time.time(), STACK_JOIN_TTL_SECONDS)
-            self.containers[machine] = docker.Container(
+            self.containers[machine] = DockerMachine(
                 machine,
-                name=names.container_name(machine),
-                image=self.image.image_name,
-                envs=[
-                    f"SPKY_AGENT_CONTROLLER_URL={args.pool_url}",
-                    f"SPKY_AGENT_MACHINE={machine}",
-                    f"SPKY_AGENT_JOIN_TOKEN={token}",
-                    "SPKY_AGENT_RUNTIME=process",
-                ],
-                command=["python3", "-m", "agent"],
-                networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network.name)],
-                labels=[
-                    docker.ContainerLabelArgs(label=k, value=v)
-                    for k, v in labels(args, machine).items()
-                ],
-                restart="no",
+                name=machine,
+                project=args.project,
+                backend=args.backend,
+                dockerfile=str(dockerfile),
+                context=str(dockerfile.parent),
+                network=network.name,
+                labels=labels(args, machine),
+                controller_url=args.pool_url,
+                join_token=token,
                 opts=child,
             )
         self.register_outputs({"containers": {m: c.id for m, c in self.containers.items()}})
@@ -167,11 +155,7 @@ def build(
         )
     network = None
     if provider == "docker":
-        network = docker.Network(
-            "sp00ky-network",
-            name=names.network_name(project),
-            labels=[docker.NetworkLabelArgs(label=label.PROJECT, value=project)],
-        )
+        network = DockerNetwork("sp00ky-network", name=names.network_name(project), project=project)
     components: dict[str, pulumi.ComponentResource] = {}
     for name, pool in config.pools.items():
         backend = config.backend_for(name)

@@ -6,7 +6,8 @@ Every provisioner is a ``Provisioner``. What only some can do is declared, never
   into the machine, so the controller issues one per machine. Pulumi does not: its program
   issues the token at ``pulumi up``, and the controller issues none.
 - ``Adopts``: takes over the machines the store has when this controller starts leading.
-- ``Reaps``: removes the machines an earlier run left behind, at start.
+- ``Reaps``: removes the machines an earlier run left behind that the store does not know
+  as live, at start (``dev``: all of them).
 - ``HasGateway``: machines reach the controller at an address of their own network.
 - ``ReportsOutcomes``: creates asynchronously and reports per machine afterwards.
 
@@ -16,7 +17,7 @@ ProvisionerError (a ControllerError, controller/errors.py)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -87,8 +88,9 @@ class Adopts(Protocol):
 
 @runtime_checkable
 class Reaps(Protocol):
-    def reap(self) -> list[str]:
-        """Remove the machines an earlier run left; returns their names."""
+    def reap(self, keep: Collection[str] = ()) -> list[str]:
+        """Remove the machines an earlier run left, but those named in ``keep`` (the store's
+        live ones: they reconnect); returns the names of those removed."""
         ...
 
 
