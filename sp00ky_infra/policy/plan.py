@@ -178,11 +178,11 @@ def plan_pool(pool: PoolView, now: float) -> Plan:
 
 
 def _with_idle_clocks(machines: Sequence[MachineView], now: float) -> list[MachineView]:
-    """The machines with their idle clocks kept at ``now`` (kept in the rows: restart-safe)."""
-    return [
-        replace(
-            machine,
-            idle_since=idle_since(machine.state, machine.busy_slots, machine.idle_since, now),
-        )
-        for machine in machines
-    ]
+    """The machines with their idle clocks kept at ``now`` (kept in the rows: restart-safe).
+    Only a machine whose clock starts or stops is copied: the tick runs this for every machine
+    every two seconds."""
+    kept = []
+    for machine in machines:
+        clock = idle_since(machine.state, machine.busy_slots, machine.idle_since, now)
+        kept.append(machine if clock == machine.idle_since else replace(machine, idle_since=clock))
+    return kept
