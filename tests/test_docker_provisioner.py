@@ -9,6 +9,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -188,4 +189,38 @@ def _stray_container(project_name: str) -> Container:
                     "sp00ky/machine": "render-stray"},
         )  # fmt: skip
     finally:
+        client.close()
+
+
+def test_docker_machines_run_a_registry_image_pulled_with_the_credentials(
+    tmp_path: Path, docker_project: tuple[Path, str, dict[str, str]], image_registry: Any
+) -> None:
+    """A self-hosted controller whose backend names deploy.image (no dockerfile) pulls it from
+    the registry with SPKY_REGISTRY_AUTH's credentials and runs its machines from it."""
+    config, name, env = docker_project
+    built = f"sp00ky-test-{name}:src"
+    subprocess.run(["docker", "build", "-q", "-t", built, str(tmp_path / "backend")],
+                   check=True, capture_output=True, timeout=600)  # fmt: skip
+    image_registry.push(built, f"acme/{name}:1")
+    subprocess.run(["docker", "rmi", built], capture_output=True)
+    app = backend_app("render", "render_job", tmp_path / "unused.jsonl")
+    app["deploy"]["image"] = f"{image_registry.host}/acme/{name}:1"  # and no dockerfile
+    config = project(
+        tmp_path, {"render": {"min": 0, "autoscale": True, "max": 1}}, {"renderer": app}
+    )
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    client = Client(store_url, config)
+    without = ControllerProcess(tmp_path / "denied", config, store_url, env)
+    with pytest.raises(AssertionError, match="pulling the image of backend renderer failed"):
+        without.start(timeout=120)  # no credentials: refused at start, saying what failed
+    auth = {"SPKY_REGISTRY_AUTH": str(image_registry.docker_config)}
+    controller = ControllerProcess(tmp_path, config, store_url, {**env, **auth}).start(timeout=300)
+    try:
+        job = client.run("renderer", "/render", {"gameId": "pulled"}).id
+        wait_for(lambda: client.store.get(job).status == "success", timeout=120, what="the job")
+        (machine,) = _machines(name)
+        assert machine.image is not None
+        assert machine.image.tags == ["sp00ky-dev-machine-renderer:latest"]
+    finally:
+        controller.stop()
         client.close()

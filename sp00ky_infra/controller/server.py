@@ -18,6 +18,7 @@ from pathlib import Path
 import uvicorn
 
 from sp00ky_infra.config import Config
+from sp00ky_infra.config.images import parse_image
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.api_admin import admin_app
 from sp00ky_infra.controller.api_agents import agents_app
@@ -27,7 +28,7 @@ from sp00ky_infra.controller.images import ImagesError, ImageServer, PoolImage, 
 from sp00ky_infra.controller.provisioners import HasGateway, Provisioner, Refused
 from sp00ky_infra.controller.provisioners.local import LocalProvisioner
 from sp00ky_infra.controller.reconcile import TickReport, tick
-from sp00ky_infra.controller.registry import Resolver, load_auths
+from sp00ky_infra.controller.registry import RegistryError, Resolver, load_auths
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
 from sp00ky_infra.store import open_store
 
@@ -63,15 +64,24 @@ def make_provisioner(settings: ControllerSettings, config: Config) -> Provisione
         return LocalProvisioner(Path(settings.state_dir) / "machines")
     if settings.provider == "pulumi":
         return pulumi_provisioner(settings)
-    from sp00ky_infra.controller.provisioners.docker import DockerProvisioner
+    from sp00ky_infra.controller.provisioners.docker import Build, DockerProvisioner, Pull
 
     docker = DockerProvisioner(settings.docker_network, settings.project or "dev")
-    builds = {}
+    sources: dict[str, Build | Pull] = {}
+    try:
+        auths = load_auths(settings.registry_auth)
+    except RegistryError as exc:
+        raise SettingsError(str(exc)) from exc
     for pool in config.pools:
         backend = config.backend_for(pool)
-        dockerfile = config.resolve(backend.deploy.dockerfile or "Dockerfile")
-        builds[backend.name] = (dockerfile, str(Path(dockerfile).parent))
-    docker.prepare(builds)
+        if backend.deploy.image:  # a registry image wins over a dockerfile, as on VMs
+            reference = parse_image(backend.deploy.image)
+            auth = auths.get(reference.registry)
+            sources[backend.name] = Pull(str(reference), auth.as_dict() if auth else None)
+        else:
+            dockerfile = config.resolve(backend.deploy.dockerfile or "Dockerfile")
+            sources[backend.name] = Build(dockerfile, str(Path(dockerfile).parent))
+    docker.prepare(sources)
     return docker
 
 

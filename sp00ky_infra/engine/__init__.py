@@ -136,6 +136,22 @@ def build_images(
     return image_command(image)
 
 
+def pull_images(
+    client: docker.DockerClient,
+    backend: str,
+    reference: str,
+    auth: Mapping[str, str] | None = None,
+) -> list[str]:
+    """A registry image (deploy.image) as ``sp00ky-dev-pool-<backend>``: pulled with the
+    registry's credentials (by digest when the reference is pinned), tagged, and the machine
+    image built from it; the image's command, which the agent runs as the backend."""
+    log.info("pulling %s for backend %s", reference, backend)
+    image = client.images.pull(reference, auth_config=dict(auth) if auth else None)
+    image.tag(pool_image(backend))
+    build_machine_image(client, backend)
+    return image_command(image)
+
+
 def _machine_context(base: str) -> io.BytesIO:
     """A build context: the Dockerfile that adds the agent to ``base``, and the agent."""
     buffer = io.BytesIO()

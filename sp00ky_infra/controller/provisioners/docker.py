@@ -2,8 +2,9 @@
 Docker engine, made from the backend's image with the agent added, on SPKY_POOL_DOCKER_NETWORK.
 
 A thin adapter over ``sp00ky_infra.engine``, which the local Pulumi stack shares: the controller
-builds ``sp00ky-dev-pool-<backend>`` from deploy.dockerfile, and from it
-``sp00ky-dev-machine-<backend>`` (the agent added). A machine container runs the agent, which
+builds ``sp00ky-dev-pool-<backend>`` from deploy.dockerfile (or pulls deploy.image from its
+registry, with the controller's credentials), and from it ``sp00ky-dev-machine-<backend>`` (the
+agent added). A machine container runs the agent, which
 runs the image's own command as the backend, in the same container. No port is published;
 the agent reaches the controller at SPKY_POOL_PUBLIC_URL over the network.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 import docker
 from docker.errors import APIError, BuildError, ImageNotFound, NotFound
@@ -24,6 +26,22 @@ from sp00ky_infra import engine
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.names import container_name, network_name
+
+
+@dataclass(frozen=True, slots=True)
+class Build:
+    """The backend's image, built from its deploy.dockerfile."""
+
+    dockerfile: str
+    context: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pull:
+    """The backend's image, pulled from a registry (deploy.image), with its credentials."""
+
+    reference: str
+    auth: Mapping[str, str] | None = None
 
 
 class DockerProvisioner:
@@ -43,16 +61,24 @@ class DockerProvisioner:
         self.network = network or network_name(project)
         self.commands: dict[str, list[str]] = {}  # backend -> its image's command
 
-    def prepare(self, backends: Mapping[str, tuple[str, str]]) -> None:
-        """Build each backend's images: {backend: (dockerfile, context)}; make the network."""
+    def prepare(self, backends: Mapping[str, Build | Pull]) -> None:
+        """Each backend's images, built or pulled; make the network."""
         engine.ensure_network(self.client, self.network, self.project)
-        for backend, (dockerfile, context) in backends.items():
+        for backend, source in backends.items():
             try:
-                self.commands[backend] = engine.build_images(
-                    self.client, self.project, backend, dockerfile, context
-                )
+                if isinstance(source, Pull):
+                    self.commands[backend] = engine.pull_images(
+                        self.client, backend, source.reference, source.auth
+                    )
+                else:
+                    self.commands[backend] = engine.build_images(
+                        self.client, self.project, backend, source.dockerfile, source.context
+                    )
+            except ImageNotFound as exc:
+                raise Refused(f"the image of backend {backend} was not found: {exc}") from exc
             except (BuildError, APIError) as exc:
-                raise Refused(f"building the image of backend {backend} failed: {exc}") from exc
+                how = "pulling" if isinstance(source, Pull) else "building"
+                raise Refused(f"{how} the image of backend {backend} failed: {exc}") from exc
 
     def gateway(self) -> str:
         """The address the network's containers reach this host at."""
