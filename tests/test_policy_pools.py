@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sp00ky_infra.policy.breaker import Breaker, pause
-from sp00ky_infra.policy.plan import MachineView, PoolView, Reason, plan_pool
+from sp00ky_infra.policy.plan import Create, MachineView, PoolView, Reason, plan_pool
 from sp00ky_infra.policy.sizing import Shape, desired_machines, queue_cap
 
 STEADY = Shape(min=2, max=None, autoscale=False, buffer=0, slots=1)
@@ -203,6 +203,14 @@ def test_a_failed_machine_is_destroyed_all_the_same() -> None:
     plan = plan_pool(pool(MachineView("broken", "failed", NOW - 20, "r1")), NOW)
     assert [(d.machine, d.reason) for d in plan.destroy] == [("broken", Reason.DESTROYED)]
     assert plan.current == 0  # it does not count towards the pool's size
+
+
+def test_queued_jobs_of_two_slots_get_the_machines_they_need() -> None:
+    """The sizing rule's capacity counts the slots queued jobs need: three queued jobs of
+    poolSlots 2 on one-slot machines (max 8) need six machines, not three."""
+    shape = Shape(0, 8, True, 0, 1)
+    assert desired_machines(shape, busy_slots=0, queued=3 * 2) == 6
+    assert plan_pool(pool(queued=6, shape=shape), NOW).create == Create("render", 6)
 
 
 def test_paused_or_open_breaker_creates_nothing() -> None:

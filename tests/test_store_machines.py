@@ -85,6 +85,9 @@ def test_queue_counts_busy_slots_and_running_jobs(store: SqlStore) -> None:
     store.enqueue(NewJob("r", "render_job", "/render", delay_ms=60_000), T0)
     assert store.queued("render_job", T0, cap=100) == 5  # the delayed one is not due
     assert store.queued("render_job", T0, cap=3) == 3
+    # sizing counts the slots queued jobs need (slots 1, 2, 1, 2, 1), over the first ``cap``
+    assert store.queued_slots("render_job", T0, cap=100) == 7
+    assert store.queued_slots("render_job", T0, cap=3) == 4
     taken = {
         machine: sum(
             job.slots for job in store.claim("render_job", 2, "c", T0, 90, machine=machine)

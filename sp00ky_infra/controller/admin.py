@@ -9,7 +9,7 @@ from sp00ky_infra.client import Client
 from sp00ky_infra.controller.core import Controller, Refusal
 from sp00ky_infra.controller.reconcile import shape_of
 from sp00ky_infra.policy.machines import LIVE_STATES, Reason
-from sp00ky_infra.policy.sizing import capacity, desired_machines
+from sp00ky_infra.policy.sizing import capacity, desired_machines, queue_cap
 from sp00ky_infra.store import Job
 from sp00ky_infra.store.machines import MachineNotFound
 
@@ -37,6 +37,7 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
     shape = shape_of(controller, name)
     busy_slots = sum(busy.values())
     queued = store.queued(table, now, 10**9)
+    queued_slots = store.queued_slots(table, now, queue_cap(shape))  # what the tick sizes with
     state = controller.pool_states.get(name)
     breaker = state.breaker
     view: dict[str, Any] = {
@@ -49,8 +50,8 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
         "buffer": pool.buffer,
         "slots": pool.slots,
         "paused": state.paused,
-        "capacity": capacity(shape, busy_slots, queued),
-        "desired": desired_machines(shape, busy_slots, queued),
+        "capacity": capacity(shape, busy_slots, queued_slots),
+        "desired": desired_machines(shape, busy_slots, queued_slots),
         "machines": dict(Counter(m.state for m in live if m.state in LIVE_STATES)),
         "busy_machines": sum(1 for m in live if busy.get(m.name)),
         "queue": {"queued": queued, "pending": counts["pending"], "running": counts["processing"]},

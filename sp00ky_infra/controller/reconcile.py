@@ -66,7 +66,7 @@ def observe(controller: Controller, now: float) -> list[PoolView]:
                 shape=shape,
                 revision=controller.revisions[name],
                 machines=machines,
-                queued=controller.store.queued(table, now, queue_cap(shape)),
+                queued=controller.store.queued_slots(table, now, queue_cap(shape)),
                 idle_timeout=pool.idle_timeout,
                 max_lifetime=pool.max_lifetime,
                 boot_timeout=pool.boot_timeout,

@@ -49,7 +49,7 @@ class PoolView:
     shape: Shape
     revision: str
     machines: Sequence[MachineView]
-    queued: int  # eligible pending jobs (counted up to the sizing cap)
+    queued: int  # slots the eligible pending jobs need (counted up to the sizing cap)
     idle_timeout: float
     max_lifetime: float
     boot_timeout: float

@@ -23,7 +23,8 @@ class Shape:
 
 
 def capacity(shape: Shape, busy_slots: int, queued: int) -> int:
-    """Slots the pool should have: busy ones, one per queued job, and the warm buffer."""
+    """Slots the pool should have: busy ones, the queued jobs' (``queued`` counts the slots
+    they need, not the jobs: a job of poolSlots 2 needs two), and the warm buffer."""
     return busy_slots + queued + shape.buffer * shape.slots
 
 

@@ -320,6 +320,19 @@ class Jobs(Dialect):
             )
             return int(cur.fetchone()[0])
 
+    def queued_slots(self, table: str, now: float, cap: int) -> int:
+        """The slots eligible pending jobs of ``table`` need (a job needing 2 slots counts 2),
+        over the first ``cap`` of them in queue order: every job needs a slot at least, so
+        ``cap`` jobs already need ``cap`` slots and the cost stays flat in the backlog."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                "SELECT coalesce(sum(slots), 0) FROM (SELECT slots FROM jobs WHERE tbl = ? "
+                "AND status = 'pending' AND run_after <= ? LIMIT ?) AS head",
+                (table, now, cap),
+            )
+            return int(cur.fetchone()[0])
+
     def busy_slots(self, table: str) -> dict[str, int]:
         """Slots taken by running jobs of ``table``, by machine."""
         with self._cursor() as cur:
