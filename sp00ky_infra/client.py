@@ -68,6 +68,11 @@ class Client:
                 f"backend: {backend!r} has no outbox method; jobs need "
                 "`method: { type: outbox, table: NAME }` on the backend"
             )
+        if target.pool is None:
+            raise InvalidJob(
+                f"backend: {backend!r} has no `runOn: {{ pool: NAME }}`, so no pool would ever "
+                "run its jobs and nothing was written; point it at a pool in sp00ky.yml"
+            )
         if target.spec:
             check_payload(self.config.resolve(target.spec), backend, path, payload)
         pool = self.config.pools.get(target.pool) if target.pool else None

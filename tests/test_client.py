@@ -143,3 +143,11 @@ def test_refs_into_components_resolve(tmp_path: Path, store: SqlStore) -> None:
 def test_a_backend_without_a_spec_takes_any_json(tmp_path: Path, store: SqlStore) -> None:
     client = Client(store, _project(tmp_path, ("apps.renderer.spec", DELETE)))
     assert client.run("renderer", "/anything", [1, 2]).payload == [1, 2]
+
+
+def test_a_backend_no_pool_runs_is_refused_before_any_row(tmp_path: Path, store: SqlStore) -> None:
+    worker = {"type": "backend", "method": {"type": "outbox", "table": "mail_job"}}
+    client = Client(store, _project(tmp_path, ("apps.mailer", worker)))
+    with pytest.raises(InvalidJob, match=r"'mailer' has no `runOn: \{ pool: NAME \}`, so no pool"):
+        client.run("mailer", "/send", {"to": "a@example.com"})
+    assert store.counts() == {status: 0 for status in store.counts()}  # nothing was written
