@@ -6,7 +6,8 @@ from collections import Counter
 from typing import Any
 
 from sp00ky_infra.client import Client
-from sp00ky_infra.controller.core import Controller, Refusal
+from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.errors import Refusal
 from sp00ky_infra.controller.reconcile import shape_of
 from sp00ky_infra.policy.machines import LIVE_STATES, Reason
 from sp00ky_infra.policy.sizing import capacity, desired_machines, queue_cap

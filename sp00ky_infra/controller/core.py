@@ -14,11 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from sp00ky_infra.config import Backend, Config, Pool
-from sp00ky_infra.controller.errors import ControllerError as ControllerError
-from sp00ky_infra.controller.errors import Gone as Gone
-from sp00ky_infra.controller.errors import NotLeader as NotLeader
-from sp00ky_infra.controller.errors import Refusal as Refusal
-from sp00ky_infra.controller.errors import Unauthorized as Unauthorized
+from sp00ky_infra.controller.errors import Gone, NotLeader, Refusal, Unauthorized
 from sp00ky_infra.controller.executor import Executor
 from sp00ky_infra.controller.images import ImageServer, PoolImage, UnknownImage
 from sp00ky_infra.controller.protocol import (
@@ -153,16 +149,27 @@ class Controller:
         if not self.leader:
             raise NotLeader("this controller is not the leader of its store; retry shortly")
 
-    def _authenticate(self, name: str, session: str) -> Machine:
+    def _holding(
+        self, name: str, held: Callable[[Machine], str | None], offered: str, what: str
+    ) -> Machine:
+        """Machine ``name``, if ``offered`` is the hash it holds (its session's or its
+        credential's): Unauthorized for an unknown machine or another secret, Gone for a
+        failed or destroyed one."""
         self._require_leader()
         try:
             machine = self.store.machines.get(name)
         except MachineNotFound as exc:
             raise Unauthorized(f"unknown machine {name!r}") from exc
-        if machine.session_hash is None or machine.session_hash != tokens.session_hash(session):
-            raise Unauthorized(f"session is not machine {name!r}'s")
+        stored = held(machine)
+        if stored is None or not hmac.compare_digest(stored, offered):
+            raise Unauthorized(f"{what} is not machine {name!r}'s")
         if machine.state in ("failed", "destroyed"):
             raise Gone(f"machine {name} is {machine.state}; shut down")
+        return machine
+
+    def _authenticate(self, name: str, session: str) -> Machine:
+        offered = tokens.session_hash(session)
+        machine = self._holding(name, lambda m: m.session_hash, offered, "session")
         if machine.pool not in self.pools:
             raise Gone(f"pool {machine.pool} is no longer configured; shut down")
         return machine
@@ -194,19 +201,9 @@ class Controller:
         resent by its polls (the same attempts, under their leases), so none runs twice.
         Unauthorized for an unknown machine or another credential, Gone for a machine that is
         failed or destroyed."""
-        self._require_leader()
-        now = self.clock()
-        try:
-            machine = self.store.machines.get(name)
-        except MachineNotFound as exc:
-            raise Unauthorized(f"unknown machine {name!r}") from exc
         offered = tokens.credential_hash(credential)
-        if machine.credential_hash is None or not hmac.compare_digest(
-            machine.credential_hash, offered
-        ):
-            raise Unauthorized(f"credential is not machine {name!r}'s")
-        if machine.state in ("failed", "destroyed"):
-            raise Gone(f"machine {name} is {machine.state}; shut down")
+        self._holding(name, lambda m: m.credential_hash, offered, "credential")
+        now = self.clock()
         session = tokens.new_session_token()
         try:
             machine = self.executor.rejoined(name, offered, tokens.session_hash(session), now)
