@@ -128,3 +128,19 @@ def image_registry(docker_images: str) -> Iterator[Any]:
             need_service(binary, f"apt-get install -y {package}")
     with registry(auth=True) as started:
         yield started
+
+
+@pytest.fixture(scope="session")
+def pulumi_bin() -> str:
+    """The directory of the Pulumi engine built by scripts/pulumi-engine at the pinned SDK's
+    version (the CLI, its Python language host and the dynamic-provider launcher)."""
+    import subprocess
+
+    from tests.helpers import ROOT
+
+    found = subprocess.run(
+        [str(ROOT / "scripts" / "pulumi-engine"), "--path"], capture_output=True, text=True
+    )
+    if found.returncode != 0:
+        need_service("the Pulumi engine", "build it with scripts/pulumi-engine (Go, ~7 min cold)")
+    return found.stdout.strip()
