@@ -6,6 +6,10 @@ sets wait, and the next update converges to the newest (a burst of creates and d
 costs one or two updates, not one each). Each update's outcome comes back per machine:
 created (with the server's id) or failed (refused, capacity, quota), which the tick applies
 to the machine rows, so the breaker counts the failures. Update durations are logged and kept.
+
+A stack locked by another update (a `pulumi up` by hand, another controller's) is not a
+failure of the machines: the update waits and tries again (LOCK_RETRY_SECONDS, doubling up
+to LOCK_RETRY_MAX_SECONDS), the machines stay requested, and the breaker counts nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV, Desired
 
 log = logging.getLogger("sp00ky.controller")
 __all__ = ["Outcome", "PulumiProvisioner", "Stack", "automation_stack"]
+
+LOCK_RETRY_SECONDS = 2.0
+LOCK_RETRY_MAX_SECONDS = 30.0
 
 
 class Stack(Protocol):
@@ -70,8 +77,13 @@ class PulumiProvisioner:
         self,
         stack_factory: Callable[[], Stack],
         clock: Callable[[], float] = time.monotonic,
+        lock_retry: float = LOCK_RETRY_SECONDS,
     ) -> None:
         self._stack_factory = stack_factory
+        self.lock_retry = lock_retry
+        # since when the stack has been locked by another update (None: it is not)
+        self.locked_since: float | None = None
+        self.lock_message = ""
         self._stack: Stack | None = None
         self.clock = clock
         self.desired: dict[str, set[str]] = {}
@@ -84,6 +96,7 @@ class PulumiProvisioner:
         self._changed = threading.Condition()
         self._closing = False
         self._busy = False
+        self._lock_tries = 0
         self._thread = threading.Thread(target=self._run, name="pulumi-updates", daemon=True)
         self._thread.start()
 
@@ -170,12 +183,19 @@ class PulumiProvisioner:
                 wanted = self._snapshot()  # the newest desired set: bursts coalesce here
                 self._busy = True
             try:
-                self._update(wanted)
+                locked = not self._update(wanted)
             finally:
                 with self._changed:
                     self._busy = False
+            if locked:
+                with self._changed:  # wait, then try again (close() wakes it at once)
+                    wait = min(
+                        self.lock_retry * 2 ** min(self._lock_tries, 8), LOCK_RETRY_MAX_SECONDS
+                    )
+                    self._changed.wait_for(lambda: self._closing, timeout=wait)
 
-    def _update(self, wanted: dict[str, set[str]]) -> None:
+    def _update(self, wanted: dict[str, set[str]]) -> bool:
+        """One `pulumi up` toward ``wanted``; False when the stack was locked (try again)."""
         started = self.clock()
         before = self.applied
         machines = Desired.parse(
@@ -190,11 +210,23 @@ class PulumiProvisioner:
             result = stack.up(on_output=lambda line: log.debug("pulumi: %s", line.rstrip()))
             outputs = stack.outputs()
         except Exception as exc:  # CommandError and friends: the message names the machines
+            if _locked(exc):
+                with self._changed:
+                    if self.locked_since is None:
+                        self.locked_since = started
+                    self._lock_tries += 1
+                    self.lock_message = _first_line(str(exc).split("stderr:")[-1])
+                log.warning(
+                    "the stack is locked by another update; trying again (%s)", self.lock_message
+                )
+                return False
             elapsed = self.clock() - started
             self.durations.append(elapsed)
             self._failed(wanted, before, str(exc))
             log.warning("pulumi up failed after %.1fs: %s", elapsed, _first_line(str(exc)))
-            return
+            self._unlocked()
+            return True
+        self._unlocked()
         elapsed = self.clock() - started
         self.durations.append(elapsed)
         self.updates += 1
@@ -209,6 +241,11 @@ class PulumiProvisioner:
                     self._outcomes.append(Outcome(name, "destroyed"))
         summary = getattr(result, "summary", None)
         log.info("pulumi up took %.1fs (%s)", elapsed, getattr(summary, "result", "succeeded"))
+        return True
+
+    def _unlocked(self) -> None:
+        with self._changed:
+            self.locked_since, self.lock_message, self._lock_tries = None, "", 0
 
     def _failed(
         self, wanted: dict[str, set[str]], before: dict[str, set[str]], message: str
@@ -249,6 +286,13 @@ def _machine_ids(outputs: Mapping[str, Any]) -> dict[str, str]:
     found = outputs.get("machines")
     value = getattr(found, "value", found) or {}
     return {str(name): str(server) for name, server in dict(value).items()}
+
+
+def _locked(exc: Exception) -> bool:
+    """The update did not run because another holds the stack's lock."""
+    from pulumi.automation.errors import ConcurrentUpdateError
+
+    return isinstance(exc, ConcurrentUpdateError) or "the stack is currently locked" in str(exc)
 
 
 def _first_line(message: str) -> str:
