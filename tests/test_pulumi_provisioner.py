@@ -4,9 +4,6 @@ CLI is installed (it cannot be downloaded here: skipped with the reason)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -24,7 +21,6 @@ from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.store import open_store
 from sp00ky_infra.store.machines import Change
 from tests.controllers import backend_app, project, wait_for
-from tests.helpers import ROOT
 
 
 class FakeStack:
@@ -203,29 +199,6 @@ def test_the_tick_records_ids_and_counts_refusals_towards_the_breaker(tmp_path: 
         provisioner.close()
         controller.leader_lock.release()
         store.close()
-
-
-NO_PULUMI = (
-    "the pulumi CLI is not installed here (it cannot be downloaded); "
-    "`pulumi up`/`destroy` of the local stack is untested"
-)
-
-
-@pytest.mark.skipif(shutil.which("pulumi") is None, reason=NO_PULUMI)
-def test_a_real_pulumi_up_and_destroy_of_the_local_stack(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "PULUMI_CONFIG_PASSPHRASE": "test",
-        "PULUMI_BACKEND_URL": f"file://{tmp_path}",
-    }
-
-    def pulumi(*args: str) -> None:
-        subprocess.run(["pulumi", *args, "--non-interactive"], cwd=ROOT, env=env, check=True)
-
-    pulumi("stack", "init", "local")
-    pulumi("config", "set", "--secret", "sp00ky:poolSecret", "s", "--stack", "local")
-    pulumi("up", "--yes", "--stack", "local")
-    pulumi("destroy", "--yes", "--stack", "local")
 
 
 def test_a_restarted_controller_keeps_the_machines_it_already_has() -> None:

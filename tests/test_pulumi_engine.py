@@ -1,0 +1,238 @@
+"""Both stacks under the real Pulumi engine (scripts/pulumi-engine): a ``file://`` backend, a
+passphrase, automatic plugin downloads off. The prod stack runs against the fake Hetzner API on
+127.0.0.1, the local stack against this machine's Docker engine.
+
+What a user does with a stack, one step at a time, each checked against what the cloud (or the
+engine) really holds afterwards: preview, up with N machines, up without one of them, a change
+of revision, refresh after a machine vanished behind Pulumi's back, destroy, and an update that
+finds the stack locked by another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.shared import labels
+from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV
+from tests.conftest import docker_available, need_service
+from tests.controllers import SECRET
+from tests.fake_hetzner import TOKEN, FakeHetzner
+from tests.helpers import ROOT
+from tests.pulumi_engine import StackProject
+
+
+def _sp00ky_yml(folder: Path, **pool: Any) -> Path:
+    doc = yaml.safe_load((ROOT / "examples" / "sp00ky.yml").read_text())
+    doc["pools"]["render"].update(pool)
+    app = doc["apps"]["renderer"]
+    for key in ("spec",):
+        app[key] = str(ROOT / "examples" / Path(app[key]))
+    app["method"].pop("schema", None)
+    app["deploy"]["dockerfile"] = str(ROOT / "examples" / "backend" / "Dockerfile")
+    path = folder / "sp00ky.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _revision(config: Path) -> str:
+    loaded = load_config(config)
+    return loaded.backend_for("render").revision(loaded.pools["render"])
+
+
+def _prod(tmp_path: Path, pulumi_bin: str, cloud: FakeHetzner, **env: str) -> StackProject:
+    config = _sp00ky_yml(tmp_path)
+    project = StackProject.make(
+        tmp_path, pulumi_bin, "prod",
+        {"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": cloud.url, UPDATED_BY_ENV: CONTROLLER, **env},
+    )  # fmt: skip
+    project.config("sp00ky:provider", "hetzner")
+    project.config("sp00ky:configFile", str(config))
+    project.config("sp00ky:project", "shop")
+    project.config("sp00ky:poolUrl", "https://pool.shop.example")
+    project.config("sp00ky:poolSecret", SECRET, secret=True)
+    return project
+
+
+def _servers(cloud: FakeHetzner) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in cloud.servers.values()}
+
+
+def test_the_prod_stack_from_preview_to_destroy(tmp_path: Path, pulumi_bin: str) -> None:
+    with FakeHetzner() as cloud:
+        project = _prod(tmp_path, pulumi_bin, cloud)
+        config = tmp_path / "sp00ky.yml"
+        revision = _revision(config)
+        project.machines({"render": {"render-a": revision, "render-b": revision}})
+
+        # preview: the plan, and not one write to the cloud
+        preview = json.loads(project.pulumi("preview", "--json").stdout)
+        kinds = [step["op"] for step in preview["steps"]]
+        assert kinds.count("create") == 5  # stack, pool, firewall, two servers
+        assert not [r for r in cloud.requests if r[0] != "GET"]
+
+        # up with two machines: two servers, one firewall with no rules on both
+        assert project.up()["create"] == 5
+        servers = _servers(cloud)
+        assert sorted(servers) == ["render-a", "render-b"]
+        (firewall,) = cloud.firewalls.values()
+        assert firewall["rules"] == []
+        assert {a["server"]["id"] for a in firewall["applied_to"]} == {
+            s["id"] for s in servers.values()
+        }
+        for name, server in servers.items():
+            assert server["labels"][labels.MACHINE] == name
+            assert server["labels"][labels.PROJECT] == "shop"
+            assert server["labels"][labels.REVISION] == revision
+            assert server["user_data"].startswith("#cloud-config")
+        ids = {name: s["id"] for name, s in servers.items()}
+
+        # up without render-b: exactly render-b destroyed
+        project.machines({"render": {"render-a": revision}})
+        changes = project.up()
+        assert changes.get("delete") == 1 and "create" not in changes
+        assert sorted(_servers(cloud)) == ["render-a"]
+        assert _servers(cloud)["render-a"]["id"] == ids["render-a"]
+
+        # a new revision (another command) and another limit: render-a is updated in place,
+        # keeps its own revision label, and nothing is replaced or created
+        doc = yaml.safe_load(config.read_text())
+        doc["apps"]["renderer"]["deploy"]["command"] = ["python3", "backend/server.py", "--v2"]
+        doc["pools"]["render"]["max"] = 4
+        config.write_text(yaml.safe_dump(doc, sort_keys=False))
+        assert _revision(config) != revision
+        cloud.requests.clear()
+        changes = project.up()
+        assert "create" not in changes and "replace" not in changes and "delete" not in changes
+        assert changes.get("update", 0) >= 1
+        server = _servers(cloud)["render-a"]
+        assert server["id"] == ids["render-a"]
+        assert server["labels"][labels.LIMIT] == str(load_config(config).pools["render"].limit)
+        assert server["labels"][labels.REVISION] == revision
+        assert ("POST", "/v1/servers") not in cloud.requests
+        assert ("PUT", f"/v1/servers/{ids['render-a']}") in cloud.requests
+
+        # refresh after render-a was deleted behind Pulumi's back: the state forgets it
+        assert "render-a" in project.named("render-a")
+        del cloud.servers[ids["render-a"]]
+        for each in cloud.firewalls.values():
+            each["applied_to"] = []
+        project.pulumi("refresh", "--yes", "--skip-preview")
+        assert "render-a" not in project.named("render-a")
+
+        # destroy: nothing left in the cloud, nothing in the state
+        project.pulumi("destroy", "--yes", "--skip-preview")
+        assert cloud.servers == {} and cloud.firewalls == {}
+        assert [r for r in project.resources() if r["type"] != "pulumi:pulumi:Stack"] == []
+
+
+def test_an_update_that_finds_the_stack_locked_waits_and_fails_no_machine(
+    tmp_path: Path, pulumi_bin: str
+) -> None:
+    """A `pulumi up` by hand holds the stack's lock (its server create stalls); the controller's
+    provisioner, driving the same stack through the Automation API, sees a lock, not failed
+    machines, and makes its machine once the lock is gone."""
+    from sp00ky_infra.controller.provisioners.base import MachineSpec
+    from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner, automation_stack
+
+    with FakeHetzner() as cloud:
+        project = _prod(tmp_path, pulumi_bin, cloud)
+        revision = _revision(tmp_path / "sp00ky.yml")
+        project.machines({"render": {"render-a": revision}})
+        cloud.create_then_stall = 8.0  # the hand-run up holds the lock while its create stalls
+        by_hand = threading.Thread(target=project.up)
+        by_hand.start()
+        deadline = time.monotonic() + 60
+        while not cloud.servers and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert cloud.servers, "the hand-run up never reached the cloud"
+
+        # the Automation API runs the CLI with this process's environment
+        saved = dict(os.environ)
+        os.environ.update(
+            {k: v for k, v in project.env.items() if k.startswith(("PULUMI", "HCLOUD", "PATH"))}
+        )
+        try:
+            provisioner = PulumiProvisioner(
+                lambda: automation_stack("prod", str(project.dir)), lock_retry=0.5
+            )
+            try:
+                provisioner.adopt({"render": {"render-a": revision}})
+                provisioner.create(
+                    MachineSpec(
+                        name="render-b", pool="render", backend="renderer", revision=revision,
+                        controller_url="https://pool.shop.example",
+                    )
+                )  # fmt: skip
+                deadline = time.monotonic() + 60
+                while provisioner.locked_since is None and time.monotonic() < deadline:
+                    assert provisioner.outcomes() == []  # no machine failed meanwhile
+                    time.sleep(0.1)
+                assert provisioner.locked_since is not None
+                assert "locked" in provisioner.lock_message
+                by_hand.join(timeout=120)
+                cloud.create_then_stall = None
+                outcomes: list[Any] = []
+                deadline = time.monotonic() + 120
+                while not outcomes and time.monotonic() < deadline:
+                    outcomes = provisioner.outcomes()
+                    time.sleep(0.2)
+                assert [(o.machine, o.kind) for o in outcomes] == [("render-b", "created")]
+                assert provisioner.locked_since is None
+                assert sorted(_servers(cloud)) == ["render-a", "render-b"]
+            finally:
+                provisioner.close()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def test_the_local_stack_from_up_to_destroy(tmp_path: Path, pulumi_bin: str) -> None:
+    why = docker_available()
+    if why:
+        need_service("Docker", why)
+    from sp00ky_infra import engine
+
+    client = engine.connect()
+    config = _sp00ky_yml(tmp_path)
+    revision = _revision(config)
+    project = StackProject.make(tmp_path, pulumi_bin, "local", {UPDATED_BY_ENV: CONTROLLER})
+    name = f"t{tmp_path.name[-8:].lower().replace('_', '')}"
+    project.config("sp00ky:provider", "docker")
+    project.config("sp00ky:configFile", str(config))
+    project.config("sp00ky:project", name)
+    project.config("sp00ky:poolUrl", "http://host.docker.internal:9")  # nothing answers there
+    project.config("sp00ky:poolSecret", SECRET, secret=True)
+    try:
+        project.machines({"render": {"render-a": revision, "render-b": revision}})
+        project.up()
+        running = {c.labels[labels.MACHINE]: c for c in engine.machine_containers(client, name)}
+        assert sorted(running) == ["render-a", "render-b"]
+        assert running["render-a"].labels[labels.REVISION] == revision
+
+        project.machines({"render": {"render-a": revision}})
+        changes = project.up()
+        assert changes.get("delete") == 1 and "create" not in changes
+        left = engine.machine_containers(client, name)
+        assert [c.labels[labels.MACHINE] for c in left] == ["render-a"]
+        assert left[0].id == running["render-a"].id
+
+        assert "render-a" in project.named("render-a")
+        left[0].remove(force=True)  # behind Pulumi's back
+        project.pulumi("refresh", "--yes", "--skip-preview")
+        assert "render-a" not in project.named("render-a")
+
+        project.pulumi("destroy", "--yes", "--skip-preview")
+        assert engine.machine_containers(client, name) == []
+        assert [r for r in project.resources() if r["type"] != "pulumi:pulumi:Stack"] == []
+    finally:
+        for container in engine.machine_containers(client, name):
+            container.remove(force=True)
+        project.pulumi("destroy", "--yes", "--skip-preview", check=False)
