@@ -32,16 +32,33 @@ Where each answer comes from (when a fact could not be confirmed, it says so):
   documented: this fake sends it only when a test injects it. The messages of 429,
   ``conflict``, ``not_found``, ``unauthorized`` and the 5xx answers are not confirmed: they
   are the reference's descriptions or placeholders.
+- Firewalls (reference, "Firewalls"; hcloud-python ``hcloud/firewalls/client.py``): POST
+  /firewalls answers 201 ``{"firewall": {...}, "actions": [...]}`` (the actions apply it to
+  its ``apply_to`` resources; none here), GET and PUT /firewalls/{id} ``{"firewall": {...}}``
+  (PUT replaces the whole set of labels), DELETE answers 204 with no body (hcloud-python
+  returns no action for it). A firewall is ``id``, ``name``, ``labels``, ``created``,
+  ``rules`` and ``applied_to`` (``{"type": "server", "server": {"id": ...}}``). No ``in``
+  rule means every inbound packet is dropped, no ``out`` rule that all outbound goes.
+- Deleting a firewall still applied to a server: ``resource_in_use`` (reference: "Firewall
+  must not be in use to be deleted"), HTTP 422 "firewall with ID 1103544 is still in use"
+  with ``"details": null`` (seen in ansible-collections/hetzner.hcloud#380 and
+  vitobotta/hetzner-k3s#625, where it lingered after the servers were deleted).
+- A taken firewall name: ``uniqueness_error`` (409) like a taken server name; the firewall's
+  message is not confirmed.
+- A deleted server's delete_server action runs a while, and its firewalls count it as
+  applied until it is done (the lingering above); whether the server is still listed
+  meanwhile (status ``deleting``) is not confirmed: this fake drops it at once.
 
 Knobs: ``unavailable`` {(server_type, location)} answers ``resource_unavailable``;
 ``misplaced`` {(server_type, location)} answers ``placement_error``; ``offered``
 {server_type: {locations}} answers ``invalid_input`` "unsupported location for server type"
 elsewhere; ``quota`` caps servers (``resource_limit_exceeded``); ``fail_next`` queues
 (status, code, retry_after) answers for the next requests (429, 5xx, locked, ...);
-``create_then_fail`` queues (status, code) answers that POST /servers gives AFTER it made the
-server, and ``create_then_stall`` seconds it waits after making one before it answers (past a
-client's timeout); ``rate_limit`` and ``rate_limit_remaining`` are the budget, ``clock`` the
-time it refills by.
+``create_then_fail`` queues (status, code) answers that POST /servers or POST /firewalls gives
+AFTER it made the resource, and ``create_then_stall`` seconds POST /servers waits after making
+one before it answers (past a client's timeout); ``server_delete_lag`` is for how many further
+requests a deleted server's delete_server action runs, its firewalls still applied to it;
+``rate_limit`` and ``rate_limit_remaining`` are the budget, ``clock`` the time it refills by.
 """
 
 from __future__ import annotations
@@ -78,7 +95,7 @@ STATUS_OF = {
     "service_error": 422, "unsupported_error": 422, "locked": 423, "protected": 423,
     "rate_limit_exceeded": 429, "server_error": 500, "bad_gateway": 502, "unavailable": 503,
     "timeout": 504,
-    "resource_in_use": 409,  # DELETE /firewalls' own code; its status is not documented
+    "resource_in_use": 422,  # DELETE /firewalls' own code (ansible-collections/hetzner.hcloud#380)
 }  # fmt: skip
 MESSAGES = {
     "resource_unavailable": "error during placement",
@@ -158,6 +175,8 @@ class FakeHetzner:
         self.fail_next: list[tuple[int, str, float | None]] = []
         self.create_then_fail: list[tuple[int, str]] = []
         self.create_then_stall: float | None = None
+        self.server_delete_lag = 0
+        self._deleting: dict[int, tuple[int, int]] = {}  # server id -> (requests left, action)
         self.rate_limit = 3600
         self.rate_limit_remaining = float(self.rate_limit)
         self.clock: Callable[[], float] = time.time
@@ -268,6 +287,7 @@ class FakeHetzner:
     ) -> Answer:
         """The answer to one request, with the rate-limit headers every answer carries."""
         allowed = self._spend()
+        self._finish_deletions()
         status, body, headers = self._answer(allowed, method, path, query, raw, auth)
         return status, body, {**headers, **self.rate_limit_headers()}
 
@@ -305,6 +325,24 @@ class FakeHetzner:
         if resource == "firewalls":
             return self._firewalls(method, item, query, body)
         return self._error("not_found", f"no route {method} {path}")
+
+    def _finish_deletions(self) -> None:
+        """One request later: a delete_server action whose time is up detaches the server from
+        its firewalls and succeeds."""
+        for server_id, (left, action_id) in list(self._deleting.items()):
+            if left > 0:
+                self._deleting[server_id] = (left - 1, action_id)
+                continue
+            del self._deleting[server_id]
+            self._detach(server_id)
+            action = self.actions[action_id]
+            action.update(status="success", progress=100, finished=iso(datetime.now(UTC)))
+
+    def _detach(self, server_id: int) -> None:
+        for firewall in self.firewalls.values():
+            firewall["applied_to"] = [
+                a for a in firewall["applied_to"] if a["server"]["id"] != server_id
+            ]
 
     def _error(self, code: str, message: str | None = None) -> Answer:
         return STATUS_OF[code], _error_body(code, message or MESSAGES[code]), {}
@@ -369,15 +407,13 @@ class FakeHetzner:
             return 200, {"server": server}, {}
         if method == "DELETE":
             del self.servers[server["id"]]
-            for firewall in self.firewalls.values():
-                firewall["applied_to"] = [
-                    a for a in firewall["applied_to"] if a["server"]["id"] != server["id"]
-                ]
-            return (
-                200,
-                {"action": self._action("delete_server", [{"id": server["id"], "type": "server"}])},
-                {},
-            )
+            action = self._action("delete_server", [{"id": server["id"], "type": "server"}])
+            if self.server_delete_lag:
+                action.update(status="running", progress=0, finished=None)
+                self._deleting[server["id"]] = (self.server_delete_lag, action["id"])
+            else:
+                self._detach(server["id"])
+            return 200, {"action": action}, {}
         return self._error("method_not_allowed")
 
     def _create_server(self, body: dict[str, Any]) -> Answer:
@@ -429,12 +465,7 @@ class FakeHetzner:
                 "firewalls", self._select(list(self.firewalls.values()), query), query
             )
         if item is None and method == "POST":
-            created: dict[str, Any] = {
-                "id": self._id(), "name": body.get("name", ""), "labels": body.get("labels", {}),
-                "rules": body.get("rules", []), "applied_to": [], "created": iso(datetime.now(UTC)),
-            }  # fmt: skip
-            self.firewalls[created["id"]] = created
-            return 201, {"firewall": created, "actions": []}, {}
+            return self._create_firewall(body)
         firewall = self.firewalls.get(item or -1)
         if firewall is None:
             return self._error("not_found", f"firewall with ID '{item}' not found")
@@ -446,11 +477,29 @@ class FakeHetzner:
             return 200, {"firewall": firewall}, {}
         if method == "DELETE":
             if firewall["applied_to"]:
-                return self._error("resource_in_use", "firewall is still applied to servers")
+                return self._error(
+                    "resource_in_use", f"firewall with ID {firewall['id']} is still in use"
+                )
             del self.firewalls[firewall["id"]]
             return 204, None, {}
         return self._error("method_not_allowed")
 
+    def _create_firewall(self, body: dict[str, Any]) -> Answer:
+        if not body.get("name"):
+            return self._error("invalid_input", "invalid input in field 'name'")
+        if any(f["name"] == body["name"] for f in self.firewalls.values()):
+            return self._error("uniqueness_error", "firewall name is already used")
+        created: dict[str, Any] = {
+            "id": self._id(), "name": body["name"], "labels": body.get("labels", {}),
+            "rules": body.get("rules", []), "applied_to": [], "created": iso(datetime.now(UTC)),
+        }  # fmt: skip
+        self.firewalls[created["id"]] = created
+        if self.create_then_fail:  # made, and then the answer is lost to an error
+            status, code = self.create_then_fail.pop(0)
+            return status, _error_body(code, MESSAGES.get(code, code)), {}
+        return 201, {"firewall": created, "actions": []}, {}
+
 
 def _error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": {}}}
+    details: dict[str, Any] | None = None if code == "resource_in_use" else {}  # null, as seen
+    return {"error": {"code": code, "message": message, "details": details}}

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import requests
 
-from sp00ky_infra.hetzner import HcloudError, HetznerAPI, RateLimit
+from sp00ky_infra.hetzner import Firewall, HcloudError, HetznerAPI, RateLimit
+from sp00ky_infra.hetzner.domain import FirewallRule
 from tests.fake_hetzner import TOKEN, FakeHetzner
 
 NOW = 1_750_000_000.0
@@ -170,3 +171,79 @@ def test_a_post_that_never_gets_an_answer_is_not_repeated_blindly(clock: Clock) 
     with pytest.raises(HcloudError) as caught:
         api.create_server(name="m1", server_type="cx33", image="debian-12")
     assert caught.value.code == "unreachable" and caught.value.outcome_unknown
+
+
+# --- firewalls ---------------------------------------------------------------------------------
+
+
+def test_a_firewall_create_that_failed_before_making_it_is_tried_again(
+    fake: FakeHetzner, clock: Clock
+) -> None:
+    fake.fail_next = [(503, "unavailable", None)]
+    firewall = _api(fake, clock).create_firewall("sp00ky-shop-render", {"sp00ky/pool": "render"})
+    assert list(fake.firewalls) == [firewall.id] and firewall.rules == ()
+    assert fake.firewalls[firewall.id]["rules"] == []  # none: no inbound, all outbound
+    assert [r[0] for r in fake.requests] == ["POST", "GET", "POST"]
+
+
+def test_a_firewall_name_taken_by_another_is_not_mistaken_for_ours(
+    fake: FakeHetzner, clock: Clock
+) -> None:
+    api = _api(fake, clock)
+    api.create_firewall("sp00ky-shop-render", {"team": "web"})
+    fake.fail_next = [(502, "bad_gateway", None)]
+    with pytest.raises(HcloudError) as caught:
+        api.create_firewall("sp00ky-shop-render", {"sp00ky/pool": "render"})
+    assert caught.value.code == "uniqueness_error" and len(fake.firewalls) == 1
+
+
+def test_a_firewall_delete_waits_out_resource_in_use_only_when_asked(
+    fake: FakeHetzner, clock: Clock
+) -> None:
+    api = _api(fake, clock)
+    firewall = api.create_firewall("sp00ky-shop-render", {})
+    server = fake.add_server("m1", {})
+    fake.firewalls[firewall.id]["applied_to"].append(
+        {"type": "server", "server": {"id": server["id"]}}
+    )
+    with pytest.raises(HcloudError) as caught:  # one try by default (the guardian's)
+        api.delete_firewall(firewall.id)
+    assert str(caught.value) == (
+        f"resource_in_use: firewall with ID {firewall.id} is still in use (HTTP 422)"
+    )
+    fake.server_delete_lag = 2
+    requests.delete(
+        f"{fake.url}/servers/{server['id']}",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=10,
+    )
+    assert _api(fake, clock, busy_tries=5).delete_firewall(firewall.id) is True
+    assert fake.firewalls == {} and clock.slept == [0.5, 1.0]
+    assert _api(fake, clock).delete_firewall(firewall.id) is False  # gone: done
+
+
+def test_firewall_labels_and_name_are_replaced_in_place(fake: FakeHetzner, clock: Clock) -> None:
+    api = _api(fake, clock)
+    made = api.create_firewall("fw", {"a": "1", "b": "2"})
+    updated = api.update_firewall(made.id, labels={"a": "3"})
+    assert (updated.id, updated.name, dict(updated.labels)) == (made.id, "fw", {"a": "3"})
+    renamed = api.update_firewall(made.id, name="fw2")
+    assert (renamed.name, dict(renamed.labels)) == ("fw2", {"a": "3"})
+    assert api.get_firewall(made.id) == renamed and api.firewall_named("fw") is None
+
+
+def test_a_firewall_knows_the_servers_it_reaches_directly_or_by_label_selector() -> None:
+    body = {
+        "id": 7, "name": "fw", "labels": {}, "created": "2024-01-01T00:00:00+00:00",
+        "rules": [{"direction": "in", "protocol": "tcp", "port": "22",
+                   "source_ips": ["0.0.0.0/0"], "destination_ips": [], "description": None}],
+        "applied_to": [
+            {"type": "server", "server": {"id": 1}},
+            {"type": "label_selector", "label_selector": {"selector": "pool=render"},
+             "applied_to_resources": [{"type": "server", "server": {"id": 2}},
+                                      {"type": "server", "server": {"id": 1}}]},
+        ],
+    }  # fmt: skip
+    firewall = Firewall.from_json(body)
+    assert firewall.servers == (1, 2)
+    assert firewall.rules == (FirewallRule("in", "tcp", "22", ("0.0.0.0/0",), ()),)

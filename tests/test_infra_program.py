@@ -16,8 +16,12 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
+from pulumi.dynamic import ResourceProvider
+from pulumi.dynamic.dynamic import serialize_provider
 
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.infra.firewall import HetznerFirewallProvider
+from sp00ky_infra.infra.machine import HetznerMachineProvider
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.cloud_init import USER_DATA_LIMIT, UserDataTooLarge, user_data
 from tests.configs import varied
@@ -81,27 +85,51 @@ def _of_type(mocks: Mocks, kind: str) -> list[pulumi.runtime.MockResourceArgs]:
     return [r for r in mocks.resources if r.typ == kind]
 
 
+def _provided_by(
+    mocks: Mocks, provider: type[ResourceProvider]
+) -> list[pulumi.runtime.MockResourceArgs]:
+    """The dynamic resources whose serialized provider is ``provider`` (every dynamic resource
+    has the type ``pulumi-python:dynamic:Resource``; the provider tells them apart)."""
+    wanted = serialize_provider(provider())
+    return [
+        r
+        for r in _of_type(mocks, "pulumi-python:dynamic:Resource")
+        if _unwrapped(r.inputs.get("__provider")) == wanted
+    ]
+
+
+def _unwrapped(value: Any) -> Any:
+    """A secret input travels wrapped in Pulumi's secret envelope."""
+    return value["value"] if isinstance(value, dict) else value
+
+
 MACHINES = {"render": ["render-a1", "render-b2", "render-c3"], "batch": ["batch-x9"]}
 
 
 def test_every_hetzner_pool_has_a_firewall_with_no_inbound_rule(tmp_path: Path) -> None:
     mocks = _run_program(tmp_path, "hetzner", MACHINES)
-    firewalls = _of_type(mocks, "hcloud:index/firewall:Firewall")
-    assert sorted(f.inputs["name"] for f in firewalls) == [
-        "sp00ky-shop-batch",
-        "sp00ky-shop-render",
+    assert not [r for r in mocks.resources if r.typ.startswith("hcloud:")]  # no pulumi_hcloud
+    firewalls = _provided_by(mocks, HetznerFirewallProvider)
+    assert sorted((f.name, f.inputs["name"]) for f in firewalls) == [
+        ("batch-firewall", "sp00ky-shop-batch"),
+        ("render-firewall", "sp00ky-shop-render"),
     ]
     for firewall in firewalls:
-        rules = firewall.inputs.get("rules") or []
-        assert [r for r in rules if r.get("direction") == "in"] == []
-        assert rules == []  # no rules at all: outbound stays open
+        pool = firewall.name.removesuffix("-firewall")
+        assert firewall.inputs["labels"] == {
+            "sp00ky/project": "shop",
+            "sp00ky/pool": pool,
+            "sp00ky/limit": "2" if pool == "render" else "1",
+        }
+        # nothing says rules: the provider makes it with none (no inbound, all outbound)
+        assert sorted(firewall.inputs) == ["__provider", "labels", "name"]
 
 
 def test_machines_follow_the_stack_name_for_name_with_firewall_labels_and_x86(
     tmp_path: Path,
 ) -> None:
     mocks = _run_program(tmp_path, "hetzner", MACHINES)
-    machines = _of_type(mocks, "pulumi-python:dynamic:Resource")
+    machines = _provided_by(mocks, HetznerMachineProvider)
     assert sorted(m.name for m in machines) == sorted(
         n for names in MACHINES.values() for n in names
     )
@@ -131,7 +159,7 @@ def test_machines_follow_the_stack_name_for_name_with_firewall_labels_and_x86(
 
 def test_removing_a_name_removes_exactly_that_machine(tmp_path: Path) -> None:
     mocks = _run_program(tmp_path, "hetzner", {"render": ["render-a1", "render-c3"]})
-    assert sorted(m.name for m in _of_type(mocks, "pulumi-python:dynamic:Resource")) == [
+    assert sorted(m.name for m in _provided_by(mocks, HetznerMachineProvider)) == [
         "render-a1",
         "render-c3",
     ]
@@ -139,7 +167,7 @@ def test_removing_a_name_removes_exactly_that_machine(tmp_path: Path) -> None:
 
 def test_user_data_carries_a_join_token_and_no_value_of_the_backends_env(tmp_path: Path) -> None:
     mocks = _run_program(tmp_path, "hetzner", MACHINES)
-    for machine in _of_type(mocks, "pulumi-python:dynamic:Resource"):
+    for machine in _provided_by(mocks, HetznerMachineProvider):
         text = machine.inputs["user_data"]
         if isinstance(text, dict):  # a secret travels wrapped in Pulumi's secret envelope
             text = text["value"]
@@ -263,7 +291,7 @@ def test_a_machine_keeps_the_revision_it_runs_until_it_is_destroyed(tmp_path: Pa
     current = config.backend_for("render").revision(config.pools["render"])
     revisions = {
         m.name: m.inputs["labels"]["sp00ky/revision"]
-        for m in _of_type(mocks, "pulumi-python:dynamic:Resource")
+        for m in _provided_by(mocks, HetznerMachineProvider)
     }
     assert revisions == {"render-old": "r-before", "render-new": current}
 

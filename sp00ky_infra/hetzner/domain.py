@@ -37,15 +37,51 @@ class Server:
 
 
 @dataclass(frozen=True, slots=True)
+class FirewallRule:
+    """One rule of a firewall (the API's ``rules[]``): which traffic it lets through."""
+
+    direction: str  # "in" or "out"
+    protocol: str  # "tcp", "udp", "icmp", "esp" or "gre"
+    port: str | None = None  # "80", "1024-2048", or None (icmp, esp, gre)
+    source_ips: tuple[str, ...] = ()
+    destination_ips: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> FirewallRule:
+        return cls(
+            direction=str(body["direction"]),
+            protocol=str(body["protocol"]),
+            port=body.get("port"),
+            source_ips=tuple(body.get("source_ips") or ()),
+            destination_ips=tuple(body.get("destination_ips") or ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Firewall:
+    """A firewall as GET /firewalls/{id} answers it. ``servers`` are the ids of the servers it
+    is applied to, directly or through a label selector (``applied_to[]``, whose label-selector
+    entries list what they reach in ``applied_to_resources``); a firewall with servers cannot
+    be deleted (``resource_in_use``)."""
+
     id: int
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    rules: tuple[FirewallRule, ...] = ()
+    servers: tuple[int, ...] = ()
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Firewall:
+        servers: list[int] = []
+        for applied in body.get("applied_to") or []:
+            reached = [applied, *(applied.get("applied_to_resources") or [])]
+            servers += [int(r["server"]["id"]) for r in reached if r.get("type") == "server"]
         return cls(
-            id=int(body["id"]), name=str(body["name"]), labels=dict(body.get("labels") or {})
+            id=int(body["id"]),
+            name=str(body["name"]),
+            labels=dict(body.get("labels") or {}),
+            rules=tuple(FirewallRule.from_json(r) for r in body.get("rules") or []),
+            servers=tuple(dict.fromkeys(servers)),
         )
 
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
-import pulumi_hcloud as hcloud
 
 from sp00ky_infra.config import Config, Pool
 from sp00ky_infra.infra.container import DockerMachine, DockerNetwork
+from sp00ky_infra.infra.firewall import HetznerFirewall
 from sp00ky_infra.infra.machine import HetznerMachine
 from sp00ky_infra.shared import labels as label
 from sp00ky_infra.shared import names
@@ -69,11 +69,10 @@ class HetznerPool(pulumi.ComponentResource):
         pool_labels = labels(args)
         pool_labels.pop(label.REVISION)
         # No rules at all: Hetzner then drops every inbound packet and lets all outbound go.
-        self.firewall = hcloud.Firewall(
+        self.firewall = HetznerFirewall(
             f"{name}-firewall",
             name=names.firewall_name(args.project, args.pool.name),
             labels=pool_labels,
-            rules=[],
             opts=child,
         )
         self.machines: dict[str, HetznerMachine] = {}
