@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import threading
 import time
 from pathlib import Path
@@ -22,21 +24,31 @@ import yaml
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV
-from tests.conftest import docker_available, need_service
-from tests.controllers import SECRET
+from tests.conftest import BASE_IMAGE, docker_available, need_service
+from tests.controllers import SECRET, ControllerProcess, wait_for
 from tests.fake_hetzner import TOKEN, FakeHetzner
 from tests.helpers import ROOT
 from tests.pulumi_engine import StackProject
 
 
 def _sp00ky_yml(folder: Path, **pool: Any) -> Path:
+    """The example's sp00ky.yml, its backend built from the locally made base image (no
+    registry is reachable here)."""
     doc = yaml.safe_load((ROOT / "examples" / "sp00ky.yml").read_text())
     doc["pools"]["render"].update(pool)
     app = doc["apps"]["renderer"]
-    for key in ("spec",):
-        app[key] = str(ROOT / "examples" / Path(app[key]))
+    app["spec"] = str(ROOT / "examples" / "backend" / "openapi.yml")
     app["method"].pop("schema", None)
-    app["deploy"]["dockerfile"] = str(ROOT / "examples" / "backend" / "Dockerfile")
+    backend = folder / "backend"
+    backend.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "examples" / "backend" / "server.py", backend / "server.py")
+    (backend / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\nCOPY server.py /app/server.py\n"
+        "ENV HOST=0.0.0.0 PORT=8080 PYTHONUNBUFFERED=1\n"
+        'CMD ["python3", "/app/server.py"]\n'
+    )
+    app["deploy"]["dockerfile"] = str(backend / "Dockerfile")
+    app["deploy"]["command"] = ["python3", str(backend / "server.py")]
     path = folder / "sp00ky.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -233,6 +245,70 @@ def test_the_local_stack_from_up_to_destroy(tmp_path: Path, pulumi_bin: str) -> 
         assert engine.machine_containers(client, name) == []
         assert [r for r in project.resources() if r["type"] != "pulumi:pulumi:Stack"] == []
     finally:
+        for container in engine.machine_containers(client, name):
+            container.remove(force=True)
+        project.pulumi("destroy", "--yes", "--skip-preview", check=False)
+
+
+def test_a_controller_drives_the_local_stack_through_the_automation_api(
+    tmp_path: Path, pulumi_bin: str
+) -> None:
+    """The controller with SPKY_POOL_PROVIDER=pulumi on the local stack: queued jobs make it
+    write sp00ky:machines and run `pulumi up`; the containers that update makes join it through
+    the host's gateway and run the jobs; idle, the pool goes back to zero by another update."""
+    why = docker_available()
+    if why:
+        need_service("Docker", why)
+    from sp00ky_infra import engine
+    from sp00ky_infra.client import Client
+
+    client = engine.connect()
+    gateway = engine.network_gateway(client, "bridge")
+    with socket.socket() as probe:  # a free port on the gateway: the stack's URL names it
+        probe.bind((gateway, 0))
+        port = probe.getsockname()[1]
+    config = _sp00ky_yml(tmp_path)
+    name = f"t{tmp_path.name[-8:].lower().replace('_', '')}"
+    project = StackProject.make(tmp_path, pulumi_bin, "local", {})
+    project.config("sp00ky:provider", "docker")
+    project.config("sp00ky:configFile", str(config))
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    env = {
+        **{k: v for k, v in project.env.items() if k.startswith(("PULUMI", "PATH"))},
+        "SPKY_POOL_PROVIDER": "pulumi",
+        "SPKY_PULUMI_STACK": "local",
+        "SPKY_PULUMI_DIR": str(project.dir),
+        "SPKY_PROJECT": name,
+        "SPKY_POOL_HOST": gateway,
+        "SPKY_POOL_PORT": str(port),
+        "SPKY_POOL_PUBLIC_URL": f"http://host.docker.internal:{port}",
+        "SPKY_POOL_TIMINGS": "lease=10s,idleTimeout=3s,bootTimeout=120s",
+    }
+    controller = ControllerProcess(tmp_path / "controller", config, store_url, env)
+    jobs = Client(store_url, config)
+    try:
+        controller.env["SPKY_POOL_PORT"] = str(port)
+        controller.start(timeout=300)
+        ids = [
+            jobs.run("renderer", "/render", {"gameId": f"g{n}", "seconds": 1}).id for n in range(3)
+        ]
+
+        def machines() -> list[str]:
+            return sorted(c.labels[labels.MACHINE] for c in engine.machine_containers(client, name))
+
+        wait_for(lambda: len(machines()) == 2, timeout=180, what="two machines by pulumi up")
+        wait_for(
+            lambda: all(jobs.store.get(i).status == "success" for i in ids),
+            timeout=180,
+            what="the jobs to succeed on the stack's machines",
+        )
+        wait_for(lambda: machines() == [], timeout=180, what="the pool back to zero")
+        written = json.loads(project.pulumi("config", "get", "sp00ky:machines").stdout)
+        assert written in ({"render": {}}, {}), written
+        assert "pulumi up took" in controller.log()
+    finally:
+        controller.stop()
+        jobs.close()
         for container in engine.machine_containers(client, name):
             container.remove(force=True)
         project.pulumi("destroy", "--yes", "--skip-preview", check=False)
