@@ -44,13 +44,20 @@ class Stack(Protocol):
 
 def automation_stack(stack: str, work_dir: str) -> Stack:
     """The real stack (needs the pulumi CLI on PATH). Its runs carry the controller's mark:
-    only they may take machines away (a `pulumi up` by hand keeps what exists)."""
+    only they may take machines away (a `pulumi up` by hand keeps what exists), and never
+    download a plugin."""
     from pulumi import automation
 
     return automation.create_or_select_stack(
         stack_name=stack,
         work_dir=work_dir,
-        opts=automation.LocalWorkspaceOptions(env_vars={UPDATED_BY_ENV: CONTROLLER}),
+        opts=automation.LocalWorkspaceOptions(
+            # nothing is downloaded at run time: every resource is a dynamic provider
+            env_vars={
+                UPDATED_BY_ENV: CONTROLLER,
+                "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            }
+        ),
     )
 
 
