@@ -255,6 +255,9 @@ class PolicyPool:
             return
         if ok:
             if self._move(machine, Reason.READY):
+                # The store starts a machine's idle clock when it becomes ready (the READY
+                # move's columns, store/machines.py): the divergence test found this one.
+                machine.idle_since = now
                 self.breaker = self.breaker.succeeded()
         elif self._move(machine, Reason.BOOT_FAILED):
             self._failed_boot(now)
