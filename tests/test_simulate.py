@@ -150,3 +150,24 @@ def test_the_command_prints_a_report_and_a_sweep(tmp_path: Path) -> None:
     refused = runner.invoke(cli, [*base, "--sweep", "colour=red"])
     assert refused.exit_code == 1
     assert "colour: the simulator varies min, max, buffer, slots" in refused.output
+
+
+def test_jobs_export_writes_the_store_history_as_a_trace(tmp_path: Path) -> None:
+    from sp00ky_infra.store import NewJob, open_store
+
+    url = f"sqlite:///{tmp_path}/state.db"
+    store = open_store(url)
+    try:
+        ran = store.enqueue(NewJob("renderer", "render_job", "/render", {}, priority=3), 100.0)
+        store.enqueue(NewJob("renderer", "render_job", "/render", {}), 101.0)  # never started
+        (claimed,) = store.claim("render_job", 1, "test", 105.0, 90.0)
+        assert claimed.id == ran.id and claimed.attempt is not None
+        store.complete(ran.id, claimed.attempt, {}, 112.5)
+    finally:
+        store.close()
+    out = tmp_path / "trace.csv"
+    done = CliRunner().invoke(cli, ["jobs", "export", "--store", url, "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    assert "1 jobs exported (1 left out)" in done.output
+    (arrival,) = read_trace(out)
+    assert arrival == Arrival(100.0, 7.5, "renderer", 3, 1, 0.0)
