@@ -122,9 +122,10 @@ class PolicyPool:
     waiting: int = 0  # every pending row, due or not (what maxQueued counts)
     in_flight: int = 0
     _multi_slot_pending: int = 0
-    _order: list[Machine] | None = (
-        None  # the machines in the store's order, until one comes or goes
-    )
+    _order: list[Machine] | None = None  # in the store's order, until one comes or goes
+    _views: list[MachineView] = field(default_factory=list)
+    _index: dict[str, int] = field(default_factory=dict)
+    _dirty: list[Machine] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.shape = Shape.of(self.settings)
@@ -202,7 +203,7 @@ class PolicyPool:
                 self._leave_queue(job, "processing")
                 job.machine = machine
                 found.busy_slots += job.slots
-                found.seen = None
+                self._changed(found)
                 self.in_flight += 1
                 started.append(job.id)
             else:
@@ -221,7 +222,7 @@ class PolicyPool:
         machine = self.machines.get(job.machine or "")
         if machine is not None:
             machine.busy_slots -= job.slots
-            machine.seen = None
+            self._changed(machine)
 
     def _sweep(self, now: float) -> list[str]:
         """The recovery sweep's queue timeouts: due jobs past their queue deadline fail."""
@@ -242,7 +243,7 @@ class PolicyPool:
         if target is None:
             return False
         machine.state = target
-        machine.seen = None
+        self._changed(machine)
         return True
 
     def _failed_boot(self, now: float) -> None:
@@ -267,7 +268,7 @@ class PolicyPool:
         machine = self.machines.get(name)
         if machine is not None and machine.state == "draining":
             machine.drained = True
-            machine.seen = None
+            self._changed(machine)
 
     def draining(self) -> list[str]:
         return [m.name for m in self.machines.values() if m.state == "draining"]
@@ -282,11 +283,24 @@ class PolicyPool:
 
     # --- the tick ----------------------------------------------------------------------------
 
+    def _changed(self, machine: Machine) -> None:
+        machine.seen = None
+        self._dirty.append(machine)
+
     def view(self, now: float) -> list[MachineView]:
-        """The pool's machines as the store lists them (oldest first, then by name)."""
+        """The pool's machines as the store lists them (oldest first, then by name); only the
+        rows that changed since the last tick are looked at again."""
         if self._order is None:
             self._order = sorted(self.machines.values(), key=lambda m: (m.created_at, m.name))
-        return [m.viewed() for m in self._order]
+            self._views = [m.viewed() for m in self._order]
+            self._index = {m.name: i for i, m in enumerate(self._order)}
+        else:
+            for machine in self._dirty:
+                at = self._index.get(machine.name)
+                if at is not None:
+                    self._views[at] = machine.viewed()
+        self._dirty.clear()
+        return list(self._views)
 
     def tick(self, now: float) -> TickResult:
         """Sweep, observe, plan and apply, as ``controller.reconcile.tick`` does."""
@@ -306,7 +320,7 @@ class PolicyPool:
             if isinstance(action, IdleClock):
                 machine = self.machines[action.machine]
                 machine.idle_since = action.since
-                machine.seen = None
+                self._changed(machine)
             elif isinstance(action, Fail):
                 machine = self.machines[action.machine]
                 if self._move(machine, action.reason) and action.reason in FAILED_BOOTS:
