@@ -20,13 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sp00ky_infra.config.loader import load_config  # noqa: E402
-from sp00ky_infra.config.model import Pool  # noqa: E402
-from sp00ky_infra.policy.cost import HETZNER_PRICES  # noqa: E402
-from sp00ky_infra.simulate.providers import PROVIDERS  # noqa: E402
-from sp00ky_infra.simulate.runner import Run, pool_run  # noqa: E402
-from sp00ky_infra.simulate.sweep import parse_axes, pareto, sweep  # noqa: E402
-from sp00ky_infra.simulate.workload import Distribution, synthetic  # noqa: E402
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.config.model import Pool
+from sp00ky_infra.policy.cost import HETZNER_PRICES
+from sp00ky_infra.simulate.providers import PROVIDERS
+from sp00ky_infra.simulate.runner import Run, pool_run
+from sp00ky_infra.simulate.sweep import pareto, parse_axes, sweep
+from sp00ky_infra.simulate.workload import Distribution, synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
 
