@@ -18,6 +18,7 @@ from rich.table import Table
 from sp00ky_infra.client import Client, payload_from_text
 from sp00ky_infra.config import ConfigError
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.simulate.workload import Arrival, write_trace
 from sp00ky_infra.store import STATUSES, Job, SqlStore, StoreError, open_store
 
 EXIT_REFUSED = 1
@@ -288,3 +289,45 @@ def prune(config_file: str | None, store_url: str | None) -> None:
         )
     parts = ", ".join(f"{count} {outcome}" for outcome, count in report.deleted.items())
     click.echo(f"pruned {report.total} job(s)" + (f" ({parts})" if parts else ""))
+
+
+@jobs.command()
+@click.option("--backend", help="Only this backend's jobs.")
+@click.option("--limit", type=int, default=1_000_000, show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True
+)
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Write here, not stdout.")
+@store_option
+def export(
+    backend: str | None, limit: int, fmt: str, out_file: str | None, store_url: str | None
+) -> None:
+    """Write the retained jobs that ran as a trace for `sp00ky-infra simulate --trace`.
+
+    Each job is one arrival: its created_at, the run time of its last attempt, its backend,
+    priority, slots and delay. Jobs that never started have no run time and are left out.
+    """
+    with opened(store_url) as store:
+        found = store.list_jobs(limit=limit)
+    arrivals = []
+    for job in reversed(found):  # oldest first
+        if backend is not None and job.backend != backend:
+            continue
+        if job.started_at is None or job.finished_at is None:
+            continue
+        arrivals.append(
+            Arrival(
+                at=job.created_at,
+                duration=max(0.0, job.finished_at - job.started_at),
+                backend=job.backend,
+                priority=job.priority,
+                slots=job.slots,
+                delay=job.delay_ms / 1000.0,
+            )
+        )
+    if out_file:
+        with open(out_file, "w") as out:
+            count = write_trace(arrivals, out, fmt)
+    else:
+        count = write_trace(arrivals, sys.stdout, fmt)
+    click.echo(f"{count} jobs exported ({len(found) - count} left out)", err=True)

@@ -26,7 +26,7 @@ from sp00ky_infra.controller.provisioners import (
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.controller.state import Deployment, Event, EventLog, PoolStates, Wake
 from sp00ky_infra.policy.breaker import Breaker
-from sp00ky_infra.policy.machines import IdleClock, Reason, rule
+from sp00ky_infra.policy.machines import FAILED_BOOTS, IdleClock, Reason, rule
 from sp00ky_infra.policy.plan import Create, Destroy, Drain, Fail, Plan
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.names import machine_name
@@ -64,10 +64,7 @@ class Executor:
     def apply(self, plan: Plan, deployment: Deployment, now: float) -> list[str]:
         """Apply one pool's plan; returns what failed (each action isolated from the others)."""
         errors: list[str] = []
-        actions: list[Action] = [*plan.idle, *plan.fail, *plan.destroy, *plan.drain]
-        if plan.create is not None:
-            actions.append(plan.create)
-        for action in actions:
+        for action in plan.actions():
             try:
                 self._apply(plan.pool, action, deployment, now)
             except Exception as exc:  # isolate: one failed action never stops the others
@@ -155,8 +152,8 @@ class Executor:
         if not self.store.machines.move(name, reason, now):
             return False
         self.event(now, pool, "failed", f"{name}: {reason.value}")
-        if reason == Reason.BOOT_TIMEOUT:
-            self.boot_failed(pool, f"{name} not ready within the boot timeout", now)
+        if reason in FAILED_BOOTS:
+            self.boot_failed(pool, f"{name}: {reason.value}", now)
         return True
 
     def boot_failure(self, machine: Machine, why: str, now: float) -> None:

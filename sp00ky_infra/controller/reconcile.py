@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.hetzner.heartbeat import stamp_heartbeat
-from sp00ky_infra.policy.plan import MachineView, Plan, PoolView, plan_pool
+from sp00ky_infra.policy.plan import MachineView, Plan, PoolView, plan_pool, pool_view
 from sp00ky_infra.policy.sizing import Shape, queue_cap
 from sp00ky_infra.store.machines import Machine
 
@@ -31,8 +31,7 @@ class TickReport:
 
 
 def shape_of(controller: Controller, pool: str) -> Shape:
-    config = controller.pools[pool]
-    return Shape(config.min, config.max, config.autoscale, config.buffer, config.slots)
+    return Shape.of(controller.pools[pool])
 
 
 def observe(controller: Controller, now: float) -> list[PoolView]:
@@ -61,18 +60,14 @@ def observe(controller: Controller, now: float) -> list[PoolView]:
             for machine in by_pool.get(name, [])
         ]
         views.append(
-            PoolView(
-                name=name,
-                shape=shape,
-                revision=controller.revisions[name],
-                machines=machines,
-                queued=controller.store.queued_slots(table, now, queue_cap(shape)),
-                idle_timeout=pool.idle_timeout,
-                max_lifetime=pool.max_lifetime,
-                boot_timeout=pool.boot_timeout,
-                silence=pool.lease,
-                breaker=state.breaker,
-                paused=state.paused,
+            pool_view(
+                name,
+                pool,
+                controller.revisions[name],
+                machines,
+                controller.store.queued_slots(table, now, queue_cap(shape)),
+                state.breaker,
+                state.paused,
             )
         )
     return views

@@ -46,6 +46,27 @@ def job_deadline_seconds(timeout: float | None, max_job_duration: float | None) 
     return min(limits) if limits else None
 
 
+def admission_key(priority: int, created_at: float, job_id: str) -> tuple[int, float, str]:
+    """A job's place in its queue: higher priority first, then older, then by id (the store's
+    ``ORDER BY priority DESC, created_at, id`` is this key; a test holds them equal)."""
+    return (-priority, created_at, job_id)
+
+
+def queue_deadline(run_after: float, queue_timeout: float | None) -> float | None:
+    """When a waiting job gives up: its queue timeout counted from when it is due."""
+    return None if queue_timeout is None else run_after + queue_timeout
+
+
+def queue_expired(deadline: float | None, now: float) -> bool:
+    """Whether the recovery sweep fails a waiting job at ``now`` (queue_timeout)."""
+    return deadline is not None and deadline < now
+
+
+def claimable(deadline: float | None, now: float) -> bool:
+    """Whether a due job may still be claimed at ``now``: not at or past its queue deadline."""
+    return deadline is None or deadline > now
+
+
 @dataclass(frozen=True, slots=True)
 class Queued:
     """What admission needs to know of a waiting job, in admission order."""

@@ -89,6 +89,9 @@ TRANSITIONS: tuple[Move, ...] = (
 
 DRAIN_REASONS = frozenset(m.reason for m in TRANSITIONS if m.target == "draining")
 FAIL_REASONS = frozenset(m.reason for m in TRANSITIONS if m.target == "failed")
+# The failures the pool's breaker counts: a machine that never became ready, for whatever
+# reason ("Machines keep failing to boot ... a refusal counts as a failed boot").
+FAILED_BOOTS = frozenset({Reason.BOOT_FAILED, Reason.REFUSED, Reason.BOOT_TIMEOUT})
 
 
 class ForbiddenMove(ValueError):

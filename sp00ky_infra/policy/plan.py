@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from sp00ky_infra.policy.breaker import Breaker
 from sp00ky_infra.policy.machines import IdleClock, MachineState, Reason, idle_since
-from sp00ky_infra.policy.sizing import Shape, desired_machines
+from sp00ky_infra.policy.sizing import Shape, SizingSettings, desired_machines
 
 __all__ = [
     "Create",
@@ -24,7 +25,21 @@ __all__ = [
     "PoolView",
     "Reason",  # the lifecycle's (policy.machines), which every action carries
     "plan_pool",
+    "pool_view",
 ]
+
+
+class PoolSettings(SizingSettings, Protocol):
+    """What the plan reads of a configured pool (``config.Pool`` is one)."""
+
+    @property
+    def idle_timeout(self) -> float: ...
+    @property
+    def max_lifetime(self) -> float: ...
+    @property
+    def boot_timeout(self) -> float: ...
+    @property
+    def lease(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +71,32 @@ class PoolView:
     silence: float  # a ready machine that has not polled for this long has stopped answering
     breaker: Breaker = field(default_factory=Breaker)
     paused: bool = False
+
+
+def pool_view(
+    name: str,
+    settings: PoolSettings,
+    revision: str,
+    machines: Sequence[MachineView],
+    queued: int,
+    breaker: Breaker,
+    paused: bool = False,
+) -> PoolView:
+    """One pool as observed, from its settings: the controller's ``observe`` and the simulator
+    both build the plan's input here, so neither can read a setting differently."""
+    return PoolView(
+        name=name,
+        shape=Shape.of(settings),
+        revision=revision,
+        machines=machines,
+        queued=queued,
+        idle_timeout=settings.idle_timeout,
+        max_lifetime=settings.max_lifetime,
+        boot_timeout=settings.boot_timeout,
+        silence=settings.lease,  # a machine silent for a whole lease has stopped answering
+        breaker=breaker,
+        paused=paused,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +140,13 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not (self.create or self.drain or self.fail or self.destroy)
+
+    def actions(self) -> tuple[IdleClock | Fail | Destroy | Drain | Create, ...]:
+        """The plan's actions in the order they are applied: idle clocks, fails, destroys,
+        drains, then the creates (what leaves goes before what comes, so a project's machine
+        cap counts the machines that are really left)."""
+        create = () if self.create is None else (self.create,)
+        return (*self.idle, *self.fail, *self.destroy, *self.drain, *create)
 
 
 def plan_pool(pool: PoolView, now: float) -> Plan:

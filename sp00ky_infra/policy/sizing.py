@@ -9,6 +9,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class SizingSettings(Protocol):
+    """A pool's sizing settings as the config model has them (``config.Pool`` is one)."""
+
+    @property
+    def min(self) -> int: ...
+    @property
+    def max(self) -> int | None: ...
+    @property
+    def autoscale(self) -> bool: ...
+    @property
+    def buffer(self) -> int: ...
+    @property
+    def slots(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +36,11 @@ class Shape:
     autoscale: bool
     buffer: int
     slots: int
+
+    @classmethod
+    def of(cls, pool: SizingSettings) -> Shape:
+        """The shape of a configured pool (the controller and the simulator both size by it)."""
+        return cls(pool.min, pool.max, pool.autoscale, pool.buffer, pool.slots)
 
 
 def capacity(shape: Shape, busy_slots: int, queued: int) -> int:

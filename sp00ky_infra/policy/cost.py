@@ -1,0 +1,125 @@
+"""What machines cost: a dated Hetzner Cloud price table and Hetzner's billing rule. Pure.
+
+The rule (Hetzner's Cloud billing FAQ, https://docs.hetzner.com/cloud/billing/faq, and
+"Billing system", https://docs.hetzner.com/general/billing-and-account-management/
+billing-at-hetzner/billing-system-hetzner, both read 2026-06):
+
+- a server is billed from its creation until it is deleted, whatever its state;
+- "The hourly usage of a server is always rounded up": every started hour is a full hour,
+  so a server that lived a few minutes costs one hour;
+- "The total costs is never more than the monthly price": the bill is
+  min(monthly price, started hours x hourly price).
+
+The monthly cap is per calendar month; a machine here lives at most ``maxLifetime`` (24 h by
+default), so the cap is applied per machine and per 30 days of its life (an approximation
+that only matters to machines older than a month).
+
+Idle euros are the share of a machine's bill spent with no job on it:
+bill x idle seconds / lifetime seconds (the time it booted and drained counts as idle too:
+it is paid for and runs nothing).
+
+Local and docker machines run on hardware already paid for: they cost nothing here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+HOUR = 3600.0
+MONTH = 30 * 24 * HOUR  # the cap's period, per machine (see above)
+PRICES_DATE = "2026-05-27"
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """One server type's price in EUR, excluding VAT: per started hour, and its monthly cap."""
+
+    hourly: float
+    monthly: float
+    source: str = ""
+
+
+class UnknownPrice(KeyError):
+    """A server type the table has no price for; the message says how to give one."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+# Hetzner Cloud prices for the x86 cost-optimised line the pools use (net of VAT, location
+# fsn1, in force from the 1 April 2026 adjustment until the announced 15 June 2026 change for
+# new orders, whose tables were not yet published). Hourly prices are the monthly cap / 624
+# rounded as Hetzner rounds them (cx33: 6.49 / 624 = 0.0104, as the API returns it).
+HETZNER_PRICES: Mapping[str, Price] = MappingProxyType(
+    {
+        # Hetzner Pricing API (GET /v1/pricing, fsn1) as quoted on 2026-05-27 in
+        # github.com/devantler-tech/platform commit cb791c6: cap 6.49, hourly 0.0104.
+        "cx33": Price(0.0104, 6.49, "Hetzner Pricing API, fsn1, 2026-05-27"),
+        # docs.vdhome.be/reference/costs (2026-04-15): cx23 3.99 a month; cx53 0.036 an hour.
+        "cx23": Price(0.0064, 3.99, "docs.vdhome.be cost breakdown, 2026-04-15"),
+        "cx53": Price(0.0360, 22.49, "docs.vdhome.be cost breakdown, 2026-04-15"),
+        # devantler-tech/platform issue 1784 (2026-05): 1.50 EUR per vCPU a month, 8 vCPU.
+        "cx43": Price(0.0192, 11.99, "devantler-tech/platform#1784, 2026-05"),
+    }
+)
+
+
+def billed_hours(seconds: float) -> int:
+    """Started hours: a server that existed at all is billed one hour at least."""
+    if seconds <= 0:
+        return 0
+    return max(1, math.ceil(seconds / HOUR - 1e-9))
+
+
+def machine_euros(price: Price, seconds: float) -> float:
+    """What one machine that existed for ``seconds`` costs: per started hour, never more than
+    the monthly price (for each 30 days of its life)."""
+    if seconds <= 0:
+        return 0.0
+    months, rest = divmod(seconds, MONTH)
+    euros = months * price.monthly
+    if rest > 0:
+        euros += min(price.monthly, billed_hours(rest) * price.hourly)
+    return euros
+
+
+def idle_euros(bill: float, lifetime: float, idle_seconds: float) -> float:
+    """The share of ``bill`` spent with no job on the machine."""
+    if lifetime <= 0:
+        return 0.0
+    return bill * min(max(idle_seconds, 0.0), lifetime) / lifetime
+
+
+def price_of(
+    server_type: str, overrides: Mapping[str, Price] | None = None, provider: str = "hetzner"
+) -> Price:
+    """The price of ``server_type`` (an override first); free for local and docker machines."""
+    if provider != "hetzner":
+        return Price(0.0, 0.0, f"{provider} machines run on hardware already paid for")
+    table = {**HETZNER_PRICES, **(overrides or {})}
+    try:
+        return table[server_type]
+    except KeyError:
+        known = ", ".join(sorted(table))
+        raise UnknownPrice(
+            f"no price for server type {server_type!r} (known: {known}); give one with "
+            f"--price {server_type}=HOURLY/MONTHLY"
+        ) from None
+
+
+def parse_price(text: str) -> tuple[str, Price]:
+    """``TYPE=HOURLY/MONTHLY`` (EUR), e.g. ``cpx42=0.0304/18.99``."""
+    server_type, _, amounts = text.partition("=")
+    hourly, _, monthly = amounts.partition("/")
+    try:
+        price = Price(float(hourly), float(monthly), "given on the command line")
+    except ValueError:
+        raise ValueError(
+            f"price {text!r}: write TYPE=HOURLY/MONTHLY in EUR, e.g. cx33=0.0104/6.49"
+        ) from None
+    if not server_type or price.hourly < 0 or price.monthly < 0:
+        raise ValueError(f"price {text!r}: write TYPE=HOURLY/MONTHLY in EUR, e.g. cx33=0.0104/6.49")
+    return server_type, price
