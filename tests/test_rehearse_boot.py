@@ -122,7 +122,7 @@ def test_a_server_boots_its_cloud_config_and_goes_when_deleted(cloud: FakeHetzne
         what="systemd up",
     )  # fmt: skip
     assert run("systemctl", "is-system-running") == "running"
-    assert run("cat", "/root/runcmd-ran") == "rehearse-a1"
+    assert run("cat", "/root/runcmd-ran") == "rehearse-a1"  # runcmd is once an instance
     assert run("cloud-init", "query", "v1.instance_id") == str(server.id)
     assert run("grep", "-c", "running 'modules:final'", "/var/log/cloud-init-output.log") == "2"
     assert api.delete_server(server.id)

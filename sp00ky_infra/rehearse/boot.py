@@ -120,6 +120,8 @@ class Booter:
         self._taken: set[str] = set()
         self._lock = threading.Lock()
         self.subnet: ipaddress.IPv4Network | None = None
+        # The host's address on the network, once open: a controller the servers should
+        # reach listens there (SPKY_POOL_HOST) and is dialled there (SPKY_POOL_PUBLIC_URL).
         self.gateway = ""
 
     @property
