@@ -22,6 +22,7 @@ from sp00ky_infra.hetzner.client import HetznerAPI
 from sp00ky_infra.hetzner.errors import HcloudError
 from sp00ky_infra.rehearse.boot import CLOUD, Booter, Timeline
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
+from sp00ky_infra.rehearse.errors import BootError
 from sp00ky_infra.rehearse.image import ensure_image
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.cloud_init import user_data
@@ -77,7 +78,7 @@ def test_a_server_boots_its_cloud_config_and_goes_when_deleted(cloud: FakeHetzne
     api = _api(cloud)
     config = {
         "write_files": [{"path": "/etc/rehearsal/hello", "content": "hello from user-data\n"}],
-        "runcmd": [["sh", "-c", "hostname > /root/runcmd-ran"]],
+        "runcmd": [["sh", "-c", "hostname >> /root/runcmd-ran"]],
     }
     server = api.create_server(
         name="rehearse-a1", server_type="cx22", image="debian-12", location="fsn1",
@@ -109,6 +110,21 @@ def test_a_server_boots_its_cloud_config_and_goes_when_deleted(cloud: FakeHetzne
     # a machine that powers itself off (as a refused agent does) is off, and stays listed
     cloud.boot.exec(server.id, "systemctl", "poweroff")
     wait_for(lambda: api.get_server(server.id).status == "off", what="off")
+    # powered on again it is the same server: its disk, its instance (per-instance modules
+    # do not run twice), a fresh boot
+    api.request("POST", f"/servers/{server.id}/actions/poweron")
+    wait_for(lambda: api.get_server(server.id).status == "running", what="running again")
+    # (a VM is "running" before its init answers, here too: wait until systemd's bus does)
+    boot = cloud.boot
+    wait_for(
+        lambda: boot.exec(server.id, "systemctl", "is-system-running", "--wait")[1].strip()
+        in ("running", "degraded"),
+        what="systemd up",
+    )  # fmt: skip
+    assert run("systemctl", "is-system-running") == "running"
+    assert run("cat", "/root/runcmd-ran") == "rehearse-a1"  # runcmd is once an instance
+    assert run("cloud-init", "query", "v1.instance_id") == str(server.id)
+    assert run("grep", "-c", "running 'modules:final'", "/var/log/cloud-init-output.log") == "2"
     assert api.delete_server(server.id)
     wait_for(lambda: _containers(cloud) == [], what="the container removed")
     with pytest.raises(HcloudError) as gone:
@@ -222,3 +238,12 @@ def test_every_exception_of_the_rehearsal_is_a_rehearse_error() -> None:
                 seen.append(value.__name__)
                 assert issubclass(value, RehearseError), value
     assert {"RehearseError", "ImageBuildError", "BootError"} <= set(seen)
+
+
+def test_a_missing_image_is_named_with_how_to_build_it(rehearsal_image: str) -> None:
+    with pytest.raises(BootError) as missing:
+        Booter("sp00ky-rehearse/debian-12:nosuchrecipe").open()
+    assert str(missing.value) == (
+        "the rehearsal image sp00ky-rehearse/debian-12:nosuchrecipe is missing; build it: "
+        "scripts/rehearsal-image"
+    )

@@ -1,6 +1,8 @@
 """The rehearsal: a local fake Hetzner Cloud whose servers really boot their user-data.
 
-- ``cloud.py``: the fake Hetzner Cloud API (the tests' fake cloud, and the rehearsal's).
+- ``cloud.py``: the fake Hetzner Cloud API (the tests' fake cloud, and the rehearsal's);
+  ``catalog.py``: what it knows unasked (locations, server types, error codes, and where
+  each answer comes from).
 - ``boot.py``: boot mode, a container per server running its user-data through cloud-init
   under systemd, with a Docker engine of its own; the boot's timeline and console log.
 - ``image.py``: the machine image those containers run (debootstrap, ``docker import``).

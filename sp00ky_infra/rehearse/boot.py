@@ -1,11 +1,12 @@
 """Boot mode: each server the fake cloud creates really boots, as a container.
 
-A server is a privileged container of the rehearsal image (``image.py``), named after the
-server, on a Docker network of this cloud's own, with systemd as PID 1. Its user-data and
-meta-data (``instance-id`` = the server's id, ``local-hostname`` = its name) are written into
-the NoCloud seed (``/var/lib/cloud/seed/nocloud``) before the container starts, so
-cloud-init's generator finds a datasource at boot and runs its stages in systemd's order:
-``cloud-init-local``, ``cloud-init`` (network), ``cloud-config``, ``cloud-final``.
+A server is a container of the rehearsal image (``image.py``) with what ``--privileged``
+gives (below), named after the server, on a Docker network of this cloud's own, with
+systemd as PID 1. Its user-data and meta-data (``instance-id`` = the server's id,
+``local-hostname`` = its name) are written into the NoCloud seed
+(``/var/lib/cloud/seed/nocloud``) before the container starts, so cloud-init's generator
+finds a datasource at boot and runs its stages in systemd's order: ``cloud-init-local``,
+``cloud-init`` (network), ``cloud-config``, ``cloud-final``.
 
 Why this is faithful to a Hetzner VM: the same user-data byte for byte, read by the same
 cloud-init (Debian 12's) through the same modules and stages, ordered by the same systemd
@@ -17,7 +18,9 @@ the controller only by dialling out, as a firewalled VM does. What differs: the 
 (NoCloud's seed, not Hetzner's metadata service), the kernel (the host's, shared), the
 network (Docker's bridge; no Hetzner firewall: nothing here dials in anyway), the hostname
 (set by Docker to the server's name, as Hetzner's metadata would have cloud-init set it),
-and a power-off stops the container rather than a VM.
+a power-off stops the container rather than a VM, and where the host's dockerd lacks a
+capability the server lacks it too (here CAP_SYS_RESOURCE: dbus logs that it cannot raise its
+file limit; nothing else noticed).
 
 How systemd (and the inner dockerd) boot in Docker 20.10 on a cgroup v1 host, ``RUN``: what
 ``--privileged`` gives, spelled out, because ``--privileged`` asks for every capability and
@@ -120,6 +123,8 @@ class Booter:
         self._taken: set[str] = set()
         self._lock = threading.Lock()
         self.subnet: ipaddress.IPv4Network | None = None
+        # The host's address on the network, once open: a controller the servers should
+        # reach listens there (SPKY_POOL_HOST) and is dialled there (SPKY_POOL_PUBLIC_URL).
         self.gateway = ""
 
     @property

@@ -2,38 +2,8 @@
 types, labels and label selectors, pagination, rate limiting, and the API's error answers in
 their real JSON shapes (the official ``hcloud`` client accepts them). The tests' fake cloud,
 and the rehearsal's: with ``boot`` (a ``boot.Booter``) each server it creates really boots
-its user-data in a container (``boot.py`` says how, and why that is faithful).
-
-Where each answer comes from (when a fact could not be confirmed, it says so):
-
-- Statuses of the error codes: the API reference's errors table,
-  https://docs.hetzner.cloud/reference/cloud#errors (400 json_error, 401 unauthorized,
-  403 forbidden / resource_limit_exceeded, 404 not_found, 409 uniqueness_error / conflict,
-  412 resource_unavailable, 422 invalid_input / service_error, 423 locked, 429
-  rate_limit_exceeded, 500 server_error, 502 bad_gateway, 503 unavailable, 504 timeout);
-  hcloud-go's own tests answer service_error with 422 too (``hcloud/client_test.go``).
-- A server type not sold in a location: ``invalid_input`` (422), "unsupported location for
-  server type"; the API has no code of its own for it (seen in the field:
-  testflows/TestFlows-GitHub-Hetzner-Runners#96, autobase-tech/autobase#1403).
-- Out of capacity: ``resource_unavailable`` (412), "error during placement"
-  (hetznercloud/terraform-provider-hcloud#531, pulumi/pulumi-hcloud#104).
-- ``placement_error``: listed for POST /servers by the reference and hcloud-go
-  (``hcloud/error.go``: "an error during the placement occurred"); its status and message are
-  not documented and not confirmed. This fake answers 412 "error during placement".
-- Quota: ``resource_limit_exceeded`` (403), "server limit exceeded"
-  (hetzneronline/community-content#933, mysticaltech/terraform-hcloud-kube-hetzner#760).
-- A taken name: ``uniqueness_error`` (409), "server name is already used"
-  (23technologies/gardener-extension-provider-hcloud#10).
-- ``locked`` (423): "cannot perform operation because server is locked"
-  (hetznercloud/terraform-provider-hcloud#492; jenkinsci/hetzner-cloud-plugin#92 shows 423).
-- Rate limiting (reference, "Rate Limiting"): every answer, authenticated or not, carries
-  ``RateLimit-Limit`` (requests per hour, 3600 by default), ``RateLimit-Remaining`` and
-  ``RateLimit-Reset``, the unix time at which the budget is full again; the budget refills
-  gradually (1 request a second at 3600/h). Real headers seen in
-  hetznercloud/packer-plugin-hcloud#205. Whether a 429 also carries Retry-After is not
-  documented: this fake sends it only when a test injects it. The messages of 429,
-  ``conflict``, ``not_found``, ``unauthorized`` and the 5xx answers are not confirmed: they
-  are the reference's descriptions or placeholders.
+its user-data in a container (``boot.py`` says how, and why that is faithful). Where each
+answer comes from is ``catalog.py``'s docstring.
 
 Knobs: ``unavailable`` {(server_type, location)} answers ``resource_unavailable``;
 ``misplaced`` {(server_type, location)} answers ``placement_error``; ``offered``
@@ -57,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -67,94 +36,32 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from sp00ky_infra.rehearse.boot import Booter
+from sp00ky_infra.rehearse.catalog import (
+    LOCATIONS,
+    MESSAGES,
+    SERVER_TYPES,
+    STATUS_OF,
+    TOKEN,
+    UNSUPPORTED_LOCATION,
+    error_body,
+    iso,
+    location_json,
+    matches,
+    server_type_json,
+)
 
-TOKEN = "fake-hcloud-token"
-LOCATIONS = {
-    "fsn1": ("Falkenstein", "DE", "eu-central"),
-    "nbg1": ("Nuremberg", "DE", "eu-central"),
-    "hel1": ("Helsinki", "FI", "eu-central"),
-    "ash": ("Ashburn, VA", "US", "us-east"),
-    "hil": ("Hillsboro, OR", "US", "us-west"),
-    "sin": ("Singapore", "SG", "ap-southeast"),
-}
-SERVER_TYPES = {
-    "cx22": (2, 4.0, 40, "x86"), "cx33": (4, 8.0, 80, "x86"), "cpx42": (8, 16.0, 320, "x86"),
-    "cpx52": (12, 24.0, 480, "x86"), "ccx33": (8, 32.0, 240, "x86"), "cax21": (4, 8.0, 80, "arm"),
+__all__ = [
+    "LOCATIONS", "MESSAGES", "SERVER_TYPES", "STATUS_OF", "TOKEN", "UNSUPPORTED_LOCATION",
+    "FakeHetzner", "iso", "matches",
+]  # fmt: skip
+
+# a power action's status while it runs (boot mode), and after
+POWER = {
+    "poweroff": ("stopping", "off"), "shutdown": ("stopping", "off"),
+    "poweron": ("starting", "running"), "reboot": ("starting", "running"),
 }  # fmt: skip
-STATUS_OF = {
-    "json_error": 400, "unauthorized": 401, "token_readonly": 401, "forbidden": 403,
-    "maintenance": 403, "resource_limit_exceeded": 403, "not_found": 404,
-    "method_not_allowed": 405, "uniqueness_error": 409, "conflict": 409,
-    "resource_unavailable": 412, "placement_error": 412, "invalid_input": 422,
-    "service_error": 422, "unsupported_error": 422, "locked": 423, "protected": 423,
-    "rate_limit_exceeded": 429, "server_error": 500, "bad_gateway": 502, "unavailable": 503,
-    "timeout": 504,
-    "resource_in_use": 409,  # DELETE /firewalls' own code; its status is not documented
-}  # fmt: skip
-MESSAGES = {
-    "resource_unavailable": "error during placement",
-    "placement_error": "error during placement",
-    "resource_limit_exceeded": "server limit exceeded",
-    "uniqueness_error": "server name is already used",
-    "locked": "cannot perform operation because server is locked",
-    "conflict": "The resource has changed during the request, please retry",
-    "rate_limit_exceeded": "limit of requests per hour reached",
-    "unauthorized": "unable to authenticate",
-    "service_error": "Error within a service",
-    "server_error": "Error within the API backend",
-    "bad_gateway": "The request could not be answered by the API backend, please retry",
-    "unavailable": "A service or product is currently not available",
-    "timeout": "The request could not be answered in time, please retry",
-    "method_not_allowed": "The request method is not allowed",
-}
-UNSUPPORTED_LOCATION = "unsupported location for server type"
 HOUR = 3600.0
 Answer = tuple[int, Any, dict[str, str]]
-
-
-def iso(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")
-
-
-def _location(name: str) -> dict[str, Any]:
-    city, country, zone = LOCATIONS[name]
-    return {
-        "id": list(LOCATIONS).index(name) + 1, "name": name, "description": city,
-        "country": country, "city": city, "latitude": 0.0, "longitude": 0.0, "network_zone": zone,
-    }  # fmt: skip
-
-
-def _server_type(name: str) -> dict[str, Any]:
-    cores, memory, disk, arch = SERVER_TYPES[name]
-    return {
-        "id": list(SERVER_TYPES).index(name) + 1, "name": name, "description": name.upper(),
-        "cores": cores, "memory": memory, "disk": disk, "deprecated": False, "prices": [],
-        "storage_type": "local", "cpu_type": "shared", "architecture": arch, "deprecation": None,
-    }  # fmt: skip
-
-
-def matches(labels: dict[str, str], selector: str) -> bool:
-    """Hetzner label selectors: ``k=v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, comma = and."""
-    for term in filter(None, (t.strip() for t in re.split(r",(?![^(]*\))", selector))):
-        if found := re.fullmatch(r"(\S+) (notin|in) \((.*)\)", term):
-            key, op, values = found.groups()
-            inside = labels.get(key) in [v.strip() for v in values.split(",")]
-            if inside != (op == "in"):
-                return False
-        elif "!=" in term:
-            key, value = term.split("!=", 1)
-            if labels.get(key) == value:
-                return False
-        elif "=" in term:
-            key, value = term.split("=", 1)
-            if labels.get(key.rstrip("=")) != value:
-                return False
-        elif term.startswith("!"):
-            if term[1:] in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
 
 
 class FakeHetzner:
@@ -257,8 +164,11 @@ class FakeHetzner:
         if error:
             action["error"] = {"code": "action_failed", "message": error}
 
-    def _in_background(self, work: Callable[[], None], action_id: int) -> None:
-        """Boot-mode work that takes seconds, outside the lock; the action says when done."""
+    def _in_background(
+        self, work: Callable[[], None], action_id: int, server_id: int, status: str | None = None
+    ) -> None:
+        """Boot-mode work that takes seconds, outside the lock; the action says when it is
+        done, and the server then has ``status``."""
 
         def run() -> None:
             error = None
@@ -268,6 +178,8 @@ class FakeHetzner:
                 error = str(exc)
             with self._lock:
                 self._finish(action_id, error)
+                if status and not error and server_id in self.servers:
+                    self.servers[server_id]["status"] = status
 
         threading.Thread(target=run, name=f"action-{action_id}", daemon=True).start()
 
@@ -316,10 +228,10 @@ class FakeHetzner:
                          "dns_ptr": f"static.{server_id}.example.invalid"},
                 "ipv6": None, "floating_ips": [], "firewalls": [],
             },
-            "private_net": [], "server_type": _server_type(server_type),
-            "location": _location(location),
+            "private_net": [], "server_type": server_type_json(server_type),
+            "location": location_json(location),
             "datacenter": {"id": 1, "name": f"{location}-dc1", "description": location,
-                           "location": _location(location),
+                           "location": location_json(location),
                            "server_types": {"supported": [], "available": [],
                                             "available_for_migration": []}},
             "image": {"id": 1, "type": "system", "status": "available", "name": "debian-12",
@@ -353,7 +265,7 @@ class FakeHetzner:
         if self.fail_next:
             status, code, retry_after = self.fail_next.pop(0)
             headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
-            return status, _error_body(code, MESSAGES.get(code, f"injected {code}")), headers
+            return status, error_body(code, MESSAGES.get(code, f"injected {code}")), headers
         try:
             body = json.loads(raw) if raw else {}
         except ValueError:
@@ -362,9 +274,9 @@ class FakeHetzner:
         resource = parts[0] if parts else ""
         item = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
         if resource == "locations":
-            return self._page("locations", [_location(n) for n in LOCATIONS], query)
+            return self._page("locations", [location_json(n) for n in LOCATIONS], query)
         if resource == "server_types":
-            return self._page("server_types", [_server_type(n) for n in SERVER_TYPES], query)
+            return self._page("server_types", [server_type_json(n) for n in SERVER_TYPES], query)
         if resource == "actions" and item is not None:
             action = self.actions.get(item)
             return (
@@ -380,7 +292,7 @@ class FakeHetzner:
         return self._error("not_found", f"no route {method} {path}")
 
     def _error(self, code: str, message: str | None = None) -> Answer:
-        return STATUS_OF[code], _error_body(code, message or MESSAGES[code]), {}
+        return STATUS_OF[code], error_body(code, message or MESSAGES[code]), {}
 
     # --- rate limiting (reference, "Rate Limiting") ----------------------------------------
 
@@ -454,15 +366,16 @@ class FakeHetzner:
             deleted = self._action("delete_server", resources, running=self.boot is not None)
             if self.boot is not None:
                 boot, server_id = self.boot, server["id"]
-                self._in_background(lambda: boot.remove(server_id), deleted["id"])
+                self._in_background(lambda: boot.remove(server_id), deleted["id"], server_id)
             return 200, {"action": deleted}, {}
         return self._error("method_not_allowed")
 
     def _server_action(self, server: dict[str, Any], action: str, method: str) -> Answer:
         """POST /servers/{id}/actions/{poweroff|shutdown|poweron|reboot}."""
-        if method != "POST" or action not in ("poweroff", "shutdown", "poweron", "reboot"):
+        if method != "POST" or action not in POWER:
             return self._error("not_found", f"no server action {method} {action}")
-        server["status"] = "running" if action in ("poweron", "reboot") else "off"
+        meanwhile, then = POWER[action]
+        server["status"] = then if self.boot is None else meanwhile
         resources = [{"id": server["id"], "type": "server"}]
         done = self._action(
             {"poweroff": "stop_server", "shutdown": "shutdown_server",
@@ -478,7 +391,7 @@ class FakeHetzner:
                 if action in ("poweron", "reboot"):
                     boot.power_on(server_id)
 
-            self._in_background(work, done["id"])
+            self._in_background(work, done["id"], server_id, then)
         return 201, {"action": done}, {}
 
     def _create_server(self, body: dict[str, Any]) -> Answer:
@@ -518,7 +431,7 @@ class FakeHetzner:
             self._boot(server, action["id"])
         if self.create_then_fail:  # made, and then the answer is lost to an error
             status, code = self.create_then_fail.pop(0)
-            return status, _error_body(code, MESSAGES.get(code, code)), {}
+            return status, error_body(code, MESSAGES.get(code, code)), {}
         self.stall_now = self.create_then_stall
         return (
             201,
@@ -555,7 +468,3 @@ class FakeHetzner:
             del self.firewalls[firewall["id"]]
             return 204, None, {}
         return self._error("method_not_allowed")
-
-
-def _error_body(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": {}}}
