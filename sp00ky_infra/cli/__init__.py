@@ -10,6 +10,7 @@ from sp00ky_infra.cli.guardian import guardian
 from sp00ky_infra.cli.jobs import jobs, run
 from sp00ky_infra.cli.lint import lint, schema
 from sp00ky_infra.cli.pools import pools
+from sp00ky_infra.cli.rehearse import rehearse
 from sp00ky_infra.cli.simulate import simulate
 
 
@@ -27,6 +28,7 @@ cli.add_command(controller)
 cli.add_command(dev)
 cli.add_command(pools)
 cli.add_command(guardian)
+cli.add_command(rehearse)
 cli.add_command(simulate)
 
 

@@ -1,0 +1,607 @@
+"""``sp00ky-infra rehearse``: a user's production config run end to end on this machine.
+
+The controller runs as in production (``SPKY_POOL_PROVIDER=pulumi`` on a ``prod`` stack, the
+real Pulumi engine, ``file://`` state) against the fake Hetzner Cloud of ``cloud.py`` in boot
+mode, so every server ``pulumi up`` creates boots its own user-data (``boot.py``): cloud-init
+installs the agent, the agent dials the controller, fetches the backend's image into the
+server's own Docker engine, starts the backend and runs jobs. A burst of jobs is queued; the
+pools grow, run them and shrink back to zero; the guardian makes a pass over the same cloud
+while the machines run and once they are gone. Nothing of the user's own state is touched: the
+store, the stack and its secrets live in a working directory of the rehearsal's own.
+
+Each machine's create-to-ready time is split into phases, read from three sides that do not
+trust each other: the controller's machine row (requested, joined, ready), the fake cloud's
+view of the server (POST /servers, container start, cloud-init's own status and the agent
+unit's start), and the agent's journal inside the server (image fetched, image ready).
+
+The verdict says what worked, what failed (with its cause, from those phases and the server's
+console), and what would differ in the cloud; ``ESTIMATE`` gives the figures, and their
+sources, behind the estimate of the same phases on Hetzner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sp00ky_infra.client import Client
+from sp00ky_infra.config import Config, ConfigError
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.guardian import run_pass
+from sp00ky_infra.hetzner import HetznerAPI
+from sp00ky_infra.rehearse.boot import Booter, Timeline
+from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
+from sp00ky_infra.rehearse.errors import RehearseError
+from sp00ky_infra.rehearse.image import ensure_image
+from sp00ky_infra.shared.cloud_init import USER_DATA_LIMIT, user_data
+from sp00ky_infra.store import open_store
+from sp00ky_infra.store.machines import Machine
+
+ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: Pulumi.yaml, __main__.py
+LISTENING = re.compile(r"agents' endpoint on (http://[^\s,]+).*, admin API on (http://\S+) ")
+PHASES = ("pulumi up", "create", "cloud-init", "agent install", "image", "healthcheck")
+# What a rehearsal changes of the user's timings: machines go idle fast, so the pool is back
+# to zero in seconds, not in the 5 minutes of a production idleTimeout.
+DEFAULT_TIMINGS = "idleTimeout=10s"
+
+# The figures behind the Hetzner estimate, per phase: (seconds or None = as measured here,
+# what it is, where it comes from). A phase measured here runs the same software on a VM with
+# the same kind of CPU, so it is taken as is.
+ESTIMATE: dict[str, tuple[float | None, str]] = {
+    "pulumi up": (None, "the same engine and program on the controller's host"),
+    "create": (
+        10.0,
+        "POST /servers to a booted VM: 'it boots in about ten seconds' (alchemy.run, Hetzner "
+        "Server docs); hcloud deploy actions wait 40 s for SSH (nicokempe/"
+        "hetzner-cloud-deploy-action, startup-timeout default)",
+    ),
+    "cloud-init": (None, "the same cloud-init (Debian 12's) and the same user-data"),
+    "agent install": (
+        30.0,
+        "assumed, not measured: Hetzner's debian-12 image has no Docker, so install-agent.sh "
+        "runs apt-get install docker.io (about 80 MB with its dependencies from Hetzner's "
+        "Debian mirror, then unpacking); the rehearsal image has it already",
+    ),
+    "image": (
+        None,
+        "measured here over the host's bridge; in the cloud it crosses the internet from the "
+        "controller (or a registry), so a large image takes longer on a slow uplink",
+    ),
+    "healthcheck": (None, "the same backend on the same kind of engine"),
+}
+
+
+@dataclass
+class MachineReport:
+    name: str
+    pool: str
+    server_id: int | None
+    outcome: str  # ready | failed | (a state it was left in)
+    phases: dict[str, float | None] = field(default_factory=dict)
+    created_to_ready: float | None = None
+    failed_reason: str | None = None
+    cause: str | None = None
+    console: str = ""
+
+
+@dataclass
+class RehearsalReport:
+    config: str
+    pools: list[str]
+    jobs: dict[str, int] = field(default_factory=dict)
+    machines: list[MachineReport] = field(default_factory=list)
+    guardian: list[dict[str, Any]] = field(default_factory=list)
+    incidents: list[str] = field(default_factory=list)
+    breaker_open: list[str] = field(default_factory=list)
+    worked: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    cloud: list[str] = field(default_factory=list)  # what would differ in the cloud
+    estimate: dict[str, float | None] = field(default_factory=dict)
+    elapsed: float = 0.0
+    workdir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+Progress = Callable[[str], None]
+
+
+def _say(message: str) -> None:
+    print(f"rehearse: {message}", file=sys.stderr, flush=True)
+
+
+def pulumi_bin() -> str | None:
+    """Where the pulumi CLI is: on PATH, or built by scripts/pulumi-engine."""
+    found = shutil.which("pulumi")
+    if found:
+        return str(Path(found).parent)
+    script = ROOT / "scripts" / "pulumi-engine"
+    if script.exists():
+        done = subprocess.run([str(script), "--path"], capture_output=True, text=True)
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.strip()
+    return None
+
+
+def example_payload(schema: dict[str, Any]) -> Any:
+    """The smallest instance of a JSON Schema a rehearsal can send: its example or default,
+    else the required properties, each from its own example, default, enum or type."""
+    for key in ("example", "default", "const"):
+        if key in schema:
+            return schema[key]
+    if schema.get("examples"):
+        return schema["examples"][0]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        props = schema.get("properties", {})
+        return {name: example_payload(props.get(name, {})) for name in schema.get("required", [])}
+    if kind == "array":
+        return [example_payload(schema.get("items", {})) for _ in range(schema.get("minItems", 0))]
+    if kind == "string":
+        return "rehearsal".ljust(int(schema.get("minLength", 0)), "x")
+    if kind in ("number", "integer"):
+        return schema.get("minimum", 0)
+    if kind == "boolean":
+        return False
+    return None
+
+
+def first_route(spec_path: str) -> tuple[str, dict[str, Any]]:
+    """The spec's first POST route and its JSON request body's schema."""
+    spec = yaml.safe_load(Path(spec_path).read_text())
+    for path, operations in (spec.get("paths") or {}).items():
+        post = (operations or {}).get("post")
+        if post is None:
+            continue
+        content = ((post.get("requestBody") or {}).get("content") or {}).get("application/json")
+        return path, (content or {}).get("schema") or {}
+    raise RehearseError(f"{spec_path} has no POST route: pass --route and --payload")
+
+
+class Rehearsal:
+    def __init__(
+        self,
+        config_path: str | Path,
+        *,
+        jobs: int = 5,
+        backend: str | None = None,
+        route: str | None = None,
+        payload: Any = None,
+        timings: str = DEFAULT_TIMINGS,
+        timeout: float = 900.0,
+        workdir: str | Path | None = None,
+        progress: Progress = _say,
+    ) -> None:
+        self.config_path = Path(config_path).resolve()
+        self.jobs = jobs
+        self.backend = backend
+        self.route = route
+        self.payload = payload
+        self.timings = timings
+        self.timeout = timeout
+        self.workdir = Path(workdir) if workdir else None
+        self.say = progress
+        self._seen: dict[str, str] = {}
+        self._reports: dict[str, MachineReport] = {}
+
+    # --- the whole rehearsal ----------------------------------------------------------------
+
+    def run(self) -> RehearsalReport:
+        started = time.monotonic()
+        try:
+            config = load_config(self.config_path)
+        except ConfigError as exc:
+            raise RehearseError(f"{self.config_path}: {exc}") from exc
+        pools = [name for name, pool in config.pools.items() if pool.provider == "hetzner"]
+        if not pools:
+            raise RehearseError(
+                f"{self.config_path} has no pool with provider: hetzner; a rehearsal runs the "
+                "production path (Hetzner servers made by pulumi up)"
+            )
+        engine = pulumi_bin()
+        if engine is None:
+            raise RehearseError(
+                "the pulumi CLI is not on PATH: install it, or build it with scripts/pulumi-engine"
+            )
+        image = ensure_image(progress=lambda line: self.say(f"machine image: {line}"))
+        work = self.workdir or Path(tempfile.mkdtemp(prefix="sp00ky-rehearse-"))
+        work.mkdir(parents=True, exist_ok=True)
+        report = RehearsalReport(str(self.config_path), pools, workdir=str(work))
+        report.cloud = self._static_checks(config, pools)
+        self.say(f"working in {work}")
+        booter = Booter(image)
+        with FakeHetzner(boot=booter) as cloud:
+            self._rehearse(config, pools, engine, booter, cloud, work, report)
+        self._verdict(report)
+        report.elapsed = time.monotonic() - started
+        return report
+
+    def _rehearse(
+        self, config: Config, pools: list[str], engine: str, booter: Booter,
+        cloud: FakeHetzner, work: Path, report: RehearsalReport,
+    ) -> None:  # fmt: skip
+        env = self._pulumi_env(engine, work)
+        project = self._stack(work, env)
+        store_url = f"sqlite:///{work}/state.db"
+        port = _free_port(booter.gateway)
+        controller_env = {
+            **env,
+            "SPKY_CONFIG": str(self.config_path),
+            "SPKY_STORE": store_url,
+            "SPKY_POOL_PROVIDER": "pulumi",
+            "SPKY_PULUMI_STACK": "prod",
+            "SPKY_PULUMI_DIR": str(project),
+            "SPKY_PROJECT": f"rehearse-{secrets.token_hex(3)}",
+            "SPKY_POOL_HOST": booter.gateway,
+            "SPKY_POOL_PORT": str(port),
+            "SPKY_POOL_PUBLIC_URL": f"http://{booter.gateway}:{port}",
+            "SPKY_POOL_SECRET": secrets.token_hex(32),
+            "SPKY_ADMIN_TOKEN": secrets.token_hex(16),
+            "SPKY_ADMIN_HOST": "127.0.0.1",
+            "SPKY_ADMIN_PORT": "0",
+            "SPKY_POOL_TIMINGS": self.timings,
+            "HCLOUD_TOKEN": TOKEN,
+            "HCLOUD_ENDPOINT": cloud.url,
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.say(
+            f"starting the controller (pulumi provisioner, stack prod, timings {self.timings})"
+        )
+        log = (work / "controller.log").open("a")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sp00ky_infra", "controller"], cwd=work, env=controller_env,
+            stdout=subprocess.PIPE, stderr=log, text=True,
+        )  # fmt: skip
+        try:
+            self._wait_listening(proc, work)
+            self._burst(config, store_url, pools)
+            self._watch(config, store_url, pools, booter, cloud, report)
+            report.guardian.append(self._guardian(cloud, "after the pool went back to zero"))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+            log.close()
+        report.machines = list(self._reports.values())
+
+    # --- set-up ---------------------------------------------------------------------------
+
+    def _pulumi_env(self, engine: str, work: Path) -> dict[str, str]:
+        (work / "state").mkdir(exist_ok=True)
+        (work / "pulumi-home").mkdir(exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env.update(
+            {
+                "PATH": f"{engine}{os.pathsep}{os.environ.get('PATH', '')}",
+                "PULUMI_BACKEND_URL": f"file://{work / 'state'}",
+                "PULUMI_CONFIG_PASSPHRASE": secrets.token_hex(16),
+                "PULUMI_HOME": str(work / "pulumi-home"),
+                "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+                "PULUMI_SKIP_UPDATE_CHECK": "true",
+            }
+        )
+        return env
+
+    def _stack(self, work: Path, env: dict[str, str]) -> Path:
+        """This project's Pulumi program in the working directory, run with this Python, and
+        a ``prod`` stack of its own: provider hetzner, the user's sp00ky.yml."""
+        program = ROOT / "__main__.py"
+        if not program.exists() or not (ROOT / "Pulumi.yaml").exists():
+            raise RehearseError(f"the Pulumi program is not beside the package ({ROOT})")
+        project = work / "project"
+        (project / "stacks").mkdir(parents=True, exist_ok=True)
+        meta = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+        meta["runtime"]["options"]["virtualenv"] = sys.prefix
+        (project / "Pulumi.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
+        shutil.copy(program, project / "__main__.py")
+
+        def pulumi(*args: str) -> None:
+            done = subprocess.run(
+                ["pulumi", *args, "--stack", "prod", "--non-interactive"],
+                cwd=project, env=env, capture_output=True, text=True,
+            )  # fmt: skip
+            if done.returncode != 0:
+                raise RehearseError(f"pulumi {' '.join(args)} failed: {done.stderr.strip()}")
+
+        self.say("creating the prod stack (file:// state in the working directory)")
+        subprocess.run(
+            ["pulumi", "stack", "init", "prod", "--non-interactive"], cwd=project, env=env,
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        pulumi("config", "set", "sp00ky:provider", "hetzner")
+        pulumi("config", "set", "sp00ky:configFile", str(self.config_path))
+        return project
+
+    def _wait_listening(self, proc: subprocess.Popen[str], work: Path) -> None:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if LISTENING.search(line):
+                self.say(line.strip())
+                return
+        tail = (work / "controller.log").read_text()[-3000:]
+        raise RehearseError(f"the controller did not start:\n{tail}")
+
+    def _burst(self, config: Config, store_url: str, pools: list[str]) -> None:
+        client = Client(store_url, self.config_path)
+        try:
+            backends = [config.backend_for(pool) for pool in pools]
+            if self.backend:
+                backends = [b for b in backends if b.name == self.backend]
+                if not backends:
+                    raise RehearseError(f"--backend {self.backend}: no Hetzner pool runs it")
+            for backend in backends:
+                route, payload = self.route, self.payload
+                if route is None:
+                    if not backend.spec:
+                        raise RehearseError(
+                            f"backend {backend.name} has no spec: pass --route and --payload"
+                        )
+                    route, schema = first_route(str(Path(config.root, backend.spec)))
+                    payload = example_payload(schema) if payload is None else payload
+                for _ in range(self.jobs):
+                    client.run(backend.name, route, payload if payload is not None else {})
+                self.say(f"queued {self.jobs} job(s): {backend.name} POST {route}")
+        finally:
+            client.close()
+
+    # --- watching -------------------------------------------------------------------------
+
+    def _watch(
+        self, config: Config, store_url: str, pools: list[str], booter: Booter,
+        cloud: FakeHetzner, report: RehearsalReport,
+    ) -> None:  # fmt: skip
+        store = open_store(store_url)
+        deadline = time.monotonic() + self.timeout
+        guarded = False
+        try:
+            while time.monotonic() < deadline:
+                jobs = {k: v for k, v in store.counts().items() if v}
+                report.jobs = jobs
+                machines = [m for pool in pools for m in store.machines.recent(pool, limit=200)]
+                for machine in machines:
+                    self._follow(machine, booter, cloud)
+                live = [m for m in machines if m.destroyed_at is None and m.state != "failed"]
+                ready = [m for m in live if m.state == "ready"]
+                servers = len(cloud.servers)
+                incidents = [i for i in store.pools.incidents() if i.closed_at is None]
+                if ready and not guarded and jobs.get("pending", 0) + jobs.get("processing", 0):
+                    # the guardian while machines run: a live controller's machines are kept
+                    report.guardian.append(self._guardian(cloud, "while the machines ran"))
+                    guarded = True
+                pending = jobs.get("pending", 0) + jobs.get("processing", 0)
+                if not pending and not live and not servers:
+                    self.say("every job finished and the pools are back to zero")
+                    break
+                if incidents and not live and not servers:
+                    report.incidents = [f"{i.pool}: {i.kind}: {i.message}" for i in incidents]
+                    self.say(f"incident: {report.incidents[0]}")
+                    break
+                time.sleep(0.5)
+            else:
+                report.failed.append(
+                    f"the rehearsal did not settle within {self.timeout:.0f}s: jobs {report.jobs}, "
+                    f"{len(cloud.servers)} server(s) left"
+                )
+            now = time.time()
+            report.breaker_open = [p for p in pools if store.pools.state(p).breaker.is_open(now)]
+            report.incidents = report.incidents or [
+                f"{i.pool}: {i.kind}: {i.message}" for i in store.pools.incidents()
+            ]
+        finally:
+            store.close()
+
+    def _follow(self, machine: Machine, booter: Booter, cloud: FakeHetzner) -> None:
+        """Say what changed; read a machine's boot from the server once it is ready or has
+        failed, while the server still exists."""
+        state = machine.state
+        if self._seen.get(machine.name) != state:
+            self._seen[machine.name] = state
+            self.say(f"{machine.name}: {state}" + (f" ({machine.failed_reason})" if
+                     machine.failed_reason and state == "failed" else ""))  # fmt: skip
+        done = state in ("ready", "busy", "idle", "draining", "failed") or machine.ready_at
+        if machine.name in self._reports or not done:
+            return
+        server = next((s for s in cloud.servers.values() if s["name"] == machine.name), None)
+        report = MachineReport(
+            machine.name, machine.pool, server["id"] if server else None,
+            "ready" if machine.ready_at else state, failed_reason=machine.failed_reason,
+        )  # fmt: skip
+        timeline = Timeline()
+        events: dict[str, float] = {}
+        if server is not None:
+            with contextlib.suppress(Exception):
+                timeline = booter.timeline(server["id"])
+            with contextlib.suppress(Exception):
+                events = agent_events(booter.exec(server["id"], *JOURNAL)[1])
+            if not machine.ready_at:
+                with contextlib.suppress(Exception):
+                    report.console = booter.console(server["id"], lines=30)
+        report.phases = phases(machine, timeline, events)
+        if machine.ready_at:
+            report.created_to_ready = machine.ready_at - machine.created_at
+        else:
+            report.cause = cause(machine, timeline, events)
+        self._reports[machine.name] = report
+
+    def _guardian(self, cloud: FakeHetzner, when: str) -> dict[str, Any]:
+        result = run_pass(HetznerAPI(TOKEN, cloud.url), time.time())
+        self.say(
+            f"guardian pass {when}: {result.servers} server(s), destroyed {len(result.destroyed)}"
+        )
+        return {"when": when, **result.as_json()}
+
+    # --- judging --------------------------------------------------------------------------
+
+    def _static_checks(self, config: Config, pools: list[str]) -> list[str]:
+        notes = []
+        size = len(user_data("render-abcdef", "https://pool.example.com", "x" * 200).encode())
+        notes.append(
+            f"user-data is {size} bytes of Hetzner's {USER_DATA_LIMIT}"
+            + (" (close to the limit)" if size > USER_DATA_LIMIT * 0.85 else "")
+        )
+        public = os.environ.get("SPKY_POOL_PUBLIC_URL", "")
+        if not public.startswith("https://"):
+            notes.append(
+                "SPKY_POOL_PUBLIC_URL is "
+                + (repr(public) if public else "not set here")
+                + ": in the cloud the machines dial the controller at that URL, from the "
+                "internet; make it an https:// address Hetzner's servers can reach"
+            )
+        notes.append(
+            "Hetzner's debian-12 image has no Docker: install-agent.sh installs docker.io with "
+            "apt at boot (the rehearsal image has it), so boots there need Debian's mirror"
+        )
+        for name in pools:
+            backend = config.backend_for(name)
+            if backend.deploy.image:
+                notes.append(
+                    f"{name}: deploy.image {backend.deploy.image} is pulled by each machine "
+                    "with the controller's registry credentials"
+                )
+        return notes
+
+    def _verdict(self, report: RehearsalReport) -> None:
+        ready = [m for m in report.machines if m.outcome == "ready"]
+        failed = [m for m in report.machines if m.outcome != "ready"]
+        total = sum(report.jobs.values())
+        succeeded = report.jobs.get("success", 0)
+        if ready:
+            report.worked.append(
+                f"{len(ready)} machine(s) made by pulumi up booted from their user-data, "
+                "joined the controller and started the backend from its image"
+            )
+        if total and succeeded == total:
+            report.worked.append(f"{succeeded} of {total} job(s) succeeded")
+        elif total:
+            report.failed.append(f"{succeeded} of {total} job(s) succeeded ({report.jobs})")
+        for machine in failed:
+            report.failed.append(
+                f"{machine.name} failed to boot: {machine.cause or machine.failed_reason}"
+            )
+        if report.breaker_open or report.incidents:
+            report.failed.append(
+                "the breaker opened after failed boots: "
+                + "; ".join(report.incidents or report.breaker_open)
+            )
+        destroyed = [g for g in report.guardian if g["destroyed"]]
+        if report.guardian and not destroyed:
+            report.worked.append(
+                f"{len(report.guardian)} guardian pass(es) over the same cloud destroyed nothing"
+            )
+        for each in destroyed:
+            report.failed.append(
+                f"the guardian destroyed {len(each['destroyed'])} server(s) {each['when']}"
+            )
+        if ready and not report.failed:
+            report.worked.append("the pools went back to zero and their servers were deleted")
+        report.estimate = estimate(ready)
+
+
+JOURNAL = ("journalctl", "-u", "sp00ky-agent.service", "-o", "json", "--no-pager")
+
+
+def agent_events(journal: str) -> dict[str, float]:
+    """The first time of each agent event (``event=NAME``) in its journal (``-o json``)."""
+    found: dict[str, float] = {}
+    for line in journal.splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            entry = json.loads(line)
+            message = entry.get("MESSAGE")
+            if isinstance(message, list):  # journald gives non-UTF-8 messages as bytes
+                message = bytes(message).decode(errors="replace")
+            matched = re.search(r"\bevent=(\w+)", str(message))
+            if matched:
+                found.setdefault(matched.group(1), int(entry["__REALTIME_TIMESTAMP"]) / 1e6)
+    return found
+
+
+def _span(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else round(max(end - start, 0.0), 2)
+
+
+def phases(
+    machine: Machine, timeline: Timeline, events: dict[str, float]
+) -> dict[str, float | None]:
+    """Create-to-ready split at what each side saw: the controller's row, the cloud's server,
+    the agent's journal."""
+    final_start = (timeline.stages.get("modules-final") or (None, None))[0]
+    joined = machine.joined_at or events.get("joined") or events.get("rejoined")
+    image_ready = events.get("image_ready") or events.get("image_cached")
+    return {
+        "pulumi up": _span(machine.created_at, timeline.requested),
+        "create": _span(timeline.requested, timeline.container_started),
+        "cloud-init": _span(timeline.container_started, final_start),
+        "agent install": _span(final_start, joined),
+        "image": _span(joined, image_ready),
+        "healthcheck": _span(image_ready, machine.ready_at),
+    }
+
+
+def cause(machine: Machine, timeline: Timeline, events: dict[str, float]) -> str:
+    """Why a machine never became ready, from the last phase it reached."""
+    if timeline.container_started is None:
+        return f"the server never started ({machine.failed_reason or 'no reason given'})"
+    if timeline.cloud_init_errors:
+        return "cloud-init failed: " + "; ".join(timeline.cloud_init_errors)[:300]
+    if timeline.agent_started is None and not machine.joined_at:
+        return "cloud-init ran but the agent never started (see the server's console)"
+    if not machine.joined_at:
+        return "the agent started but never joined the controller (is the pool URL reachable?)"
+    if not (events.get("image_ready") or events.get("image_cached")):
+        return f"the backend's image never arrived ({machine.failed_reason or 'no reason given'})"
+    return (
+        "the backend started from its image but never answered its healthcheck before the "
+        f"boot timeout ({machine.failed_reason or 'no reason given'})"
+    )
+
+
+def estimate(ready: list[MachineReport]) -> dict[str, float | None]:
+    """Each phase on Hetzner: ESTIMATE's figure, else the median measured here."""
+    found: dict[str, float | None] = {}
+    for phase in PHASES:
+        figure, _ = ESTIMATE[phase]
+        measured = sorted(v for m in ready if (v := m.phases.get(phase)) is not None)
+        median = measured[len(measured) // 2] if measured else None
+        found[phase] = figure if figure is not None else median
+    known = [v for v in found.values() if v is not None]
+    found["total"] = round(sum(known), 1) if known else None
+    return found
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])

@@ -1,0 +1,122 @@
+"""`sp00ky-infra rehearse` as a user types it: the production path of a sp00ky.yml end to end
+on this machine (the real Pulumi engine, the fake Hetzner cloud in boot mode, the controller,
+the guardian), and a failure the way a user would meet it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+import yaml
+
+from sp00ky_infra.rehearse.boot import ROLE
+from tests.conftest import BASE_IMAGE, docker_available, need_service
+from tests.helpers import ROOT
+
+
+@pytest.fixture
+def needs(pulumi_bin: str) -> str:
+    why = docker_available()
+    if why:
+        need_service("Docker", why)
+    if shutil.which("debootstrap") is None:
+        need_service("debootstrap", "apt-get install debootstrap")
+    return pulumi_bin
+
+
+def _config(folder: Path, healthcheck: str = "/health", **pool: Any) -> Path:
+    """The example's sp00ky.yml, its backend built from the locally made base image."""
+    doc = yaml.safe_load((ROOT / "examples" / "sp00ky.yml").read_text())
+    doc["pools"]["render"].update(pool)
+    app = doc["apps"]["renderer"]
+    app["spec"] = str(ROOT / "examples" / "backend" / "openapi.yml")
+    app["method"].pop("schema", None)
+    backend = folder / "backend"
+    backend.mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "backend" / "server.py", backend / "server.py")
+    (backend / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\nCOPY server.py /app/server.py\n"
+        "ENV HOST=0.0.0.0 PORT=8080 PYTHONUNBUFFERED=1\n"
+        'CMD ["python3", "/app/server.py"]\n'
+    )
+    app["deploy"]["dockerfile"] = str(backend / "Dockerfile")
+    app["deploy"]["healthcheck"] = healthcheck
+    path = folder / "sp00ky.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _rehearse(pulumi_bin: str, config: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = f"{pulumi_bin}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(
+        [sys.executable, "-m", "sp00ky_infra", "rehearse", str(config), "--json",
+         "--workdir", str(config.parent / "work"), *args],
+        capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    try:
+        report: dict[str, Any] = json.loads(done.stdout)
+    except ValueError:
+        raise AssertionError(f"exit {done.returncode}\n{done.stdout}\n{done.stderr}") from None
+    return done.returncode, report, done.stderr
+
+
+def _leftovers() -> list[str]:
+    client = docker.from_env()
+    try:
+        found = client.containers.list(all=True, filters={"label": f"{ROLE}=server"})
+        return [str(c.name) for c in found]
+    finally:
+        client.close()
+
+
+def test_a_rehearsal_runs_jobs_on_servers_that_boot_their_user_data(
+    tmp_path: Path, needs: str
+) -> None:
+    config = _config(tmp_path)
+    code, report, log = _rehearse(
+        needs, config, "--jobs", "5", "--timings", "idleTimeout=5s,bootTimeout=300s"
+    )
+    assert code == 0, (report, log[-3000:])
+    assert report["ok"] and report["failed"] == []
+    assert report["jobs"] == {"success": 5}
+    machines = report["machines"]
+    assert 1 <= len(machines) <= 2  # the pool's max
+    for machine in machines:
+        assert machine["outcome"] == "ready"
+        # every phase seen, from the controller, the cloud and the agent's journal
+        assert all(isinstance(machine["phases"][p], float) for p in machine["phases"]), machine
+        assert machine["created_to_ready"] > 0
+    assert [g["destroyed"] for g in report["guardian"]] == [[], []]  # while running, and after
+    assert report["guardian"][0]["servers"] >= 1  # the pass saw the live servers and kept them
+    assert any("back to zero" in line for line in report["worked"])
+    assert report["estimate"]["total"] > 0
+    assert "pulumi up took" in (tmp_path / "work" / "controller.log").read_text()
+    assert _leftovers() == []
+
+
+def test_a_backend_that_never_answers_its_healthcheck_is_named_as_the_cause(
+    tmp_path: Path, needs: str
+) -> None:
+    config = _config(tmp_path, healthcheck="/never", max=3)
+    code, report, log = _rehearse(
+        needs, config, "--jobs", "3", "--timings", "idleTimeout=5s,bootTimeout=60s",
+        "--timeout", "600",
+    )  # fmt: skip
+    assert code == 1, (report, log[-3000:])
+    assert report["breaker_open"] == ["render"]
+    assert len(report["incidents"]) == 1 and "pool_breaker_open" in report["incidents"][0]
+    failed = [m for m in report["machines"] if m["outcome"] != "ready"]
+    assert len(failed) >= 3
+    for machine in failed:
+        assert "never answered its healthcheck" in machine["cause"], machine
+    assert any("breaker opened" in line for line in report["failed"])
+    assert report["jobs"].get("success", 0) == 0
+    assert _leftovers() == []
