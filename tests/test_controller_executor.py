@@ -137,3 +137,29 @@ def test_the_provisioners_declare_what_they_can_do() -> None:
         "PulumiProvisioner": (["Adopts", "ReportsOutcomes"], False),
         "LocalProvisioner": ([], True),
     }
+
+
+def test_a_plan_whose_failed_boots_open_the_breaker_creates_nothing(
+    make_controller: MakeController,
+) -> None:
+    """Three boots time out in one tick and the same plan wants three new machines: the fails
+    go first, open the breaker, and the creates wait (machine-pools.txt: "stops creating
+    machines for a minute"). Seen in a rehearsal: three replacements were requested at once."""
+    from sp00ky_infra.policy.plan import Create, Fail, Plan
+
+    provisioner = Recording(True)
+    controller = make_controller(provisioner)
+    machines = controller.store.machines
+    now = time.time()
+    for name in ("render-a", "render-b", "render-c"):
+        machines.add(name, "render", "recording", "r", 1, now - 100)
+        machines.move(name, Reason.PROVISIONED, now - 99)
+    plan = Plan(
+        pool="render", desired=3, current=3, busy_slots=0,
+        create=Create("render", 3),
+        fail=tuple(Fail(n, Reason.BOOT_TIMEOUT) for n in ("render-a", "render-b", "render-c")),
+    )  # fmt: skip
+    assert controller.executor.apply(plan, controller.deployment, now) == []
+    assert controller.pool_states.breaker("render").is_open(now)
+    assert provisioner.specs == []  # no machine requested while the breaker is open
+    assert sorted(provisioner.destroyed) == ["render-a", "render-b", "render-c"]

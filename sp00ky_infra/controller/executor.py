@@ -77,6 +77,8 @@ class Executor:
         if isinstance(action, IdleClock):
             self.store.machines.set_idle(action.machine, action.since)
         elif isinstance(action, Create):
+            if not self.pools.breaker(pool).allows(now):
+                return  # this plan's own failed boots opened the breaker: no machine for now
             for _ in range(action.count):
                 if not self.create(deployment, pool, now):
                     break  # refused: the breaker counts it; try again next tick

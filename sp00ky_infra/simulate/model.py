@@ -331,6 +331,8 @@ class PolicyPool:
             elif isinstance(action, Drain):
                 self._move(self.machines[action.machine], action.reason)
             elif isinstance(action, Create):
+                if not self.breaker.allows(now):
+                    continue  # this plan's own failed boots opened the breaker (as executor.py)
                 for _ in range(action.count):
                     name = self._new_name()
                     self.machines[name] = Machine(name, now)  # requested, then provisioned
