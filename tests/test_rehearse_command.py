@@ -116,7 +116,7 @@ def test_a_backend_that_never_answers_its_healthcheck_is_named_as_the_cause(
     failed = [m for m in report["machines"] if m["outcome"] != "ready"]
     assert len(failed) >= 3
     for machine in failed:
-        assert "never answered its healthcheck" in machine["cause"], machine
+        assert "never answered its healthcheck (GET /never with a 2xx)" in machine["cause"], machine
     assert any("breaker opened" in line for line in report["failed"])
     assert report["jobs"].get("success", 0) == 0
     assert _leftovers() == []

@@ -46,21 +46,26 @@ def render(report: RehearsalReport) -> list[str]:
     if report.failed:
         lines.append("failed:")
         lines += [f"  - {line}" for line in report.failed]
-        for machine in report.machines:
-            if machine.console:
-                lines.append(f"  console of {machine.name} (last lines):")
-                lines += [f"    {line}" for line in machine.console.splitlines()[-15:]]
+        shown = next((m for m in report.machines if m.console), None)
+        if shown is not None:  # one is enough to see it; every one is in the working directory
+            lines.append(f"  the agent's last words on {shown.name}:")
+            lines += [f"    {line}" for line in shown.console.rstrip().splitlines()[-4:]]
+            lines.append(f"  consoles of the failed machines: {report.workdir}/consoles/")
     lines.append("in the cloud:")
     lines += [f"  * {line}" for line in report.cloud]
     if report.estimate.get("total") is not None:
         lines.append("estimated create-to-ready on Hetzner:")
+        notes: list[str] = []
         for phase in PHASES:
             figure, source = ESTIMATE[phase]
-            how = "as measured here" if figure is None else "figure"
-            lines.append(
-                f"  {phase:<14} {_seconds(report.estimate.get(phase)):>7}  ({how}: {source})"
-            )
+            if figure is None:
+                how = "as measured here"
+            else:
+                notes.append(f"  [{len(notes) + 1}] {phase}: {source}")
+                how = f"[{len(notes)}]"
+            lines.append(f"  {phase:<14} {_seconds(report.estimate.get(phase)):>7}  {how}")
         lines.append(f"  {'total':<14} {_seconds(report.estimate.get('total')):>7}")
+        lines += notes
     lines.append("")
     lines.append(f"verdict: {'ok' if report.ok else 'FAILED'} in {report.elapsed:.0f}s")
     return lines

@@ -29,6 +29,7 @@ import secrets
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,6 +60,7 @@ PHASES = ("pulumi up", "create", "cloud-init", "agent install", "image", "health
 # What a rehearsal changes of the user's timings: machines go idle fast, so the pool is back
 # to zero in seconds, not in the 5 minutes of a production idleTimeout.
 DEFAULT_TIMINGS = "idleTimeout=10s"
+READ_EVERY_SECONDS = 8.0  # how often a booting server is looked into
 
 # The figures behind the Hetzner estimate, per phase: (seconds or None = as measured here,
 # what it is, where it comes from). A phase measured here runs the same software on a VM with
@@ -85,6 +87,16 @@ ESTIMATE: dict[str, tuple[float | None, str]] = {
     ),
     "healthcheck": (None, "the same backend on the same kind of engine"),
 }
+
+
+@dataclass
+class Reading:
+    """One look inside a server by the fake cloud (monotonic ``at``)."""
+
+    at: float
+    timeline: Timeline = field(default_factory=Timeline)
+    events: dict[str, float] = field(default_factory=dict)
+    console: str = ""
 
 
 @dataclass
@@ -206,6 +218,9 @@ class Rehearsal:
         self.say = progress
         self._seen: dict[str, str] = {}
         self._reports: dict[str, MachineReport] = {}
+        self._readings: dict[str, Reading] = {}
+        self._healthchecks: dict[str, str | None] = {}
+        self._consoles: Path | None = None  # where a failed machine's console is kept
 
     # --- the whole rehearsal ----------------------------------------------------------------
 
@@ -230,6 +245,8 @@ class Rehearsal:
         work = self.workdir or Path(tempfile.mkdtemp(prefix="sp00ky-rehearse-"))
         work.mkdir(parents=True, exist_ok=True)
         report = RehearsalReport(str(self.config_path), pools, workdir=str(work))
+        self._healthchecks = {p: config.backend_for(p).deploy.healthcheck for p in pools}
+        self._consoles = work / "consoles"
         report.cloud = self._static_checks(config, pools)
         self.say(f"working in {work}")
         booter = Booter(image)
@@ -424,37 +441,56 @@ class Rehearsal:
             store.close()
 
     def _follow(self, machine: Machine, booter: Booter, cloud: FakeHetzner) -> None:
-        """Say what changed; read a machine's boot from the server once it is ready or has
-        failed, while the server still exists."""
+        """Say what changed; read a booting machine's server now and then (a failed boot is
+        destroyed in the tick that fails it, so its server may be gone by the next look), and
+        report each machine once it is ready or has failed, from the freshest reading."""
         state = machine.state
-        if self._seen.get(machine.name) != state:
+        changed = self._seen.get(machine.name) != state
+        if changed:
             self._seen[machine.name] = state
-            self.say(f"{machine.name}: {state}" + (f" ({machine.failed_reason})" if
-                     machine.failed_reason and state == "failed" else ""))  # fmt: skip
-        done = state in ("ready", "busy", "idle", "draining", "failed") or machine.ready_at
-        if machine.name in self._reports or not done:
+            why = f" ({machine.failed_reason})" if machine.failed_reason else ""
+            self.say(f"{machine.name}: {state}{why if state in ('failed', 'destroyed') else ''}")
+        if machine.name in self._reports:
             return
+        ready = machine.ready_at is not None
+        done = ready or machine.failed_reason is not None or machine.destroyed_at is not None
         server = next((s for s in cloud.servers.values() if s["name"] == machine.name), None)
+        last = self._readings.get(machine.name)
+        due = last is None or changed or time.monotonic() - last.at >= READ_EVERY_SECONDS
+        if server is not None and (done or due):
+            self._readings[machine.name] = self._read(booter, server["id"], console=not ready)
+        if not done:
+            return
+        reading = self._readings.get(machine.name) or Reading(time.monotonic())
         report = MachineReport(
             machine.name, machine.pool, server["id"] if server else None,
-            "ready" if machine.ready_at else state, failed_reason=machine.failed_reason,
+            "ready" if ready else "failed", failed_reason=machine.failed_reason,
+            console=reading.console,
         )  # fmt: skip
-        timeline = Timeline()
-        events: dict[str, float] = {}
-        if server is not None:
-            with contextlib.suppress(Exception):
-                timeline = booter.timeline(server["id"])
-            with contextlib.suppress(Exception):
-                events = agent_events(booter.exec(server["id"], *JOURNAL)[1])
-            if not machine.ready_at:
-                with contextlib.suppress(Exception):
-                    report.console = booter.console(server["id"], lines=30)
-        report.phases = phases(machine, timeline, events)
-        if machine.ready_at:
-            report.created_to_ready = machine.ready_at - machine.created_at
+        report.phases = phases(machine, reading.timeline, reading.events)
+        if ready:
+            assert machine.ready_at is not None
+            report.created_to_ready = round(machine.ready_at - machine.created_at, 2)
         else:
-            report.cause = cause(machine, timeline, events)
+            healthcheck = self._healthchecks.get(machine.pool)
+            report.cause = cause(machine, reading.timeline, reading.events, healthcheck)
+            if reading.console and self._consoles is not None:
+                self._consoles.mkdir(exist_ok=True)
+                (self._consoles / f"{machine.name}.log").write_text(reading.console)
         self._reports[machine.name] = report
+
+    def _read(self, booter: Booter, server: int, console: bool) -> Reading:
+        """What the fake cloud sees inside a server: its boot timeline, the agent's events,
+        and (for a machine not ready) its console."""
+        reading = Reading(time.monotonic())
+        with contextlib.suppress(Exception):
+            reading.timeline = booter.timeline(server)
+        with contextlib.suppress(Exception):
+            reading.events = agent_events(booter.exec(server, *JOURNAL)[1])
+        if console:
+            with contextlib.suppress(Exception):
+                reading.console = booter.console(server, lines=30)
+        return reading
 
     def _guardian(self, cloud: FakeHetzner, when: str) -> dict[str, Any]:
         result = run_pass(HetznerAPI(TOKEN, cloud.url), time.time())
@@ -570,7 +606,9 @@ def phases(
     }
 
 
-def cause(machine: Machine, timeline: Timeline, events: dict[str, float]) -> str:
+def cause(
+    machine: Machine, timeline: Timeline, events: dict[str, float], healthcheck: str | None = None
+) -> str:
     """Why a machine never became ready, from the last phase it reached."""
     if timeline.container_started is None:
         return f"the server never started ({machine.failed_reason or 'no reason given'})"
@@ -582,9 +620,10 @@ def cause(machine: Machine, timeline: Timeline, events: dict[str, float]) -> str
         return "the agent started but never joined the controller (is the pool URL reachable?)"
     if not (events.get("image_ready") or events.get("image_cached")):
         return f"the backend's image never arrived ({machine.failed_reason or 'no reason given'})"
+    asked = f"GET {healthcheck} with a 2xx" if healthcheck else "on its port"
     return (
-        "the backend started from its image but never answered its healthcheck before the "
-        f"boot timeout ({machine.failed_reason or 'no reason given'})"
+        f"the backend started from its image but never answered its healthcheck ({asked}) "
+        f"before the boot timeout ({machine.failed_reason or 'no reason given'})"
     )
 
 
@@ -593,8 +632,8 @@ def estimate(ready: list[MachineReport]) -> dict[str, float | None]:
     found: dict[str, float | None] = {}
     for phase in PHASES:
         figure, _ = ESTIMATE[phase]
-        measured = sorted(v for m in ready if (v := m.phases.get(phase)) is not None)
-        median = measured[len(measured) // 2] if measured else None
+        measured = [v for m in ready if (v := m.phases.get(phase)) is not None]
+        median = round(statistics.median(measured), 2) if measured else None
         found[phase] = figure if figure is not None else median
     known = [v for v in found.values() if v is not None]
     found["total"] = round(sum(known), 1) if known else None
