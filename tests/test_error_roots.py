@@ -32,6 +32,7 @@ ROOTS = {
     "sp00ky_infra.guardian": "sp00ky_infra.guardian.GuardianError",
     "sp00ky_infra.hetzner": "sp00ky_infra.hetzner.errors.HcloudError",
     "sp00ky_infra.infra": "sp00ky_infra.infra.errors.InfraError",
+    "sp00ky_infra.rehearse": "sp00ky_infra.rehearse.errors.RehearseError",
     "sp00ky_infra.shared": "sp00ky_infra.shared.errors.SharedError",
     "sp00ky_infra.store": "sp00ky_infra.store.model.StoreError",
 }
