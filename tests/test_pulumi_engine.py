@@ -224,6 +224,9 @@ def test_the_local_stack_from_up_to_destroy(tmp_path: Path, pulumi_bin: str) -> 
     project.config("sp00ky:poolSecret", SECRET, secret=True)
     try:
         project.machines({"render": {"render-a": revision, "render-b": revision}})
+        preview = json.loads(project.pulumi("preview", "--json").stdout)
+        assert [step["op"] for step in preview["steps"]].count("create") == 5  # + the network
+        assert engine.machine_containers(client, name) == []  # a preview makes nothing
         project.up()
         running = {c.labels[labels.MACHINE]: c for c in engine.machine_containers(client, name)}
         assert sorted(running) == ["render-a", "render-b"]
@@ -235,6 +238,16 @@ def test_the_local_stack_from_up_to_destroy(tmp_path: Path, pulumi_bin: str) -> 
         left = engine.machine_containers(client, name)
         assert [c.labels[labels.MACHINE] for c in left] == ["render-a"]
         assert left[0].id == running["render-a"].id
+
+        # a new revision: the running container is left as it is (its labels cannot change,
+        # and a deploy is new machines under new names)
+        doc = yaml.safe_load(config.read_text())
+        doc["apps"]["renderer"]["deploy"]["command"] = ["python3", "/app/server.py", "--v2"]
+        config.write_text(yaml.safe_dump(doc, sort_keys=False))
+        changes = project.up()
+        assert not {"create", "replace", "delete", "update"} & set(changes), changes
+        (same,) = engine.machine_containers(client, name)
+        assert same.id == left[0].id and same.labels[labels.REVISION] == revision
 
         assert "render-a" in project.named("render-a")
         left[0].remove(force=True)  # behind Pulumi's back
