@@ -76,6 +76,15 @@ def python_for(info: language_pb2.ProgramInfo) -> str:
     return str(python)
 
 
+def interpreter(info: language_pb2.ProgramInfo, context: grpc.ServicerContext) -> str:
+    """python_for, or the call aborted with FAILED_PRECONDITION and the reason."""
+    try:
+        return python_for(info)
+    except HostError as exc:
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        raise  # abort raises; this line is for type checkers
+
+
 def program_of(request: language_pb2.RunRequest) -> str:
     info = request.info
     if info.program_directory:
@@ -121,10 +130,7 @@ class LanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
         self, request: language_pb2.InstallDependenciesRequest, context: grpc.ServicerContext
     ) -> Iterator[language_pb2.InstallDependenciesResponse]:
         """Installs nothing: it only checks that the interpreter is there."""
-        try:
-            python = python_for(request.info)
-        except HostError as exc:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        python = interpreter(request.info, context)
         yield language_pb2.InstallDependenciesResponse(
             stdout=f"using {python}; dependencies are installed by scripts/venv\n".encode()
         )
@@ -132,10 +138,7 @@ class LanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
     def About(
         self, request: language_pb2.AboutRequest, context: grpc.ServicerContext
     ) -> language_pb2.AboutResponse:
-        try:
-            python = python_for(request.info)
-        except HostError as exc:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        python = interpreter(request.info, context)
         version = subprocess.run(
             [python, "-c", "import platform; print(platform.python_version())"],
             capture_output=True, text=True, check=False,
@@ -145,10 +148,7 @@ class LanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
     def GetProgramDependencies(
         self, request: language_pb2.GetProgramDependenciesRequest, context: grpc.ServicerContext
     ) -> language_pb2.GetProgramDependenciesResponse:
-        try:
-            python = python_for(request.info)
-        except HostError as exc:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        python = interpreter(request.info, context)
         listed = subprocess.run(
             [python, "-m", "pip", "list", "--format", "json", "--disable-pip-version-check"],
             capture_output=True, text=True, check=False,

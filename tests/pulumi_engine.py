@@ -23,6 +23,32 @@ from tests.helpers import ROOT
 PASSPHRASE = "test-passphrase"
 
 
+def example_config(folder: Path, healthcheck: str = "/health", **pool: Any) -> Path:
+    """The example's sp00ky.yml with ``pool`` settings, its backend built from the locally made
+    base image (no registry is reachable here)."""
+    from tests.conftest import BASE_IMAGE
+
+    doc = yaml.safe_load((ROOT / "examples" / "sp00ky.yml").read_text())
+    doc["pools"]["render"].update(pool)
+    app = doc["apps"]["renderer"]
+    app["spec"] = str(ROOT / "examples" / "backend" / "openapi.yml")
+    app["method"].pop("schema", None)
+    backend = folder / "backend"
+    backend.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "examples" / "backend" / "server.py", backend / "server.py")
+    (backend / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\nCOPY server.py /app/server.py\n"
+        "ENV HOST=0.0.0.0 PORT=8080 PYTHONUNBUFFERED=1\n"
+        'CMD ["python3", "/app/server.py"]\n'
+    )
+    app["deploy"]["dockerfile"] = str(backend / "Dockerfile")
+    app["deploy"]["command"] = ["python3", str(backend / "server.py")]
+    app["deploy"]["healthcheck"] = healthcheck
+    path = folder / "sp00ky.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
 def engine_env(bin_dir: str, state: Path, home: Path) -> dict[str, str]:
     """What every run of the engine gets (the Automation API's runs too)."""
     return {

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import threading
 import time
@@ -24,34 +23,10 @@ import yaml
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV
-from tests.conftest import BASE_IMAGE, docker_available, need_service
+from tests.conftest import docker_available, need_service
 from tests.controllers import SECRET, ControllerProcess, wait_for
 from tests.fake_hetzner import TOKEN, FakeHetzner
-from tests.helpers import ROOT
-from tests.pulumi_engine import StackProject
-
-
-def _sp00ky_yml(folder: Path, **pool: Any) -> Path:
-    """The example's sp00ky.yml, its backend built from the locally made base image (no
-    registry is reachable here)."""
-    doc = yaml.safe_load((ROOT / "examples" / "sp00ky.yml").read_text())
-    doc["pools"]["render"].update(pool)
-    app = doc["apps"]["renderer"]
-    app["spec"] = str(ROOT / "examples" / "backend" / "openapi.yml")
-    app["method"].pop("schema", None)
-    backend = folder / "backend"
-    backend.mkdir(exist_ok=True)
-    shutil.copy(ROOT / "examples" / "backend" / "server.py", backend / "server.py")
-    (backend / "Dockerfile").write_text(
-        f"FROM {BASE_IMAGE}\nCOPY server.py /app/server.py\n"
-        "ENV HOST=0.0.0.0 PORT=8080 PYTHONUNBUFFERED=1\n"
-        'CMD ["python3", "/app/server.py"]\n'
-    )
-    app["deploy"]["dockerfile"] = str(backend / "Dockerfile")
-    app["deploy"]["command"] = ["python3", str(backend / "server.py")]
-    path = folder / "sp00ky.yml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+from tests.pulumi_engine import StackProject, example_config
 
 
 def _revision(config: Path) -> str:
@@ -60,7 +35,7 @@ def _revision(config: Path) -> str:
 
 
 def _prod(tmp_path: Path, pulumi_bin: str, cloud: FakeHetzner, **env: str) -> StackProject:
-    config = _sp00ky_yml(tmp_path)
+    config = example_config(tmp_path)
     project = StackProject.make(
         tmp_path, pulumi_bin, "prod",
         {"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": cloud.url, UPDATED_BY_ENV: CONTROLLER, **env},
@@ -213,7 +188,7 @@ def test_the_local_stack_from_up_to_destroy(tmp_path: Path, pulumi_bin: str) -> 
     from sp00ky_infra import engine
 
     client = engine.connect()
-    config = _sp00ky_yml(tmp_path)
+    config = example_config(tmp_path)
     revision = _revision(config)
     project = StackProject.make(tmp_path, pulumi_bin, "local", {UPDATED_BY_ENV: CONTROLLER})
     name = f"t{tmp_path.name[-8:].lower().replace('_', '')}"
@@ -280,7 +255,7 @@ def test_a_controller_drives_the_local_stack_through_the_automation_api(
     with socket.socket() as probe:  # a free port on the gateway: the stack's URL names it
         probe.bind((gateway, 0))
         port = probe.getsockname()[1]
-    config = _sp00ky_yml(tmp_path)
+    config = example_config(tmp_path)
     name = f"t{tmp_path.name[-8:].lower().replace('_', '')}"
     project = StackProject.make(tmp_path, pulumi_bin, "local", {})
     project.config("sp00ky:provider", "docker")

@@ -14,11 +14,10 @@ from typing import Any
 
 import docker
 import pytest
-import yaml
 
 from sp00ky_infra.rehearse.boot import ROLE
-from tests.conftest import BASE_IMAGE, docker_available, need_service
-from tests.helpers import ROOT
+from tests.conftest import docker_available, need_service
+from tests.pulumi_engine import example_config
 
 
 @pytest.fixture
@@ -29,28 +28,6 @@ def needs(pulumi_bin: str) -> str:
     if shutil.which("debootstrap") is None:
         need_service("debootstrap", "apt-get install debootstrap")
     return pulumi_bin
-
-
-def _config(folder: Path, healthcheck: str = "/health", **pool: Any) -> Path:
-    """The example's sp00ky.yml, its backend built from the locally made base image."""
-    doc = yaml.safe_load((ROOT / "examples" / "sp00ky.yml").read_text())
-    doc["pools"]["render"].update(pool)
-    app = doc["apps"]["renderer"]
-    app["spec"] = str(ROOT / "examples" / "backend" / "openapi.yml")
-    app["method"].pop("schema", None)
-    backend = folder / "backend"
-    backend.mkdir(parents=True)
-    shutil.copy(ROOT / "examples" / "backend" / "server.py", backend / "server.py")
-    (backend / "Dockerfile").write_text(
-        f"FROM {BASE_IMAGE}\nCOPY server.py /app/server.py\n"
-        "ENV HOST=0.0.0.0 PORT=8080 PYTHONUNBUFFERED=1\n"
-        'CMD ["python3", "/app/server.py"]\n'
-    )
-    app["deploy"]["dockerfile"] = str(backend / "Dockerfile")
-    app["deploy"]["healthcheck"] = healthcheck
-    path = folder / "sp00ky.yml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
 
 
 def _rehearse(pulumi_bin: str, config: Path, *args: str) -> tuple[int, dict[str, Any], str]:
@@ -80,7 +57,7 @@ def _leftovers() -> list[str]:
 def test_a_rehearsal_runs_jobs_on_servers_that_boot_their_user_data(
     tmp_path: Path, needs: str
 ) -> None:
-    config = _config(tmp_path)
+    config = example_config(tmp_path)
     code, report, log = _rehearse(
         needs, config, "--jobs", "5", "--timings", "idleTimeout=5s,bootTimeout=300s"
     )
@@ -105,7 +82,7 @@ def test_a_rehearsal_runs_jobs_on_servers_that_boot_their_user_data(
 def test_a_backend_that_never_answers_its_healthcheck_is_named_as_the_cause(
     tmp_path: Path, needs: str
 ) -> None:
-    config = _config(tmp_path, healthcheck="/never", max=3)
+    config = example_config(tmp_path, healthcheck="/never", max=3)
     code, report, log = _rehearse(
         needs, config, "--jobs", "3", "--timings", "idleTimeout=5s,bootTimeout=60s",
         "--timeout", "600",
