@@ -6,6 +6,7 @@ import click
 
 from sp00ky_infra import __version__
 from sp00ky_infra.cli.controller import controller, dev
+from sp00ky_infra.cli.explain import explain
 from sp00ky_infra.cli.guardian import guardian
 from sp00ky_infra.cli.jobs import jobs, run
 from sp00ky_infra.cli.lint import lint, schema
@@ -28,6 +29,7 @@ cli.add_command(dev)
 cli.add_command(pools)
 cli.add_command(guardian)
 cli.add_command(simulate)
+cli.add_command(explain)
 
 
 def main() -> None:

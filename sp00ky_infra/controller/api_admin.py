@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from sp00ky_infra import __version__
-from sp00ky_infra.controller import admin
+from sp00ky_infra.controller import admin, explain
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.errors import AGENT_STATUS, ControllerError, Unauthorized, http_status
 from sp00ky_infra.controller.metrics import CONTENT_TYPE, exposition
@@ -63,6 +63,14 @@ def admin_app(controller: Controller) -> FastAPI:
     @app.get("/pools/{name}")
     def pool(name: str) -> dict[str, Any]:
         return admin.pool_view(controller, name)
+
+    @app.get("/pools/{name}/explain")
+    def explain_pool(name: str) -> dict[str, Any]:
+        return explain.pool(controller, name)
+
+    @app.get("/jobs/{key}/explain")
+    def explain_job(key: str) -> dict[str, Any]:
+        return explain.job(controller, key)
 
     @app.post("/pools/{name}/pause")
     def pause(name: str) -> dict[str, Any]:

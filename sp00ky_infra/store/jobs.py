@@ -367,6 +367,20 @@ class Jobs(Dialect):
             running = cur.fetchone()[0]
         return QueueStats(int(due), int(delayed), int(running), oldest)
 
+    def ahead_of(self, job: Job, now: float) -> int:
+        """Due pending jobs before ``job`` in admission order (policy.jobs.admission_key):
+        a range of the jobs_queue index."""
+        with self._scan() as cur:
+            self._x(
+                cur,
+                "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending' "
+                "AND run_after <= ? AND id <> ? AND (priority > ? OR (priority = ? AND "
+                "(created_at < ? OR (created_at = ? AND id < ?))))",
+                (job.table, now, job.id, job.priority, job.priority, job.created_at,
+                 job.created_at, job.id),
+            )  # fmt: skip
+            return int(cur.fetchone()[0])
+
     def busy_slots(self, table: str) -> dict[str, int]:
         """Slots taken by running jobs of ``table``, by machine."""
         with self._cursor() as cur:
