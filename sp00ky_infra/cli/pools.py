@@ -86,6 +86,7 @@ def list_(as_json: bool) -> None:
         "breaker",
         "paused",
         "hours",
+        "EUR",
     ):
         table.add_column(column)
     for pool in found:
@@ -99,6 +100,7 @@ def list_(as_json: bool) -> None:
             "open" if pool["breaker"]["open"] else "closed",
             "yes" if pool["paused"] else "no",
             f"{pool['pool_machine_hours']:.3f}",
+            f"{pool['cost']['euros']:.4f}",
         )
     Console(width=160 if not sys.stdout.isatty() else None).print(table)
 
@@ -119,6 +121,15 @@ def get(name: str, as_json: bool) -> None:
         f"queued {pool['queue']['queued']}, running {pool['queue']['running']}; "
         f"breaker {'open' if pool['breaker']['open'] else 'closed'}"
         + ("; PAUSED" if pool["paused"] else "")
+    )
+    cost = pool["cost"]
+    per_job = cost["euros_per_job"]
+    click.echo(
+        f"  cost: {cost['euros']:.4f} EUR over {cost['machine_hours']:.3f} machine-hours "
+        f"({cost['machines']} machine(s)), {cost['idle_euros']:.4f} EUR idle, "
+        + (f"{per_job:.6f} EUR per job ({cost['jobs']})" if per_job is not None else "no job yet")
+        + f"; {cost['server_type']} at {cost['price']['hourly']:g} EUR/h, capped at "
+        f"{cost['price']['monthly']:g} EUR/month ({cost['price']['source']})"
     )
     for machine in pool["machine_list"]:
         click.echo(
