@@ -10,6 +10,7 @@ from sp00ky_infra.cli.explain import explain
 from sp00ky_infra.cli.guardian import guardian
 from sp00ky_infra.cli.jobs import jobs, run
 from sp00ky_infra.cli.lint import lint, schema
+from sp00ky_infra.cli.mcp_server import mcp
 from sp00ky_infra.cli.pools import pools
 from sp00ky_infra.cli.simulate import simulate
 
@@ -30,6 +31,7 @@ cli.add_command(pools)
 cli.add_command(guardian)
 cli.add_command(simulate)
 cli.add_command(explain)
+cli.add_command(mcp)
 
 
 def main() -> None:

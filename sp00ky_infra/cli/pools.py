@@ -40,27 +40,38 @@ def _admin() -> tuple[str, str]:
     return url.rstrip("/"), token
 
 
-def call(method: str, path: str) -> Any:
+class AdminError(Exception):
+    """The admin API could not be reached, or refused; the message says what to do."""
+
+
+def admin_request(method: str, path: str) -> Any:
+    """One admin API call: its JSON answer, or AdminError."""
     url, token = _admin()
     try:
         answer = requests.request(
             method, f"{url}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=30
         )
     except requests.RequestException as exc:
-        click.echo(
-            f"error: cannot reach the admin API at {url} ({exc.__class__.__name__}); is the "
-            "controller running? Set SPKY_ADMIN_URL to point at it",
-            err=True,
-        )
-        sys.exit(1)
+        raise AdminError(
+            f"cannot reach the admin API at {url} ({exc.__class__.__name__}); is the "
+            "controller running? Set SPKY_ADMIN_URL to point at it"
+        ) from exc
     if answer.status_code >= 400:
         try:
             message = answer.json().get("error") or answer.text
         except ValueError:
             message = answer.text
-        click.echo(f"error: {message}", err=True)
-        sys.exit(1)
+        raise AdminError(message)
     return answer.json()
+
+
+def call(method: str, path: str) -> Any:
+    """``admin_request`` for the command line: a refusal is printed, and exits 1."""
+    try:
+        return admin_request(method, path)
+    except AdminError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
 
 
 @click.group()
