@@ -16,6 +16,7 @@ Causes of a waiting job, in the order they are told:
 - ``breaker_open``: failed boots stopped new machines until a time;
 - ``machine_booting``: a machine is on its way (since a time);
 - ``scaling_up``: this tick's plan creates machines;
+- ``starting``: a ready machine has a free slot: its next poll takes the job;
 - ``no_free_slot``: every slot is busy (the catch-all when the pool has all it wants).
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sp00ky_infra.policy.plan import MachineView, Plan, PoolView
@@ -146,6 +147,14 @@ def explain_job(job: Waiting, pool: PoolView, plan: Plan, now: float) -> list[Ca
                 {"count": plan.create.count},
             )
         )
+    if not causes and most_free >= job.slots:
+        causes.append(
+            Cause(
+                "starting",
+                f"a ready machine has {most_free} free slot(s): its next poll takes the job",
+                {"most_free": most_free},
+            )
+        )
     if not causes:
         busy = sum(m.busy_slots for m in ready)
         causes.append(
@@ -196,9 +205,13 @@ def explain_pool(pool: PoolView, plan: Plan, now: float) -> dict[str, Any]:
         actions[destroy.machine] = f"destroying it: {destroy.reason.value}"
     for drain in plan.drain:
         actions[drain.machine] = f"draining it: {drain.reason.value}"
+    clocks = {clock.machine: clock.since for clock in plan.idle}  # as the tick keeps them
+    machines = [
+        replace(m, idle_since=clocks[m.name]) if m.name in clocks else m for m in pool.machines
+    ]
     notes = [
         MachineNote(m.name, m.state, m.busy_slots, actions.get(m.name) or _why_kept(m, pool, now))
-        for m in pool.machines
+        for m in machines
     ]
     return {
         "pool": pool.name,
