@@ -27,6 +27,8 @@ class JobRun:
     deadline: float | None  # unix time
     renewed_at: float  # monotonic send time of the last poll that renewed the lease
     margin: float
+    assigned_at: float = field(default_factory=time.monotonic)  # its poll answer came
+    posted_at: float | None = None  # monotonic: its POST was sent
     report: ResultRequest | None = None  # what to tell the controller, once done
     stopped: str | None = None  # cancelled, stale, abandoned, shutdown
     done: threading.Event = field(default_factory=threading.Event)
@@ -61,6 +63,7 @@ class JobRun:
             "X-Sp00ky-Attempt": self.attempt,
         }
         try:
+            self.posted_at = time.monotonic()
             conn.request("POST", self.path, body=body, headers=headers)
             answer = conn.getresponse()
             data = answer.read()
@@ -74,6 +77,11 @@ class JobRun:
             return ResultRequest(status="success", result=_decode(data))
         excerpt = data[:REASON_EXCERPT].decode(errors="replace")
         return _failed("backend_error", f"HTTP {answer.status}: {excerpt}", answer.status)
+
+    def posted(self) -> float | None:
+        """Seconds from its poll answer to its POST being sent (None until sent): the
+        machine's part of the dispatch time, which travels with the polls and the result."""
+        return None if self.posted_at is None else self.posted_at - self.assigned_at
 
     def stop(self, reason: str) -> None:
         """Drop the request: the connection is shut, so the backend sees the client leave."""

@@ -17,6 +17,7 @@ logged); an agent that finds it there rejoins with it instead of its one-time jo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -303,7 +304,8 @@ class Agent:
                 free = max(0, self.config.slots - len(self.runs))
             wait = self.config.poll_wait if free > 0 else 0.0
             reported = tuple(
-                RunningAttempt(job=run.job, attempt=run.attempt) for run in self.runs.values()
+                RunningAttempt(job=run.job, attempt=run.attempt, posted=run.posted())
+                for run in self.runs.values()
             )
             sent = time.monotonic()
             try:
@@ -403,7 +405,8 @@ class Agent:
             if run.report.status != "cancelled" and self.config.recycle == "job":
                 self.recycle_due = True
             try:
-                answer = self.remote.result(run.job, run.attempt, run.report)
+                report = dataclasses.replace(run.report, posted=run.posted())
+                answer = self.remote.result(run.job, run.attempt, report)
                 self.last_contact = time.monotonic()
                 self.log("result", job=run.job, attempt=run.attempt, status=answer.job_status)
                 self.runs.pop(run.job, None)

@@ -117,6 +117,7 @@ class Ack(Message):
 class RunningAttempt(Message):
     job: str
     attempt: str
+    posted: float | None = None  # seconds from the poll answer that assigned it to its POST
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,6 +168,7 @@ class ResultRequest(Message):
     status: Literal["success", "failed", "cancelled"]
     result: Any = None
     error: ErrorInfo | None = None
+    posted: float | None = None  # seconds from the poll answer that assigned it to its POST
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -50,4 +50,5 @@ def test_what_the_agent_sends_has_every_field() -> None:
         "status": "cancelled",
         "result": None,
         "error": None,
+        "posted": None,
     }

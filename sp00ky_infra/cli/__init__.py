@@ -6,9 +6,11 @@ import click
 
 from sp00ky_infra import __version__
 from sp00ky_infra.cli.controller import controller, dev
+from sp00ky_infra.cli.explain import explain
 from sp00ky_infra.cli.guardian import guardian
 from sp00ky_infra.cli.jobs import jobs, run
 from sp00ky_infra.cli.lint import lint, schema
+from sp00ky_infra.cli.mcp_server import mcp
 from sp00ky_infra.cli.pools import pools
 from sp00ky_infra.cli.rehearse import rehearse
 from sp00ky_infra.cli.simulate import simulate
@@ -30,6 +32,8 @@ cli.add_command(pools)
 cli.add_command(guardian)
 cli.add_command(rehearse)
 cli.add_command(simulate)
+cli.add_command(explain)
+cli.add_command(mcp)
 
 
 def main() -> None:

@@ -239,6 +239,7 @@ def _summary(runtime: Runtime, queued: list[str], seconds: float, since: float) 
         if machine.created_at >= since
     )
     spent = f"machine time {machine_seconds:.0f}s ({machine_seconds / 3600:.4f} pool_machine_hours)"
+    spent += "; " + _costs(runtime, now)
     if not queued:
         return f"Ran {seconds:.0f}s; {spent}."
     statuses = [store.get(job_id).status for job_id in queued]
@@ -246,6 +247,22 @@ def _summary(runtime: Runtime, queued: list[str], seconds: float, since: float) 
         f"{statuses.count('success')} of {len(queued)} job(s) succeeded, "
         f"{statuses.count('failed')} failed, in {seconds:.0f}s; {spent}."
     )
+
+
+def _costs(runtime: Runtime, now: float) -> str:
+    """Each pool's bill at its server type's Hetzner price (what these machines would cost
+    there): spent, idle, per job."""
+    parts = []
+    for name in runtime.controller.pools:
+        cost = admin.cost_view(runtime.controller, name, now)
+        per_job = cost["euros_per_job"]
+        parts.append(
+            f"pool {name}: {cost['euros']:.4f} EUR as {cost['server_type']} "
+            f"({cost['idle_euros']:.4f} idle"
+            + (f", {per_job:.6f} per job" if per_job is not None else "")
+            + ")"
+        )
+    return "; ".join(parts)
 
 
 class _Refresher(threading.Thread):

@@ -40,27 +40,38 @@ def _admin() -> tuple[str, str]:
     return url.rstrip("/"), token
 
 
-def call(method: str, path: str) -> Any:
+class AdminError(Exception):
+    """The admin API could not be reached, or refused; the message says what to do."""
+
+
+def admin_request(method: str, path: str) -> Any:
+    """One admin API call: its JSON answer, or AdminError."""
     url, token = _admin()
     try:
         answer = requests.request(
             method, f"{url}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=30
         )
     except requests.RequestException as exc:
-        click.echo(
-            f"error: cannot reach the admin API at {url} ({exc.__class__.__name__}); is the "
-            "controller running? Set SPKY_ADMIN_URL to point at it",
-            err=True,
-        )
-        sys.exit(1)
+        raise AdminError(
+            f"cannot reach the admin API at {url} ({exc.__class__.__name__}); is the "
+            "controller running? Set SPKY_ADMIN_URL to point at it"
+        ) from exc
     if answer.status_code >= 400:
         try:
             message = answer.json().get("error") or answer.text
         except ValueError:
             message = answer.text
-        click.echo(f"error: {message}", err=True)
-        sys.exit(1)
+        raise AdminError(message)
     return answer.json()
+
+
+def call(method: str, path: str) -> Any:
+    """``admin_request`` for the command line: a refusal is printed, and exits 1."""
+    try:
+        return admin_request(method, path)
+    except AdminError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
 
 
 @click.group()
@@ -86,6 +97,7 @@ def list_(as_json: bool) -> None:
         "breaker",
         "paused",
         "hours",
+        "EUR",
     ):
         table.add_column(column)
     for pool in found:
@@ -99,6 +111,7 @@ def list_(as_json: bool) -> None:
             "open" if pool["breaker"]["open"] else "closed",
             "yes" if pool["paused"] else "no",
             f"{pool['pool_machine_hours']:.3f}",
+            f"{pool['cost']['euros']:.4f}",
         )
     Console(width=160 if not sys.stdout.isatty() else None).print(table)
 
@@ -119,6 +132,15 @@ def get(name: str, as_json: bool) -> None:
         f"queued {pool['queue']['queued']}, running {pool['queue']['running']}; "
         f"breaker {'open' if pool['breaker']['open'] else 'closed'}"
         + ("; PAUSED" if pool["paused"] else "")
+    )
+    cost = pool["cost"]
+    per_job = cost["euros_per_job"]
+    click.echo(
+        f"  cost: {cost['euros']:.4f} EUR over {cost['machine_hours']:.3f} machine-hours "
+        f"({cost['machines']} machine(s)), {cost['idle_euros']:.4f} EUR idle, "
+        + (f"{per_job:.6f} EUR per job ({cost['jobs']})" if per_job is not None else "no job yet")
+        + f"; {cost['server_type']} at {cost['price']['hourly']:g} EUR/h, capped at "
+        f"{cost['price']['monthly']:g} EUR/month ({cost['price']['source']})"
     )
     for machine in pool["machine_list"]:
         click.echo(

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from sp00ky_infra.config.durations import parse_duration
+from sp00ky_infra.policy.cost import Price
 
 Provider = Literal["hetzner", "docker"]
 Recycle = Literal["job", "never"]
@@ -146,6 +147,7 @@ class Config:
     pools: Mapping[str, Pool] = field(default_factory=lambda: MappingProxyType({}))
     backends: Mapping[str, Backend] = field(default_factory=lambda: MappingProxyType({}))
     retention: Retention = Retention()
+    prices: Mapping[str, Price] = field(default_factory=lambda: MappingProxyType({}))
     root: str = "."  # the directory of sp00ky.yml; relative paths resolve against it
 
     def backend_for(self, pool: str) -> Backend:
@@ -172,6 +174,12 @@ def build_config(data: Mapping[str, Any], root: str = ".") -> Config:
         pools=MappingProxyType(pools),
         backends=MappingProxyType(backends),
         retention=_retention(data.get("retention") or {}),
+        prices=MappingProxyType(
+            {
+                server_type: Price(float(raw["hourly"]), float(raw["monthly"]), "sp00ky.yml")
+                for server_type, raw in (data.get("prices") or {}).items()
+            }
+        ),
         root=root,
     )
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from sp00ky_infra.client import Client
 from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.costs import pool_cost, pool_price
 from sp00ky_infra.controller.errors import Refusal
 from sp00ky_infra.controller.reconcile import shape_of
 from sp00ky_infra.policy.machines import LIVE_STATES, Reason
@@ -63,10 +64,22 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
         },
         "incidents": [i.as_json() for i in store.pools.incidents(name) if i.closed_at is None],
         "pool_machine_hours": round(store.machines.machine_seconds(name, now) / 3600, 4),
+        "cost": cost_view(controller, name, now),
     }
     if machines:
         view["machine_list"] = [{**m.as_json(), "busy_slots": busy.get(m.name, 0)} for m in live]
     return view
+
+
+def cost_view(controller: Controller, name: str, now: float) -> dict[str, Any]:
+    """Euros spent, idle and per job, with the price they were computed at."""
+    price = pool_price(controller.config, name)
+    bill = pool_cost(controller.store, controller.config, name, controller.table_of(name), now)
+    return {
+        **bill.as_json(),
+        "server_type": controller.pools[name].machine.type,
+        "price": {"hourly": price.hourly, "monthly": price.monthly, "source": price.source},
+    }
 
 
 def pools_view(controller: Controller) -> list[dict[str, Any]]:

@@ -7,13 +7,14 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from sp00ky_infra import __version__
-from sp00ky_infra.controller import admin
+from sp00ky_infra.controller import admin, explain
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.errors import AGENT_STATUS, ControllerError, Unauthorized, http_status
+from sp00ky_infra.controller.metrics import CONTENT_TYPE, exposition
 from sp00ky_infra.store import JobNotFound, StoreError
 
 # What each error answers with; ``http_status`` takes the exception's most specific class
@@ -63,6 +64,14 @@ def admin_app(controller: Controller) -> FastAPI:
     def pool(name: str) -> dict[str, Any]:
         return admin.pool_view(controller, name)
 
+    @app.get("/pools/{name}/explain")
+    def explain_pool(name: str) -> dict[str, Any]:
+        return explain.pool(controller, name)
+
+    @app.get("/jobs/{key}/explain")
+    def explain_job(key: str) -> dict[str, Any]:
+        return explain.job(controller, key)
+
     @app.post("/pools/{name}/pause")
     def pause(name: str) -> dict[str, Any]:
         return admin.set_paused(controller, name, True)
@@ -83,6 +92,11 @@ def admin_app(controller: Controller) -> FastAPI:
     def start(name: str, body: StartJob) -> dict[str, Any]:
         job = admin.start_job(controller, name, body.model_dump())
         return {"queued": True, "queueId": job.id, "pool": name}
+
+    @app.get("/metrics", response_class=Response)
+    def metrics() -> Response:
+        """Prometheus' text format (README, "Metrics")."""
+        return Response(exposition(controller), media_type=CONTENT_TYPE)
 
     @app.get("/incidents")
     def incidents() -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from sp00ky_infra.config import Backend, Config, Pool
 from sp00ky_infra.controller.errors import Gone, NotLeader, Refusal, Unauthorized
 from sp00ky_infra.controller.executor import Executor
 from sp00ky_infra.controller.images import ImageServer, PoolImage, UnknownImage
+from sp00ky_infra.controller.measures import Measures
 from sp00ky_infra.controller.protocol import (
     AgentSettings,
     Assignment,
@@ -39,9 +40,10 @@ from sp00ky_infra.controller.state import (
     PoolStates,
     Wake,
 )
+from sp00ky_infra.policy.plan import Plan
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.names import pool_image
-from sp00ky_infra.store import Conflict, JobNotFound, SqlStore, StaleAttempt
+from sp00ky_infra.store import Conflict, Job, JobNotFound, SqlStore, StaleAttempt
 from sp00ky_infra.store.machines import Machine, MachineNotFound
 
 log = logging.getLogger("sp00ky.controller")
@@ -77,8 +79,10 @@ class Controller:
         self.pool_states = PoolStates(store)
         self.prune = Periodic(settings.prune_every)
         self.heartbeat = Periodic(settings.heartbeat_every)
+        self.measures = Measures()
+        self.plans: Mapping[str, Plan] = {}  # the last tick's, by pool (what /metrics shows)
         self.executor = Executor(
-            settings, store, provisioner, self.pool_states, self.events, self.wake
+            settings, store, provisioner, self.pool_states, self.events, self.wake, self.measures
         )
         self.load(config, images)
 
@@ -289,6 +293,8 @@ class Controller:
         now = self.clock()
         pool = self.pools[machine.pool]
         reported = [(each.job, each.attempt) for each in request.running]
+        for each in request.running:
+            self.measures.posted(each.attempt, each.posted)
         stop: list[Stop] = []
         if renew:
             self.store.machines.seen(name, now)
@@ -326,8 +332,10 @@ class Controller:
                     concurrency=backend.method.concurrency if backend.method else None,
                 )
                 assignments += [_assignment(job) for job in claimed]
+                for job in claimed:
+                    self.measures.claimed(job.attempt or "", machine.pool, now - job.run_after)
                 if claimed:
-                    self.executor.claimed(name)
+                    self.executor.claimed(name, now)
         return PollReply(
             assignments=assignments,
             stop=stop,
@@ -340,8 +348,10 @@ class Controller:
         self, name: str, session: str, job_id: str, attempt: str, report: ResultRequest
     ) -> str:
         """Record what the backend answered (or why it could not), for the current attempt."""
-        self._authenticate(name, session)
+        machine = self._authenticate(name, session)
         now = self.clock()
+        self.measures.posted(attempt, report.posted)
+        self.measures.forget(attempt)
         try:
             job = self.store.get(job_id)
             if job.machine != name and job.attempt == attempt:
@@ -364,6 +374,12 @@ class Controller:
             raise Refusal(str(exc)) from exc
         except Conflict as exc:
             raise Refusal(str(exc)) from exc
+        if job.started_at is not None:
+            self.measures.job_duration.labels(machine.pool, report.status).observe(
+                max(now - job.started_at, 0.0)
+            )
+        if done.status in ("success", "failed"):
+            self.measures.job_finished(machine.pool, done.status, last_code(done))
         self.wake.machine(name)  # a slot is free again
         return done.status
 
@@ -372,6 +388,11 @@ class Controller:
         machine = self._authenticate(name, session)
         if not self.executor.agent_drained(machine, self.clock()):
             raise Refusal(f"machine {name} is {machine.state}, not draining")
+
+
+def last_code(job: Job) -> str:
+    """The code of a job's last error ("" when it has none)."""
+    return str(job.errors[-1].get("code", "")) if job.errors else ""
 
 
 def machine_env(backend: Backend) -> dict[str, str]:

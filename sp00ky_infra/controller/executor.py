@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+from sp00ky_infra.controller.measures import Measures
 from sp00ky_infra.controller.provisioners import (
     Adopts,
     MachineSpec,
@@ -47,7 +48,9 @@ class Executor:
         pools: PoolStates,
         events: EventLog,
         wake: Wake,
+        measures: Measures | None = None,
     ) -> None:
+        self.measures = measures or Measures()
         self.settings = settings
         self.store = store
         self.provisioner = provisioner
@@ -208,13 +211,15 @@ class Executor:
         """Its backend answers: ready, and the pool's breaker closes."""
         if self.store.machines.move(machine.name, Reason.READY, now):
             took = now - machine.created_at
+            self.measures.boot.labels(machine.pool, machine.provider).observe(max(took, 0.0))
             self.event(now, machine.pool, "ready", f"{machine.name} is ready ({took:.1f}s)")
             self.boot_succeeded(machine.pool, now)
             self.wake.machine(machine.name)
 
-    def claimed(self, name: str) -> None:
-        """The machine took work: its idle clock stops (the tick restarts it once it is idle)."""
-        self.store.machines.set_idle(name, None)
+    def claimed(self, name: str, now: float) -> None:
+        """The machine took work: its idle clock stops (the tick restarts it once it is idle)
+        and its busy time runs (what is not busy is idle in the pool's cost)."""
+        self.store.machines.busy(name, now)
 
     def agent_drained(self, machine: Machine, now: float) -> bool:
         """Its agent finished its jobs and left (after a drain, or stopped on the machine);

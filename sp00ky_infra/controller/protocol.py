@@ -93,6 +93,11 @@ class Ack(BaseModel):
 class RunningAttempt(BaseModel):
     job: str
     attempt: str
+    posted: float | None = Field(
+        default=None,
+        description="Seconds from the poll answer that assigned it to its POST being sent "
+        "(the dispatch time's machine side; once sent).",
+    )
 
 
 class PollRequest(BaseModel):
@@ -138,6 +143,10 @@ class ResultRequest(BaseModel):
     status: Literal["success", "failed", "cancelled"]
     result: Any = None
     error: ErrorInfo | None = None
+    posted: float | None = Field(
+        default=None,
+        description="Seconds from the poll answer that assigned it to its POST being sent.",
+    )
 
 
 class ResultReply(BaseModel):

@@ -8,14 +8,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.core import Controller, last_code
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.hetzner.heartbeat import stamp_heartbeat
 from sp00ky_infra.policy.plan import MachineView, Plan, PoolView, plan_pool, pool_view
 from sp00ky_infra.policy.sizing import Shape, queue_cap
+from sp00ky_infra.store import JobNotFound, SweepReport
 from sp00ky_infra.store.machines import Machine
 
 log = logging.getLogger("sp00ky.controller")
@@ -77,13 +79,16 @@ def tick(controller: Controller) -> TickReport:
     """Lead if possible; then sweep leases, size every pool and apply the plans."""
     if not controller.lead():
         return TickReport(leader=False)
+    started = time.perf_counter()
     now = controller.clock()
     swept = controller.store.sweep(now)
     for job_id in swept.lease_expired:
         log.info("event=lease_expired job=%s", job_id)
+    count_swept(controller, swept)
     executor = controller.executor
     executor.record_outcomes(now)
     plans = [plan_pool(view, now) for view in observe(controller, now)]
+    controller.plans = {plan.pool: plan for plan in plans}
     errors: list[str] = []
     for plan in plans:
         errors += executor.apply(plan, controller.deployment, now)
@@ -91,7 +96,20 @@ def tick(controller: Controller) -> TickReport:
     maybe_heartbeat(controller, now)
     for plan in plans:
         controller.wake.pool(plan.pool)  # due jobs (delays, backoffs) reach waiting polls
+    controller.measures.tick.observe(time.perf_counter() - started)
     return TickReport(True, tuple(plans), swept.total, pruned, tuple(errors))
+
+
+def count_swept(controller: Controller, swept: SweepReport) -> None:
+    """Jobs the sweep ended for good (out of retries, or waiting past queueTimeout) count as
+    finished; the ones it put back in the queue do not."""
+    for job_id in (*swept.lease_expired, *swept.timed_out, *swept.queue_timed_out):
+        try:
+            job = controller.store.get(job_id)
+        except JobNotFound:
+            continue
+        if job.status == "failed" and job.pool is not None:
+            controller.measures.job_finished(job.pool, "failed", last_code(job))
 
 
 def maybe_prune(controller: Controller, now: float) -> int:

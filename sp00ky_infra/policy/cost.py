@@ -24,7 +24,7 @@ Local and docker machines run on hardware already paid for: they cost nothing he
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -123,3 +123,42 @@ def parse_price(text: str) -> tuple[str, Price]:
     if not server_type or price.hourly < 0 or price.monthly < 0:
         raise ValueError(f"price {text!r}: write TYPE=HOURLY/MONTHLY in EUR, e.g. cx33=0.0104/6.49")
     return server_type, price
+
+
+@dataclass(frozen=True, slots=True)
+class PoolBill:
+    """What a pool's machines cost: the billing rule applied to each one's recorded life."""
+
+    machines: int
+    machine_seconds: float
+    euros: float
+    idle_euros: float  # the share spent with no job running
+    jobs: int  # jobs the pool finished (success or failed)
+
+    @property
+    def euros_per_job(self) -> float | None:
+        return self.euros / self.jobs if self.jobs else None
+
+    def as_json(self) -> dict[str, float | int | None]:
+        per_job = self.euros_per_job
+        return {
+            "machines": self.machines,
+            "machine_hours": round(self.machine_seconds / HOUR, 4),
+            "euros": round(self.euros, 4),
+            "idle_euros": round(self.idle_euros, 4),
+            "jobs": self.jobs,
+            "euros_per_job": None if per_job is None else round(per_job, 6),
+        }
+
+
+def pool_bill(price: Price, lives: Iterable[tuple[float, float]], jobs: int = 0) -> PoolBill:
+    """The bill of a pool whose machines lived ``(seconds, busy seconds)`` each: every machine
+    billed on its own (per started hour, capped monthly), idle euros its share with no job."""
+    count, seconds, euros, idle = 0, 0.0, 0.0, 0.0
+    for lifetime, busy in lives:
+        bill = machine_euros(price, lifetime)
+        count += 1
+        seconds += lifetime
+        euros += bill
+        idle += idle_euros(bill, lifetime, lifetime - busy)
+    return PoolBill(count, seconds, euros, idle, jobs)

@@ -114,6 +114,10 @@ class Dialect(ABC):
     def _cursor(self) -> AbstractContextManager[Cursor]:
         """A cursor for reads (autocommit)."""
 
+    def _scan(self) -> AbstractContextManager[Cursor]:
+        """A read that counts a long index range (/metrics' queue counts)."""
+        return self._cursor()
+
     @abstractmethod
     def _lock(self, cur: Cursor, key: str) -> None:
         """Serialize transactions that share ``key`` (admission of one queue)."""

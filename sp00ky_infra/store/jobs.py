@@ -7,7 +7,7 @@ retry, recovery and the runner can never leave a job in states they disagree abo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sp00ky_infra.policy.jobs import Queued, admit
@@ -46,6 +46,16 @@ from sp00ky_infra.store.transitions import (
 )
 
 CAS_TRIES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One table's queue as /metrics shows it."""
+
+    due: int  # pending and eligible now
+    delayed: int  # pending, waiting for their delay or a retry's backoff
+    processing: int
+    oldest_due: float | None  # run_after of the longest-waiting due job
 
 
 class Jobs(Dialect):
@@ -331,6 +341,44 @@ class Jobs(Dialect):
                 "AND status = 'pending' AND run_after <= ? LIMIT ?) AS head",
                 (table, now, cap),
             )
+            return int(cur.fetchone()[0])
+
+    def queue_stats(self, table: str, now: float) -> QueueStats:
+        """Pending jobs of ``table`` due and delayed, the due time of the oldest due one, and
+        the jobs running: two ranges of the jobs_pending_due index (no row is read; a range
+        on run_after, so that SQLite picks that index over jobs_queue) and the running rows."""
+        with self._scan() as cur:
+            self._x(
+                cur,
+                "SELECT count(*), min(run_after) FROM jobs WHERE tbl = ? AND status = 'pending' "
+                "AND run_after <= ?",
+                (table, now),
+            )
+            due, oldest = cur.fetchone()
+            self._x(
+                cur,
+                "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending' AND run_after > ?",
+                (table, now),
+            )
+            delayed = cur.fetchone()[0]
+            self._x(
+                cur, "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'processing'", (table,)
+            )
+            running = cur.fetchone()[0]
+        return QueueStats(int(due), int(delayed), int(running), oldest)
+
+    def ahead_of(self, job: Job, now: float) -> int:
+        """Due pending jobs before ``job`` in admission order (policy.jobs.admission_key):
+        a range of the jobs_queue index."""
+        with self._scan() as cur:
+            self._x(
+                cur,
+                "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending' "
+                "AND run_after <= ? AND id <> ? AND (priority > ? OR (priority = ? AND "
+                "(created_at < ? OR (created_at = ? AND id < ?))))",
+                (job.table, now, job.id, job.priority, job.priority, job.created_at,
+                 job.created_at, job.id),
+            )  # fmt: skip
             return int(cur.fetchone()[0])
 
     def busy_slots(self, table: str) -> dict[str, int]:

@@ -81,6 +81,28 @@ class Incident:
 
 
 @dataclass(frozen=True, slots=True)
+class Lifetime:
+    """One machine's life, as billing sees it."""
+
+    name: str
+    provider: str
+    created_at: float
+    destroyed_at: float | None
+    busy_seconds: float  # closed busy periods
+    busy_since: float | None  # an open one
+
+    def seconds(self, now: float) -> float:
+        return max((self.destroyed_at or now) - self.created_at, 0.0)
+
+    def busy(self, now: float) -> float:
+        """Time with at least one job on it (the open period up to ``now`` or its end)."""
+        open_period = 0.0
+        if self.busy_since is not None:
+            open_period = max((self.destroyed_at or now) - self.busy_since, 0.0)
+        return min(self.busy_seconds + open_period, self.seconds(now))
+
+
+@dataclass(frozen=True, slots=True)
 class PoolState:
     pool: str
     paused: bool = False
@@ -251,8 +273,42 @@ class MachineTable:
         self._set(name, ("last_seen_at", now))
 
     def set_idle(self, name: str, since: float | None) -> None:
-        """Start (``since``) or stop (None) the machine's idle clock."""
-        self._set(name, ("idle_since", since))
+        """Start (``since``) or stop (None) the machine's idle clock. Starting it closes the
+        machine's busy period, if one is open (its time goes to busy_seconds)."""
+        if since is None:
+            self._set(name, ("idle_since", None))
+            return
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "UPDATE machines SET idle_since = ?, busy_seconds = busy_seconds + "
+                "CASE WHEN busy_since IS NULL OR busy_since > ? THEN 0 ELSE ? - busy_since END, "
+                "busy_since = NULL WHERE name = ?",
+                (since, since, since, name),
+            )
+
+    def busy(self, name: str, now: float) -> None:
+        """The machine took work at ``now``: its idle clock stops and a busy period opens
+        (unless one is open already)."""
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "UPDATE machines SET idle_since = NULL, busy_since = coalesce(busy_since, ?) "
+                "WHERE name = ?",
+                (now, name),
+            )
+
+    def lifetimes(self, pool: str) -> list[Lifetime]:
+        """Every machine the pool ever had: created, destroyed (None while live) and busy
+        time; what its bill is made of (policy/cost.py applies the rule)."""
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "SELECT name, provider, created_at, destroyed_at, busy_seconds, busy_since "
+                "FROM machines WHERE pool = ? ORDER BY created_at, name",
+                (pool,),
+            )
+            return [Lifetime(*row) for row in cur.fetchall()]
 
     def set_provider(self, name: str, provider_id: str | None, provider_state: str) -> None:
         """What the provisioner reported of it after the move (an asynchronous provisioner)."""

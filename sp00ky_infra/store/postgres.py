@@ -107,6 +107,15 @@ class PostgresStore(SqlStore):
         with self._connection().cursor() as cur:
             yield cur
 
+    @contextmanager
+    def _scan(self) -> Iterator[Cursor]:
+        # Counting 100,000 entries of an index: the two parallel workers the planner asks for
+        # cost more to start than they save on two cores (measured 25 ms with, 15 ms without).
+        conn = self._connection()
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+            yield cur
+
     def _lock(self, cur: Cursor, key: str) -> None:
         # Scoped by schema so that stores in different schemas of one database never contend.
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s))", (key,))

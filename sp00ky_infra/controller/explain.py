@@ -1,0 +1,65 @@
+"""`explain`: what the store and the controller hold, read for ``policy/explain.py``, which
+reasons over the same pool view and plan the tick makes (``reconcile.observe``,
+``policy.plan.plan_pool``): explain never sizes or admits anything itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sp00ky_infra.controller.admin import NotFound, _pool
+from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.reconcile import observe
+from sp00ky_infra.policy.explain import Waiting, explain_job, explain_pool
+from sp00ky_infra.policy.plan import Plan, PoolView, plan_pool
+
+
+def _planned(controller: Controller, name: str, now: float) -> tuple[PoolView, Plan]:
+    view = next(view for view in observe(controller, now) if view.name == name)
+    return view, plan_pool(view, now)
+
+
+def pool(controller: Controller, name: str) -> dict[str, Any]:
+    _pool(controller, name)
+    now = controller.clock()
+    view, plan = _planned(controller, name, now)
+    return {"at": now, **explain_pool(view, plan, now)}
+
+
+def job(controller: Controller, job_id: str) -> dict[str, Any]:
+    found = controller.store.get(job_id)
+    now = controller.clock()
+    answer: dict[str, Any] = {"job": found.id, "status": found.status, "at": now}
+    if found.status != "pending":
+        answer["causes"] = [_not_waiting(found.status, found.machine, found.started_at)]
+        return answer
+    name = found.pool
+    if name is None or name not in controller.pools:
+        raise NotFound(f"job {job_id} runs on no configured pool ({name or 'none'})")
+    table = controller.table_of(name)
+    store = controller.store
+    head = store.queue(table, now, 1)
+    backend = controller.backends[name]
+    waiting = Waiting(
+        id=found.id,
+        run_after=found.run_after,
+        slots=found.slots,
+        ahead=store.ahead_of(found, now),
+        head_id=head[0].id if head else None,
+        head_slots=head[0].slots if head else 0,
+        in_flight=store.queue_stats(table, now).processing,
+        concurrency=backend.method.concurrency if backend.method else None,
+    )
+    view, plan = _planned(controller, name, now)
+    answer["pool"] = name
+    answer["causes"] = [cause.as_json() for cause in explain_job(waiting, view, plan, now)]
+    return answer
+
+
+def _not_waiting(status: str, machine: str | None, started_at: float | None) -> dict[str, Any]:
+    if status == "processing":
+        return {
+            "code": "running",
+            "message": f"it is running on machine {machine} (since {started_at})",
+            "machine": machine,
+        }
+    return {"code": "finished", "message": f"it is not waiting: it ended ({status})"}

@@ -1,0 +1,103 @@
+"""/metrics on the admin listener: what the controller measured (``measures.py``) and what
+it reads at scrape time, each from what it already holds or one indexed read per pool.
+
+Read at scrape time:
+- ``sp00ky_jobs{pool,status}``: pending_due, pending_delayed, processing (index ranges)
+- ``sp00ky_oldest_pending_seconds{pool}``: since the longest-waiting due job was due
+- ``sp00ky_machines{pool,state}``: live machines by state (every state, zeros included)
+- ``sp00ky_pool_desired_machines{pool}``: what the last tick's plan wanted
+- ``sp00ky_pool_machine_seconds_total{pool}``, ``sp00ky_pool_cost_euros_total{pool}``,
+  ``sp00ky_pool_idle_euros_total{pool}``: every machine the pool ever had (costs.py)
+- ``sp00ky_breaker_open{pool}``, ``sp00ky_pool_paused{pool}``, ``sp00ky_leader``
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client import generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.costs import pool_price
+from sp00ky_infra.policy.cost import pool_bill
+from sp00ky_infra.policy.machines import LIVE_STATES
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ControllerCollector(Collector):
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def collect(self) -> Iterator[Metric]:
+        controller = self.controller
+        store = controller.store
+        now = controller.clock()
+        jobs = GaugeMetricFamily("sp00ky_jobs", "Jobs by status.", labels=["pool", "status"])
+        oldest = GaugeMetricFamily(
+            "sp00ky_oldest_pending_seconds",
+            "Since the longest-waiting due job was due (0 when none waits).",
+            labels=["pool"],
+        )
+        machines = GaugeMetricFamily(
+            "sp00ky_machines", "Live machines by state.", labels=["pool", "state"]
+        )
+        desired = GaugeMetricFamily(
+            "sp00ky_pool_desired_machines",
+            "Machines the last tick's plan wanted.",
+            labels=["pool"],
+        )
+        seconds = CounterMetricFamily(
+            "sp00ky_pool_machine_seconds",
+            "Machine time, creation to destruction, of every machine the pool had.",
+            labels=["pool"],
+        )
+        euros = CounterMetricFamily(
+            "sp00ky_pool_cost_euros",
+            "The pool's machines' bill (per started hour, capped monthly) at its server "
+            "type's price.",
+            labels=["pool"],
+        )
+        idle = CounterMetricFamily(
+            "sp00ky_pool_idle_euros",
+            "The share of the bill spent with no job running.",
+            labels=["pool"],
+        )
+        breaker = GaugeMetricFamily(
+            "sp00ky_breaker_open", "1 while the pool's breaker stops boots.", labels=["pool"]
+        )
+        paused = GaugeMetricFamily("sp00ky_pool_paused", "1 while paused.", labels=["pool"])
+        by_state = Counter((m.pool, m.state) for m in store.machines.live())
+        plans = controller.plans
+        for name in controller.pools:
+            stats = store.queue_stats(controller.table_of(name), now)
+            jobs.add_metric([name, "pending_due"], stats.due)
+            jobs.add_metric([name, "pending_delayed"], stats.delayed)
+            jobs.add_metric([name, "processing"], stats.processing)
+            waited = 0.0 if stats.oldest_due is None else max(now - stats.oldest_due, 0.0)
+            oldest.add_metric([name], waited)
+            for state in LIVE_STATES:
+                machines.add_metric([name, state], by_state.get((name, state), 0))
+            if name in plans:
+                desired.add_metric([name], plans[name].desired)
+            lives = [(life.seconds(now), life.busy(now)) for life in store.machines.lifetimes(name)]
+            bill = pool_bill(pool_price(controller.config, name), lives)
+            seconds.add_metric([name], bill.machine_seconds)
+            euros.add_metric([name], bill.euros)
+            idle.add_metric([name], bill.idle_euros)
+            flags = controller.pool_states.get(name)
+            breaker.add_metric([name], 1.0 if flags.breaker.is_open(now) else 0.0)
+            paused.add_metric([name], 1.0 if flags.paused else 0.0)
+        leader = GaugeMetricFamily("sp00ky_leader", "1 while this controller leads its store.")
+        leader.add_metric([], 1.0 if controller.leader else 0.0)
+        yield from (jobs, oldest, machines, desired, seconds, euros, idle, breaker, paused, leader)
+
+
+def exposition(controller: Controller) -> bytes:
+    """The text format (0.0.4, what every Prometheus reads): the measures, then the
+    scrape-time reads."""
+    measured = generate_latest(controller.measures.registry)
+    return measured + generate_latest(ControllerCollector(controller))

@@ -1,0 +1,251 @@
+"""Why a job still waits, and why a pool has the machines it has. Pure.
+
+Both read the same ``PoolView`` and ``Plan`` the tick builds (``plan_pool``): nothing here
+sizes a pool or admits a job again; it reads what the plan decided and says why, with the
+numbers. Each cause is data (a stable code, a message, its figures) so that the CLI, the
+admin API and the MCP server show the same thing.
+
+Causes of a waiting job, in the order they are told:
+- ``delayed``: not due before its delay or retry backoff ends;
+- ``paused``: the pool binds nothing new;
+- ``concurrency``: its table has ``method.concurrency`` jobs in flight;
+- ``queue_position``: due jobs ahead of it, in admission order;
+- ``head_of_line``: the queue's head needs more slots than any machine has free, and nothing
+  overtakes it;
+- ``pool_at_max``: the sizing rule wants more machines than ``max``;
+- ``breaker_open``: failed boots stopped new machines until a time;
+- ``machine_booting``: a machine is on its way (since a time);
+- ``scaling_up``: this tick's plan creates machines;
+- ``starting``: a ready machine has a free slot: its next poll takes the job;
+- ``no_free_slot``: every slot is busy (the catch-all when the pool has all it wants).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sp00ky_infra.policy.plan import MachineView, Plan, PoolView
+from sp00ky_infra.policy.sizing import capacity
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    code: str
+    message: str
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.facts}
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """What explain knows of one pending job and its queue (read by the controller)."""
+
+    id: str
+    run_after: float
+    slots: int
+    ahead: int  # due pending jobs before it in admission order
+    head_id: str | None  # the queue's head (due), None when nothing is due
+    head_slots: int
+    in_flight: int  # the table's running jobs
+    concurrency: int | None  # its method.concurrency
+
+
+def free_slots(machine: MachineView, slots: int) -> int:
+    return max(slots - machine.busy_slots, 0) if machine.state == "ready" else 0
+
+
+def explain_job(job: Waiting, pool: PoolView, plan: Plan, now: float) -> list[Cause]:
+    """Why ``job`` is still pending at ``now``; the pool's view and plan are the tick's."""
+    causes: list[Cause] = []
+    slots = pool.shape.slots
+    if job.run_after > now:
+        causes.append(
+            Cause(
+                "delayed",
+                f"delayed until {_at(job.run_after)} ({job.run_after - now:.0f}s from now): its "
+                "delay or a retry's backoff; it is not in the queue before then",
+                {"until": job.run_after},
+            )
+        )
+    if pool.paused:
+        causes.append(
+            Cause(
+                "paused",
+                f"pool {pool.name} is paused: it creates and binds nothing new "
+                f"(`sp00ky-infra pools resume {pool.name}`)",
+            )
+        )
+    if job.concurrency is not None and job.in_flight >= job.concurrency:
+        causes.append(
+            Cause(
+                "concurrency",
+                f"its table has {job.in_flight} job(s) in flight, its method.concurrency "
+                f"({job.concurrency}); it starts when one ends",
+                {"in_flight": job.in_flight, "concurrency": job.concurrency},
+            )
+        )
+    if job.run_after <= now and job.ahead:
+        causes.append(
+            Cause(
+                "queue_position",
+                f"{job.ahead} due job(s) ahead of it in the queue (higher priority, then older)",
+                {"ahead": job.ahead, "position": job.ahead + 1},
+            )
+        )
+    ready = [m for m in pool.machines if m.state == "ready"]
+    most_free = max((free_slots(m, slots) for m in ready), default=0)
+    if job.head_id is not None and job.head_slots > most_free and most_free > 0:
+        who = "it" if job.head_id == job.id else f"the head of the queue, {job.head_id},"
+        causes.append(
+            Cause(
+                "head_of_line",
+                f"{who} needs {job.head_slots} slot(s) on one machine; the most any ready "
+                f"machine has free is {most_free}, and nothing behind the head overtakes it",
+                {"head": job.head_id, "needs": job.head_slots, "most_free": most_free},
+            )
+        )
+    needed = math.ceil(capacity(pool.shape, plan.busy_slots, pool.queued) / slots)
+    top = pool.shape.max if pool.shape.autoscale else pool.shape.min
+    if top is not None and needed > top and plan.desired == top:
+        causes.append(
+            Cause(
+                "pool_at_max",
+                f"pool {pool.name} is at its {'max' if pool.shape.autoscale else 'fixed size'} "
+                f"({top} machine(s)); the queue would need {needed}",
+                {"max": top, "needed": needed},
+            )
+        )
+    if pool.breaker.is_open(now) and pool.breaker.open_until is not None:
+        causes.append(
+            Cause(
+                "breaker_open",
+                f"the breaker is open until {_at(pool.breaker.open_until)} after "
+                f"{pool.breaker.failures} failed boot(s) in a row: no new machine before then",
+                {"until": pool.breaker.open_until, "failures": pool.breaker.failures},
+            )
+        )
+    for machine in pool.machines:
+        if machine.state in ("requested", "booting"):
+            causes.append(
+                Cause(
+                    "machine_booting",
+                    f"machine {machine.name} is {machine.state} since "
+                    f"{_at(machine.created_at)} ({now - machine.created_at:.0f}s)",
+                    {"machine": machine.name, "since": machine.created_at},
+                )
+            )
+    if plan.create is not None:
+        causes.append(
+            Cause(
+                "scaling_up",
+                f"this tick creates {plan.create.count} machine(s) for the queue",
+                {"count": plan.create.count},
+            )
+        )
+    if not causes and most_free >= job.slots:
+        causes.append(
+            Cause(
+                "starting",
+                f"a ready machine has {most_free} free slot(s): its next poll takes the job",
+                {"most_free": most_free},
+            )
+        )
+    if not causes:
+        busy = sum(m.busy_slots for m in ready)
+        causes.append(
+            Cause(
+                "no_free_slot",
+                f"every slot is busy ({busy} of {len(ready) * slots} on {len(ready)} ready "
+                "machine(s)); it starts when one frees",
+                {"busy_slots": busy},
+            )
+        )
+    return causes
+
+
+@dataclass(frozen=True, slots=True)
+class MachineNote:
+    name: str
+    state: str
+    busy_slots: int
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "state": self.state,
+            "busy_slots": self.busy_slots,
+            "reason": self.reason,
+        }
+
+
+def explain_pool(pool: PoolView, plan: Plan, now: float) -> dict[str, Any]:
+    """The sizing rule with its numbers, and the plan's reason for each machine."""
+    shape = pool.shape
+    total = capacity(shape, plan.busy_slots, pool.queued)
+    needed = math.ceil(total / shape.slots)
+    if shape.autoscale:
+        top = shape.max if shape.max is not None else shape.min
+        rule = (
+            f"capacity = busy {plan.busy_slots} + queued {pool.queued} + buffer {shape.buffer} x "
+            f"slots {shape.slots} = {total}; needed = ceil({total} / {shape.slots}) = {needed}; "
+            f"desired = clamp({needed}, min {shape.min}, max {top}) = {plan.desired}"
+        )
+    else:
+        rule = f"autoscale is off: desired = min = {plan.desired}"
+    actions: dict[str, str] = {}
+    for fail in plan.fail:
+        actions[fail.machine] = f"failing it: {fail.reason.value}"
+    for destroy in plan.destroy:
+        actions[destroy.machine] = f"destroying it: {destroy.reason.value}"
+    for drain in plan.drain:
+        actions[drain.machine] = f"draining it: {drain.reason.value}"
+    clocks = {clock.machine: clock.since for clock in plan.idle}  # as the tick keeps them
+    machines = [
+        replace(m, idle_since=clocks[m.name]) if m.name in clocks else m for m in pool.machines
+    ]
+    notes = [
+        MachineNote(m.name, m.state, m.busy_slots, actions.get(m.name) or _why_kept(m, pool, now))
+        for m in machines
+    ]
+    return {
+        "pool": pool.name,
+        "rule": rule,
+        "busy_slots": plan.busy_slots,
+        "queued_slots": pool.queued,
+        "capacity": total,
+        "needed": needed,
+        "desired": plan.desired,
+        "current": plan.current,
+        "create": plan.create.count if plan.create else 0,
+        "paused": pool.paused,
+        "breaker_open_until": pool.breaker.open_until if pool.breaker.is_open(now) else None,
+        "notes": list(plan.notes),
+        "machines": [note.as_json() for note in notes],
+    }
+
+
+def _why_kept(machine: MachineView, pool: PoolView, now: float) -> str:
+    if machine.state in ("requested", "booting"):
+        left = pool.boot_timeout - (now - machine.created_at)
+        return f"booting since {_at(machine.created_at)}; fails if not ready in {left:.0f}s"
+    if machine.state == "draining":
+        return "draining: finishing its jobs, then destroyed"
+    if machine.busy_slots:
+        return f"busy: {machine.busy_slots} slot(s) running jobs"
+    if machine.idle_since is not None:
+        idle = now - machine.idle_since
+        if idle >= pool.idle_timeout:
+            return f"idle {idle:.0f}s, but the pool needs it (desired)"
+        return f"idle {idle:.0f}s; drained after idleTimeout ({pool.idle_timeout:.0f}s) if surplus"
+    return "serving"
+
+
+def _at(when: float) -> str:
+    """A time as UTC ISO 8601 (pure: no local zone)."""
+    return datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
