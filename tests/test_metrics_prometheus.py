@@ -88,6 +88,8 @@ def _settled(prom: Prometheus) -> bool:
     return (
         prom.value("sum(sp00ky_jobs_finished_total)") == JOBS
         and prom.value("sum(sp00ky_machines)") == 0
+        # queue counts are read off the scrape's path, at most QUEUE_READ_SECONDS old
+        and prom.value('sum(sp00ky_jobs{status=~"pending.*|processing"})') == 0
     )
 
 

@@ -1,9 +1,15 @@
 """/metrics on the admin listener: what the controller measured (``measures.py``) and what
 it reads at scrape time, each from what it already holds or one indexed read per pool.
 
-Read at scrape time:
+Read off the scrape's path (``QueueReadings``): the queue counts, whose cost grows with the
+backlog (PostgreSQL counts 100,000 index entries in about 25 ms), are read by a thread of their
+own every QUEUE_READ_SECONDS while someone scrapes, so a scrape serves counts at most that old
+(the first scrape reads them itself):
 - ``sp00ky_jobs{pool,status}``: pending_due, pending_delayed, processing (index ranges)
-- ``sp00ky_oldest_pending_seconds{pool}``: since the longest-waiting due job was due
+- ``sp00ky_oldest_pending_seconds{pool}``: since the longest-waiting due job was due (from the
+  oldest due time read, so it grows between readings as it should)
+
+Read at scrape time:
 - ``sp00ky_machines{pool,state}``: live machines by state (every state, zeros included)
 - ``sp00ky_pool_desired_machines{pool}``: what the last tick's plan wanted
 - ``sp00ky_pool_machine_seconds_total{pool}``, ``sp00ky_pool_cost_euros_total{pool}``,
@@ -13,8 +19,11 @@ Read at scrape time:
 
 from __future__ import annotations
 
+import threading
+import time
+import weakref
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -24,8 +33,77 @@ from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.costs import pool_price
 from sp00ky_infra.policy.cost import pool_bill
 from sp00ky_infra.policy.machines import LIVE_STATES
+from sp00ky_infra.store.jobs import QueueStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+QUEUE_READ_SECONDS = 5.0  # how old a scrape's queue counts may be
+QUEUE_READ_IDLE_SECONDS = 120.0  # the reading thread stops when nobody scraped for this long
+
+
+class QueueReadings:
+    """The pools' queue counts, read every QUEUE_READ_SECONDS by a thread of their own while
+    scrapes come, so that a scrape's cost does not grow with the backlog."""
+
+    def __init__(
+        self, read: Callable[[str], QueueStats], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._read = read
+        self._clock = clock
+        self._found: dict[str, QueueStats] = {}
+        self._asked = clock()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def get(self, pools: list[str]) -> dict[str, QueueStats]:
+        with self._lock:
+            self._asked = self._clock()
+            missing = [pool for pool in pools if pool not in self._found]
+        for pool in missing:  # the first scrape of a pool reads it
+            stats = self._read(pool)
+            with self._lock:
+                self._found[pool] = stats
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._refresh, name="metrics-queue", daemon=True
+                )
+                self._thread.start()
+            return {pool: self._found[pool] for pool in pools}
+
+    def _refresh(self) -> None:
+        while True:
+            time.sleep(QUEUE_READ_SECONDS)
+            with self._lock:
+                if self._clock() - self._asked > QUEUE_READ_IDLE_SECONDS:
+                    self._thread = None
+                    return
+                pools = list(self._found)
+            for pool in pools:
+                try:
+                    stats = self._read(pool)
+                except Exception:  # the store is down: serve the last counts, try again later
+                    continue
+                with self._lock:
+                    self._found[pool] = stats
+
+
+_READINGS: weakref.WeakKeyDictionary[Controller, QueueReadings] = weakref.WeakKeyDictionary()
+
+
+def queue_readings(controller: Controller) -> QueueReadings:
+    """The controller's queue readings, made at its first scrape."""
+    found = _READINGS.get(controller)
+    if found is None:
+        ref = weakref.ref(controller)
+
+        def read(pool: str) -> QueueStats:
+            alive = ref()
+            if alive is None:
+                raise LookupError("the controller is gone")
+            return alive.store.queue_stats(alive.table_of(pool), alive.clock())
+
+        found = _READINGS.setdefault(controller, QueueReadings(read))
+    return found
 
 
 class ControllerCollector(Collector):
@@ -72,8 +150,9 @@ class ControllerCollector(Collector):
         paused = GaugeMetricFamily("sp00ky_pool_paused", "1 while paused.", labels=["pool"])
         by_state = Counter((m.pool, m.state) for m in store.machines.live())
         plans = controller.plans
+        queues = queue_readings(controller).get(list(controller.pools))
         for name in controller.pools:
-            stats = store.queue_stats(controller.table_of(name), now)
+            stats = queues[name]
             jobs.add_metric([name, "pending_due"], stats.due)
             jobs.add_metric([name, "pending_delayed"], stats.delayed)
             jobs.add_metric([name, "processing"], stats.processing)
