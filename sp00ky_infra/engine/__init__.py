@@ -267,4 +267,5 @@ def remove_container(client: docker.DockerClient, ref: str) -> bool:
 def machine_containers(client: docker.DockerClient, project: str) -> list[Container]:
     """The project's machine containers, running or not."""
     selector = [f"{labels.ROLE}=machine", f"{labels.PROJECT}={project}"]
-    return list(client.containers.list(all=True, filters={"label": selector}))
+    # a container removed between the listing and its inspection is gone: not an error
+    return list(client.containers.list(all=True, filters={"label": selector}, ignore_removed=True))

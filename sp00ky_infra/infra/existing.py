@@ -43,7 +43,9 @@ def docker_machines(project: str) -> Iterator[Found]:
         client = docker.from_env()
         try:
             containers = client.containers.list(
-                all=True, filters={"label": [f"{labels.PROJECT}={project}", labels.MACHINE]}
+                all=True,
+                filters={"label": [f"{labels.PROJECT}={project}", labels.MACHINE]},
+                ignore_removed=True,  # removed between the listing and its inspection: gone
             )
         finally:
             client.close()

@@ -429,7 +429,9 @@ def remove_leftovers(client: docker.DockerClient, cloud: str | None = None) -> i
     """Remove the containers and networks of one fake cloud (or, with None, of every
     rehearsal on this engine); how many containers there were."""
     selector = [f"{CLOUD}={cloud}"] if cloud else [ROLE]
-    containers = client.containers.list(all=True, filters={"label": [*selector, f"{ROLE}=server"]})
+    containers = client.containers.list(
+        all=True, filters={"label": [*selector, f"{ROLE}=server"]}, ignore_removed=True
+    )
     for container in containers:
         with contextlib.suppress(NotFound):
             container.remove(force=True, v=True)
