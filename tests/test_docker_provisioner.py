@@ -67,7 +67,9 @@ def _machines(project_name: str) -> list[Container]:
     client = docker.from_env()
     try:
         selector = [f"sp00ky/project={project_name}", "sp00ky/role=machine"]
-        return list(client.containers.list(all=True, filters={"label": selector}))
+        return list(
+            client.containers.list(all=True, filters={"label": selector}, ignore_removed=True)
+        )
     finally:
         client.close()
 

@@ -53,7 +53,10 @@ def cloud(rehearsal_image: str) -> Iterator[FakeHetzner]:
 def _containers(fake: FakeHetzner) -> list[str]:
     assert fake.boot is not None
     selector: dict[str, Any] = {"label": f"{CLOUD}={fake.boot.cloud}"}
-    return [str(c.name) for c in docker.from_env().containers.list(all=True, filters=selector)]
+    return [
+        str(c.name)
+        for c in docker.from_env().containers.list(all=True, filters=selector, ignore_removed=True)
+    ]
 
 
 def _api(fake: FakeHetzner) -> HetznerAPI:

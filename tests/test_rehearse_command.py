@@ -48,7 +48,9 @@ def _rehearse(pulumi_bin: str, config: Path, *args: str) -> tuple[int, dict[str,
 def _leftovers() -> list[str]:
     client = docker.from_env()
     try:
-        found = client.containers.list(all=True, filters={"label": f"{ROLE}=server"})
+        found = client.containers.list(
+            all=True, filters={"label": f"{ROLE}=server"}, ignore_removed=True
+        )
         return [str(c.name) for c in found]
     finally:
         client.close()
