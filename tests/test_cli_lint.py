@@ -116,3 +116,53 @@ def test_schema_command_prints_the_schema() -> None:
     done = cli("schema")
     assert done.returncode == 0
     assert json.loads(done.stdout)["$schema"].endswith("2020-12/schema")
+
+
+def test_typos_under_apps_are_named_with_the_key_meant(tmp_path: Path) -> None:
+    path = tmp_path / "sp00ky.yml"
+    path.write_text(
+        "mode: cluster\n"
+        "pools:\n"
+        "  render: { min: 0, autoscale: true, max: 2 }\n"
+        "apps:\n"
+        "  web: { type: frontend, framework: solid }\n"
+        "  renderer:\n"
+        "    type: backend\n"
+        "    runOn: { pool: render }\n"
+        "    baseUrl: http://127.0.0.1:8080\n"
+        "    method: { type: outbox, table: render_job, concurency: 2 }\n"
+        "    enviroment: { A: b }\n"
+        "    deploy:\n"
+        "      dockerfile: Dockerfile\n"
+        "      port: 8080\n"
+        "      healthCheck: /health\n"
+        "      helthcheck_interval: 5\n"
+    )
+    done = cli("lint", str(path))
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        "apps.renderer.baseUrl: warning: `baseUrl` is allowed by the docs but ignored on a pool "
+        "backend: the agent calls the backend on 127.0.0.1 at `deploy.port` [SP109] (line 9)",
+        "apps.renderer.method.concurency: unknown key 'concurency'; did you mean 'concurrency'? "
+        "[SP001] (line 10)",
+        "apps.renderer.enviroment: unknown key 'enviroment'; did you mean 'env'? [SP001] (line 11)",
+        "apps.renderer.deploy.healthcheck: warning: backend 'renderer' has no "
+        "`deploy.healthcheck`; it will count as ready as soon as its port accepts connections. "
+        "Add a path that answers 2xx once it can work [SP107] (line 12)",
+        "apps.renderer.deploy.healthCheck: unknown key 'healthCheck'; did you mean "
+        "'healthcheck'? [SP001] (line 15)",
+        "apps.renderer.deploy.helthcheck_interval: unknown key 'helthcheck_interval'; did you "
+        "mean 'healthcheck'? [SP001] (line 16)",
+    ]
+    assert f"{path}: 4 problem(s)" in done.stderr
+    as_json = cli("lint", str(path), "--json")
+    assert as_json.returncode == 1
+    issues = json.loads(as_json.stdout)
+    assert {tuple(sorted(issue)) for issue in issues} == {
+        ("code", "line", "message", "path", "severity")
+    }
+    assert [(i["path"], i["severity"]) for i in issues][:3] == [
+        ("apps.renderer.baseUrl", "warning"),
+        ("apps.renderer.method.concurency", "error"),
+        ("apps.renderer.enviroment", "error"),
+    ]

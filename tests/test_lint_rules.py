@@ -9,6 +9,7 @@ import pytest
 from sp00ky_infra.config.loader import lint_document as lint
 from sp00ky_infra.config.loader import parse_document
 from sp00ky_infra.config.rules import RULES
+from sp00ky_infra.config.schema import load_schema
 from tests.configs import BASE, DELETE, errors, lint_data, varied
 
 SECOND_BACKEND = {
@@ -87,6 +88,13 @@ FAILING: list[tuple[str, tuple[tuple[str, Any], ...], str, str]] = [
         (("apps.renderer.deploy.healthcheck", DELETE),),
         "apps.renderer.deploy.healthcheck",
         "will count as ready as soon as its port accepts connections",
+    ),
+    (
+        "SP109",
+        (("apps.renderer.baseUrl", "http://127.0.0.1:8080"),),
+        "apps.renderer.baseUrl",
+        "`baseUrl` is allowed by the docs but ignored on a pool backend: the agent calls the "
+        "backend on 127.0.0.1 at `deploy.port`",
     ),
     (
         "SP110",
@@ -226,6 +234,7 @@ PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ("SP108", (("apps.renderer.deploy.image", "python:3.12"),)),
     ("SP108", (("apps.renderer.deploy.image", "ghcr.io/acme/r@sha256:" + "a" * 64),)),
     ("SP107", (("apps.renderer.deploy.healthcheck", "/ready"),)),
+    ("SP109", (("apps.api", {"type": "backend", "baseUrl": "http://127.0.0.1:8080"}),)),
     ("SP110", (("pools.render.max", 1),)),
     ("SP111", (("pools.render.min", 2),)),
     ("SP112", (("pools.render.buffer", 2),)),
@@ -343,3 +352,149 @@ def test_all_problems_reported_at_once() -> None:
 def test_base_is_not_mutated_by_varied() -> None:
     varied(("pools.render.max", 9))
     assert BASE["pools"]["render"]["max"] == 2
+
+
+# --- the typo corpus: a misspelling of every key of a pool backend ------------------------
+
+# (the key's path under the backend, the misspelling, the issue's path, code and message)
+TYPOS: list[tuple[str, str, str, str, str]] = [
+    ("spec", "spek", "spek", "SP001", "unknown key 'spek'; did you mean 'spec'?"),
+    ("baseUrl", "baseURL", "baseURL", "SP001", "unknown key 'baseURL'; did you mean 'baseUrl'?"),
+    (
+        "timeoutOverridable",
+        "timeoutOveridable",
+        "timeoutOveridable",
+        "SP001",
+        "unknown key 'timeoutOveridable'; did you mean 'timeoutOverridable'?",
+    ),
+    ("method", "methd", "methd", "SP001", "unknown key 'methd'; did you mean 'method'?"),
+    ("method.type", "typ", "method.typ", "SP001", "unknown key 'typ'; did you mean 'type'?"),
+    (
+        "method.table",
+        "tabel",
+        "method.tabel",
+        "SP001",
+        "unknown key 'tabel'; did you mean 'table'?",
+    ),
+    (
+        "method.schema",
+        "shema",
+        "method.shema",
+        "SP001",
+        "unknown key 'shema'; did you mean 'schema'?",
+    ),
+    (
+        "method.concurrency",
+        "concurency",
+        "method.concurency",
+        "SP001",
+        "unknown key 'concurency'; did you mean 'concurrency'?",
+    ),
+    ("deploy", "deplyo", "deplyo", "SP001", "unknown key 'deplyo'; did you mean 'deploy'?"),
+    (
+        "deploy.dockerfile",
+        "dockerFile",
+        "deploy.dockerFile",
+        "SP001",
+        "unknown key 'dockerFile'; did you mean 'dockerfile'?",
+    ),
+    (
+        "deploy.image",
+        "imgae",
+        "deploy.imgae",
+        "SP001",
+        "unknown key 'imgae'; did you mean 'image'?",
+    ),
+    ("deploy.port", "prot", "deploy.prot", "SP001", "unknown key 'prot'; did you mean 'port'?"),
+    (
+        "deploy.healthcheck",
+        "healthCheck",
+        "deploy.healthCheck",
+        "SP001",
+        "unknown key 'healthCheck'; did you mean 'healthcheck'?",
+    ),
+    (
+        "deploy.command",
+        "comand",
+        "deploy.comand",
+        "SP001",
+        "unknown key 'comand'; did you mean 'command'?",
+    ),
+    (
+        "deploy.timeout",
+        "timout",
+        "deploy.timout",
+        "SP001",
+        "unknown key 'timout'; did you mean 'timeout'?",
+    ),
+    ("env", "enviroment", "enviroment", "SP001", "unknown key 'enviroment'; did you mean 'env'?"),
+    (
+        "env",
+        "environment",
+        "environment",
+        "SP001",
+        "unknown key 'environment'; did you mean 'env'?",
+    ),
+    ("runOn.pool", "pol", "runOn.pol", "SP001", "unknown key 'pol'; did you mean 'pool'?"),
+    # Without `runOn` (or `type`) the app is no pool backend, so its keys are not checked; what
+    # names the key instead is the pool left without a backend, or the missing type.
+    (
+        "runOn",
+        "runon",
+        "pools.render",
+        "SP102",
+        "pool 'render' is used by no backend; add `runOn: { pool: render }` to the backend "
+        "that should run on it, or remove the pool",
+    ),
+    ("type", "typ", "type", "SP001", "`type` is required here"),
+]
+SAMPLES: dict[str, Any] = {  # values for the keys BASE does not set
+    "baseUrl": "http://127.0.0.1:8080",
+    "timeoutOverridable": True,
+    "method.schema": "./src/outbox/render.surql",
+    "method.concurrency": 2,
+    "deploy.image": "ghcr.io/acme/renderer:1.4",
+    "deploy.command": ["python3", "server.py"],
+    "deploy.timeout": 60,
+    "env": {"RENDER_QUALITY": "high"},
+}
+
+
+def _pool_backend_keys() -> set[str]:
+    """Every key a pool backend may have, dotted, read off the shipped schema."""
+    defs = load_schema()["$defs"]
+    backend = defs["backend"]["properties"]
+    keys = set(backend) | set(defs["poolBackend"].get("properties", {}))
+    for block in ("method", "deploy", "runOn"):
+        keys |= {f"{block}.{key}" for key in backend[block]["properties"]}
+    return keys
+
+
+def test_the_typo_corpus_covers_every_key_of_a_pool_backend() -> None:
+    assert {case[0] for case in TYPOS} == _pool_backend_keys()
+
+
+@pytest.mark.parametrize(("key", "typo", "path", "code", "message"), TYPOS)
+def test_a_misspelled_pool_backend_key_is_named(
+    key: str, typo: str, path: str, code: str, message: str
+) -> None:
+    data = varied(*((f"apps.renderer.{k}", v) for k, v in SAMPLES.items() if k == key))
+    *parents, last = key.split(".")
+    block = data["apps"]["renderer"]
+    for parent in parents:
+        block = block[parent]
+    block[typo] = block.pop(last)
+    issues = lint_data(data)
+    where = path if path.startswith("pools.") else f"apps.renderer.{path}"
+    assert (where, code, message, "error") in [
+        (issue.path, issue.code, issue.message, issue.severity) for issue in issues
+    ], issues
+
+
+def test_keys_of_other_apps_and_env_names_are_not_checked() -> None:
+    data = varied(
+        ("apps.web", {"type": "frontend", "framework": "solid", "dev": {"port": 3000}}),
+        ("apps.api", {"type": "backend", "method": {"type": "http", "retries": 3}, "auth": "x"}),
+        ("apps.renderer.env", {"ANY_name-at.all": "1", "N": 2, "B": True}),
+    )
+    assert lint_data(data) == []

@@ -115,3 +115,19 @@ def test_machine_and_retention_defaults_agree() -> None:
     assert parse_duration(retention["success"]["default"]) == built.success == 6 * 3600
     assert parse_duration(retention["failed"]["default"]) == built.failed == 14 * 86400
     assert retention["maxRows"]["default"] == built.max_rows == 0
+
+
+def test_pool_backend_typos_get_the_pools_hint_and_values_are_reported_once() -> None:
+    assert _schema_issues(("apps.renderer.deploy.prot", 8080)) == [
+        ("apps.renderer.deploy.prot", "unknown key 'prot'; did you mean 'port'?")
+    ]
+    # method and deploy are checked by the backend's schema and the closed pool backend's
+    assert _schema_issues(("apps.renderer.method.concurrency", 0)) == [
+        ("apps.renderer.method.concurrency", "must be at least 1 (it is 0)")
+    ]
+
+
+def test_a_backend_without_run_on_keeps_keys_this_project_does_not_know() -> None:
+    assert (
+        _schema_issues(("apps.api", {"type": "backend", "replicas": 2, "deploy": {"cpu": 1}})) == []
+    )

@@ -22,7 +22,9 @@ def _resolve(node: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     for part in ref.removeprefix("#/").split("/"):
         target = target[part]
     merged = dict(_resolve(target, schema))
-    merged.update({key: value for key, value in node.items() if key != "$ref"})
+    merged.update({key: value for key, value in node.items() if key not in ("$ref", "properties")})
+    # a schema that $refs another and adds properties (a pool backend) has the properties of both
+    merged["properties"] = {**merged.get("properties", {}), **node.get("properties", {})}
     return merged
 
 

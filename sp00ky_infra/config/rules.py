@@ -241,6 +241,38 @@ def pool_backend_has_healthcheck(data: Mapping[str, Any]) -> Iterator[Finding]:
             )
 
 
+# Keys of a pool backend that the docs allow and this project reads nowhere, with why: the
+# schema accepts them (a typo of them is still caught), and SP109 says they are ignored.
+IGNORED_ON_A_POOL: dict[tuple[str, ...], str] = {
+    ("baseUrl",): "the agent calls the backend on 127.0.0.1 at `deploy.port`",
+    ("method", "schema"): "the table's SurrealQL file is applied by `spky deploy`; this project's "
+    "store defines its own job tables",
+    ("deploy", "timeout"): "it is the core-host job runner's setting; on a pool a job's deadline "
+    "is the pool's `maxJobDuration`",
+}
+
+
+@rule(
+    "SP109",
+    "pool-backend-ignored-key",
+    "keys the docs allow on a pool backend but this project ignores are named",
+    severity="warning",
+)
+def pool_backend_ignored_keys(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, backend in _pool_backends(data):
+        for keys, why in IGNORED_ON_A_POOL.items():
+            *parents, key = keys
+            block = backend
+            for parent in parents:
+                block = _mapping(block.get(parent))
+            if key in block:
+                dotted = ".".join(keys)
+                yield Finding(
+                    ("apps", name, *keys),
+                    f"`{dotted}` is allowed by the docs but ignored on a pool backend: {why}",
+                )
+
+
 # --- sizing ------------------------------------------------------------------------------------
 
 

@@ -63,12 +63,35 @@ def _expected(types: Any) -> str:
 VALUE_CHECKS = frozenset({"type", "enum", "const", "pattern", "minimum", "maximum"})
 
 
+# A schema's map of other spellings to the key they mean ("environment" -> "env"), for hints that
+# difflib alone cannot give.
+DID_YOU_MEAN = "x-did-you-mean"
+
+
+def _known_keys(subschema: dict[str, Any]) -> set[str]:
+    """The keys an object schema declares, with those of the schemas it ``$ref``s (whose
+    properties count as evaluated for ``unevaluatedProperties``)."""
+    known = set(subschema.get("properties", {}))
+    ref = subschema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = load_schema()
+        for part in ref.removeprefix("#/").split("/"):
+            target = target[part]
+        known |= _known_keys(target)
+    return known
+
+
 def schema_findings(data: Any) -> Iterator[tuple[DocPath, str, bool]]:
-    """(path, message, about_the_value) for every way ``data`` breaks the schema."""
+    """(path, message, about_the_value) for every way ``data`` breaks the schema, once each
+    (a pool backend's method and deploy are checked by two subschemas, the backend's and the
+    closed one that $refs it)."""
+    seen: set[tuple[DocPath, str]] = set()
     for error in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.path))):
         about_value = error.validator in VALUE_CHECKS and "propertyNames" not in error.schema_path
         for path, message in _explain(error):
-            yield path, message, about_value
+            if (path, message) not in seen:
+                seen.add((path, message))
+                yield path, message, about_value
 
 
 def _explain(error: ValidationError) -> Iterator[tuple[DocPath, str]]:
@@ -77,11 +100,16 @@ def _explain(error: ValidationError) -> Iterator[tuple[DocPath, str]]:
     kind = error.validator
     expected: Any = error.validator_value  # typed loosely by jsonschema (it may be "unset")
     subschema: Any = error.schema
-    if kind == "additionalProperties" and isinstance(value, dict):
-        known = sorted(subschema.get("properties", {}))
+    if kind in ("additionalProperties", "unevaluatedProperties") and isinstance(value, dict):
+        known = sorted(_known_keys(subschema))
+        meant: dict[str, str] = {**{key: key for key in known}, **subschema.get(DID_YOU_MEAN, {})}
         for key in sorted(set(value) - set(known), key=str):
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+            close = difflib.get_close_matches(str(key), list(meant), n=1)
+            hint = (
+                f"; did you mean {meant[close[0]]!r}?"
+                if close
+                else f"; known keys: {', '.join(known)}"
+            )
             yield (*path, str(key)), f"unknown key {key!r}{hint}"
     elif kind == "required":
         missing = [key for key in expected if key not in value]
