@@ -56,12 +56,22 @@ class Client:
         retry_strategy: RetryStrategy = "linear",
         timeout: float | None = None,
         delay: int = 0,
-        priority: int = 0,
-        slots: int = 1,
+        priority: int | None = None,
+        slots: int | None = None,
         assigned_to: str | None = None,
         now: float | None = None,
+        queue_priority: int | None = None,
+        pool_slots: int | None = None,
     ) -> Job:
-        """Write a pending job; ``timeout`` in seconds, ``delay`` in milliseconds."""
+        """Write a pending job; ``timeout`` in seconds, ``delay`` in milliseconds.
+
+        ``queue_priority`` and ``pool_slots`` are the docs' names (``queuePriority``,
+        ``poolSlots``) for ``priority`` (default 0) and ``slots`` (default 1): give either.
+        """
+        priority = either(("priority", "queue_priority"), priority, queue_priority, default=0)
+        slots = either(("slots", "pool_slots"), slots, pool_slots, default=1)
+        if slots < 1:
+            raise InvalidJob(f"slots: a job takes at least 1 slot, not {slots}")
         target = self._backend(backend)
         if target.method is None:
             raise InvalidJob(
@@ -119,6 +129,20 @@ class Client:
             known = ", ".join(sorted(self.config.backends)) or "none"
             raise InvalidJob(f"backend: no backend {name!r} in sp00ky.yml (backends: {known})")
         return backend
+
+
+def either(names: tuple[str, str], first: int | None, second: int | None, default: int) -> int:
+    """One setting given under today's name or the docs' (``priority`` / ``queuePriority``):
+    either, or both with the same value; two different values are refused, naming both."""
+    if first is not None and second is not None and first != second:
+        raise InvalidJob(
+            f"{names[0]} ({first}) and {names[1]} ({second}) are two names for one setting "
+            "and disagree; give one of them"
+        )
+    for value in (first, second):
+        if value is not None:
+            return value
+    return default
 
 
 def _load_spec(path: str) -> dict[str, Any]:

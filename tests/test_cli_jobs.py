@@ -140,6 +140,80 @@ def test_a_killed_running_job_says_where_the_kill_goes(
     )
 
 
+def test_the_docs_names_queue_priority_and_pool_slots(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    config = project[0] / "sp00ky.yml"
+    config.write_text(config.read_text().replace("    max: 2\n", "    max: 2\n    slots: 4\n"))
+    job_id = _run(
+        project,
+        *("run", "renderer", "/render", "--payload", '{"gameId": "g"}'),
+        *("--queue-priority", "7", "--pool-slots", "2"),
+    ).stdout.strip()
+    shown = json.loads(_run(project, "jobs", "get", job_id, "--json").stdout)
+    assert (shown["priority"], shown["slots"]) == (7, 2)
+    same = _run(
+        project,
+        *("run", "renderer", "/render", "--payload", '{"gameId": "g"}', "--json"),
+        *("--priority", "3", "--queue-priority", "3", "--slots", "3", "--pool-slots", "3"),
+    )
+    assert same.returncode == 0, same.stderr
+    assert (json.loads(same.stdout)["priority"], json.loads(same.stdout)["slots"]) == (3, 3)
+    for args, message in (
+        (
+            ("--priority", "1", "--queue-priority", "2"),
+            "error: --priority (1) and --queue-priority (2) are two names for one setting "
+            "and disagree; give one of them",
+        ),
+        (
+            ("--slots", "1", "--pool-slots", "2"),
+            "error: --slots (1) and --pool-slots (2) are two names for one setting",
+        ),
+        (("--pool-slots", "5"), "asks for 5 slots but a machine of pool 'render' has 4"),
+    ):
+        refused = _run(project, "run", "renderer", "/render", "--payload", '{"gameId": "g"}', *args)
+        assert refused.returncode == 1 and message in refused.stderr, refused.stderr
+    assert len(json.loads(_run(project, "jobs", "list", "--json").stdout)) == 2
+
+
+def test_ls_and_json_from_kill_retry_and_clear_with_a_limit(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    ids = [
+        _run(project, "run", "renderer", "/render", "--payload", '{"gameId": "g"}').stdout.strip()
+        for _ in range(3)
+    ]
+    assert (
+        _run(project, "jobs", "ls", "--json").stdout
+        == _run(project, "jobs", "list", "--json").stdout
+    )
+    killed = json.loads(_run(project, "jobs", "kill", ids[0], "--json").stdout)
+    assert killed["id"] == ids[0] and killed["status"] == "failed"
+    assert killed["errors"][-1]["code"] == "cancelled"
+    retried = json.loads(_run(project, "jobs", "retry", ids[0], "--json").stdout)
+    assert (retried["id"], retried["status"]) == (ids[0], "pending")
+    for job_id in (ids[1], ids[2], ids[0]):  # finished in this order
+        _run(project, "jobs", "kill", job_id)
+        time.sleep(0.01)
+    cleared = json.loads(_run(project, "jobs", "clear", "--limit", "2", "--json").stdout)
+    assert [job["id"] for job in cleared] == [ids[1], ids[2]]  # the oldest finished first
+    assert {job["status"] for job in cleared} == {"failed"} and "payload" in cleared[0]
+    assert [job["id"] for job in json.loads(_run(project, "jobs", "ls", "--json").stdout)] == [
+        ids[0]
+    ]
+    assert _run(project, "jobs", "clear", "--limit", "5").stdout.strip() == (
+        "deleted 1 finished job(s)"
+    )
+    assert json.loads(_run(project, "jobs", "clear", "--json").stdout) == []
+    refused = _run(project, "jobs", "clear", "--limit", "0")
+    assert refused.returncode == 2 and "Invalid value for '--limit'" in refused.stderr
+    store = open_store(project[1]["SPKY_STORE"])
+    try:
+        assert [(c.outcome, c.count) for c in store.counters()] == [("failed", 3)]
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [

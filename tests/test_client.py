@@ -151,3 +151,24 @@ def test_a_backend_no_pool_runs_is_refused_before_any_row(tmp_path: Path, store:
     with pytest.raises(InvalidJob, match=r"'mailer' has no `runOn: \{ pool: NAME \}`, so no pool"):
         client.run("mailer", "/send", {"to": "a@example.com"})
     assert store.counts() == {status: 0 for status in store.counts()}  # nothing was written
+
+
+def test_the_docs_names_queue_priority_and_pool_slots(tmp_path: Path, store: SqlStore) -> None:
+    client = Client(store, _project(tmp_path, ("pools.render.slots", 2)))
+    job = client.run("renderer", "/render", {"gameId": "g"}, queue_priority=5, pool_slots=2)
+    assert (job.priority, job.slots) == (5, 2)
+    same = client.run("renderer", "/render", {"gameId": "g"}, priority=1, queue_priority=1)
+    assert (same.priority, same.slots) == (1, 1)
+    with pytest.raises(
+        InvalidJob,
+        match=r"^priority \(1\) and queue_priority \(2\) are two names for one setting "
+        "and disagree; give one of them$",
+    ):
+        client.run("renderer", "/render", {"gameId": "g"}, priority=1, queue_priority=2)
+    with pytest.raises(InvalidJob, match=r"^slots \(2\) and pool_slots \(1\) are two names"):
+        client.run("renderer", "/render", {"gameId": "g"}, slots=2, pool_slots=1)
+    with pytest.raises(InvalidJob, match="asks for 3 slots but a machine of pool 'render' has 2"):
+        client.run("renderer", "/render", {"gameId": "g"}, pool_slots=3)
+    with pytest.raises(InvalidJob, match="slots: a job takes at least 1 slot, not 0"):
+        client.run("renderer", "/render", {"gameId": "g"}, slots=0)
+    assert store.counts()["pending"] == 2

@@ -197,6 +197,52 @@ def test_pause_resume_cancel_and_manual_start(setup: tuple[ControllerProcess, Cl
     assert [pool["name"] for pool in listed] == ["render"] and listed[0]["paused"] is False
 
 
+def test_manual_start_takes_every_option_and_the_docs_names(tmp_path: Path, store_url: str) -> None:
+    app = backend_app("render", "render_job", tmp_path / "backend.jsonl")
+    pool = {"min": 0, "autoscale": True, "max": 1, "slots": 2}
+    config = project(tmp_path, {"render": pool}, {"renderer": app})
+    client = Client(store_url, config)
+    with running_controller(tmp_path, config, store_url) as controller:
+        wait_for(controller.leader, what="leadership")
+        controller.admin("POST", "/pools/render/pause")  # the rows stay as written
+
+        def start(**options: Any) -> requests.Response:
+            body = {"path": "/render", "payload": {"gameId": "m"}, **options}
+            return controller.admin("POST", "/pools/render/jobs", json=body)
+
+        docs = start(
+            queuePriority=9,
+            poolSlots=2,
+            retry_strategy="exponential",
+            assigned_to="game:m",
+            max_retries=1,
+        )
+        assert docs.status_code == 202, docs.text
+        job = client.store.get(docs.json()["queueId"])
+        assert (job.priority, job.slots, job.retry_strategy, job.assigned_to) == (
+            9,
+            2,
+            "exponential",
+            "game:m",
+        )
+        assert job.max_retries == 1
+        today = client.store.get(start(priority=4, slots=2, queuePriority=4).json()["queueId"])
+        assert (today.priority, today.slots, today.retry_strategy) == (4, 2, "linear")
+        both = start(priority=1, queuePriority=2)
+        assert both.status_code == 409 and both.json()["error"] == (
+            "priority (1) and queuePriority (2) are two names for one setting and disagree; "
+            "give one of them"
+        )
+        slots = start(slots=1, poolSlots=2)
+        assert slots.status_code == 409
+        assert slots.json()["error"].startswith("slots (1) and poolSlots (2) are two names")
+        unknown = start(slot=2)
+        assert unknown.status_code == 422 and "slot" in unknown.text
+        assert start(retry_strategy="random").status_code == 422
+        assert client.store.counts()["pending"] == 2
+    client.close()
+
+
 def test_drain_by_hand(setup: tuple[ControllerProcess, Client]) -> None:
     controller, client = setup
     store = client.store

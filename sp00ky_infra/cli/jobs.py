@@ -15,7 +15,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from sp00ky_infra.client import Client, payload_from_text
+from sp00ky_infra.client import Client, either, payload_from_text
 from sp00ky_infra.config import ConfigError
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.simulate.workload import Arrival, write_trace
@@ -89,8 +89,12 @@ def _when(at: float | None) -> str:
 )
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds.")
 @click.option("--delay", type=click.IntRange(min=0), default=0, help="Milliseconds to wait first.")
-@click.option("--priority", type=int, default=0, help="Higher runs first.")
-@click.option("--slots", type=click.IntRange(min=1), default=1, help="Slots the job takes.")
+@click.option("--priority", type=int, help="Higher runs first (default 0).")
+@click.option("--queue-priority", type=int, help="The docs' name (queuePriority) for --priority.")
+@click.option("--slots", type=click.IntRange(min=1), help="Slots the job takes (default 1).")
+@click.option(
+    "--pool-slots", type=click.IntRange(min=1), help="The docs' name (poolSlots) for --slots."
+)
 @click.option("--assigned-to", help="The record the job is for (e.g. thread:abc).")
 @json_option
 @config_option
@@ -103,8 +107,10 @@ def run(
     retry_strategy: str,
     timeout: float | None,
     delay: int,
-    priority: int,
-    slots: int,
+    priority: int | None,
+    queue_priority: int | None,
+    slots: int | None,
+    pool_slots: int | None,
     assigned_to: str | None,
     as_json: bool,
     config_file: str | None,
@@ -113,6 +119,8 @@ def run(
     """Create a job: call BACKEND's route PATH with the payload. Prints the new job's id."""
     with refusals():
         body = payload_from_text(payload)
+        priority = either(("--priority", "--queue-priority"), priority, queue_priority, default=0)
+        slots = either(("--slots", "--pool-slots"), slots, pool_slots, default=1)
         with Client(store_url, config_file) as client:
             job = client.run(
                 backend,
@@ -208,6 +216,9 @@ def list_(
         click.echo("no jobs" + (f" with status {status}" if status else ""))
 
 
+jobs.add_command(list_, "ls")  # the docs' alias
+
+
 @jobs.command()
 @click.argument("job_id")
 @json_option
@@ -245,12 +256,15 @@ def get(job_id: str, as_json: bool, store_url: str | None) -> None:
 
 @jobs.command()
 @click.argument("job_id")
+@json_option
 @store_option
-def kill(job_id: str, store_url: str | None) -> None:
+def kill(job_id: str, as_json: bool, store_url: str | None) -> None:
     """Cancel a job: a waiting one fails at once, a running one is stopped on its machine."""
     with opened(store_url) as store, refusals():
         job = store.kill(job_id, time.time())
-    if job.status == "failed":
+    if as_json:
+        click.echo(json.dumps(job.as_json(), indent=2))
+    elif job.status == "failed":
         click.echo(f"{job.id}: killed (failed with code cancelled)")
     else:
         click.echo(f"{job.id}: kill sent to machine {job.machine}; it fails with code cancelled")
@@ -258,21 +272,33 @@ def kill(job_id: str, store_url: str | None) -> None:
 
 @jobs.command()
 @click.argument("job_id")
+@json_option
 @store_option
-def retry(job_id: str, store_url: str | None) -> None:
+def retry(job_id: str, as_json: bool, store_url: str | None) -> None:
     """Run a finished job again as a new attempt (its history stays)."""
     with opened(store_url) as store, refusals():
         job = store.retry(job_id, time.time())
+    if as_json:
+        click.echo(json.dumps(job.as_json(), indent=2))
+        return
     click.echo(f"{job.id}: pending again (attempt {job.attempt_number + 1} next)")
 
 
 @jobs.command()
 @click.option("--status", type=click.Choice(["success", "failed"]), help="Only this outcome.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), help="Delete at most this many (oldest finished first)."
+)
+@json_option
 @store_option
-def clear(status: Any, store_url: str | None) -> None:
+def clear(status: Any, limit: int | None, as_json: bool, store_url: str | None) -> None:
     """Delete finished (success/failed) jobs in batches; they stay counted in the counters."""
     with opened(store_url) as store, refusals():
-        removed = store.clear(status=status)
+        if as_json:
+            deleted = store.clear_jobs(status=status, limit=limit)
+            click.echo(json.dumps([job.as_json() for job in deleted], indent=2))
+            return
+        removed = store.clear(status=status, limit=limit)
     click.echo(f"deleted {removed} finished job(s)")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sp00ky_infra.client import Client
+from sp00ky_infra.client import Client, either
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.costs import pool_cost, pool_price
 from sp00ky_infra.controller.errors import Refusal
@@ -118,22 +118,27 @@ def cancel_queued(controller: Controller, name: str, key: str) -> dict[str, Any]
 
 
 def start_job(controller: Controller, name: str, body: dict[str, Any]) -> Job:
-    """A manual start: a new job on the pool's backend, validated like `run`."""
+    """A manual start: a new job on the pool's backend, validated like `run`; every option
+    reaches the row (``queuePriority`` / ``poolSlots`` are the docs' names for ``priority`` /
+    ``slots``)."""
     _pool(controller, name)
     client = Client(controller.store, controller.config)
+    priority = either(
+        ("priority", "queuePriority"), body.get("priority"), body.get("queuePriority"), default=0
+    )
+    slots = either(("slots", "poolSlots"), body.get("slots"), body.get("poolSlots"), default=1)
     options = {
         key: body[key]
-        for key in (
-            "max_retries",
-            "retry_strategy",
-            "timeout",
-            "delay",
-            "priority",
-            "slots",
-            "assigned_to",
-        )
-        if key in body
+        for key in ("max_retries", "retry_strategy", "timeout", "delay", "assigned_to")
+        if body.get(key) is not None
     }
-    job = client.run(controller.backends[name].name, body["path"], body.get("payload"), **options)
+    job = client.run(
+        controller.backends[name].name,
+        body["path"],
+        body.get("payload"),
+        priority=priority,
+        slots=slots,
+        **options,
+    )
     controller.wake.pool(name)
     return job

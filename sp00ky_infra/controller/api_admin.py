@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from sp00ky_infra import __version__
 from sp00ky_infra.controller import admin, explain
@@ -28,12 +28,23 @@ ADMIN_STATUS: Mapping[type[Exception], int] = {
 
 
 class StartJob(BaseModel):
+    """A manual start's body: `run`'s options. ``queuePriority`` and ``poolSlots`` are the
+    docs' names for ``priority`` and ``slots``; give either (both must agree). An unknown
+    field is refused (422) rather than dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
     path: str
     payload: Any = None
-    priority: int = 0
+    priority: int | None = None
+    queuePriority: int | None = None  # the docs' spelling
+    slots: int | None = Field(default=None, ge=1)
+    poolSlots: int | None = Field(default=None, ge=1)  # the docs' spelling
     max_retries: int = Field(default=3, ge=0)
+    retry_strategy: Literal["linear", "exponential"] = "linear"
     delay: int = Field(default=0, ge=0)
     timeout: float | None = Field(default=None, gt=0)
+    assigned_to: str | None = None
 
 
 def admin_app(controller: Controller) -> FastAPI:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sp00ky_infra.store.dialect import DEFAULT_BATCH, Cursor, Dialect
-from sp00ky_infra.store.model import TERMINAL, Conflict, JobStatus
-from sp00ky_infra.store.rows import filters
+from sp00ky_infra.store.model import TERMINAL, Conflict, Job, JobStatus
+from sp00ky_infra.store.rows import COLUMNS, filters, job_from_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,19 +64,45 @@ class Retention(Dialect):
         Pending and processing rows are never touched."""
         deleted = {"success": 0, "failed": 0}
         for status, window in (("success", success_window), ("failed", failed_window)):
-            deleted[status] += self._delete_where(
-                "status = ? AND finished_at < ?", (status, now - window), batch
+            deleted[status] += len(
+                self._delete_where("status = ? AND finished_at < ?", (status, now - window), batch)
             )
         if max_rows > 0:
             deleted["success"] += self._trim_to(max_rows, batch)
         return PruneReport({key: value for key, value in deleted.items() if value})
 
-    def clear(self, status: JobStatus | None = None, batch: int = DEFAULT_BATCH) -> int:
-        """Delete terminal jobs (all, or those of one terminal status) in batches."""
+    def clear(
+        self,
+        status: JobStatus | None = None,
+        batch: int = DEFAULT_BATCH,
+        limit: int | None = None,
+    ) -> int:
+        """Delete terminal jobs (all, or those of one terminal status) in batches; with
+        ``limit``, at most that many, the oldest finished first."""
+        return len(self._clear(status, batch, limit, whole=False))
+
+    def clear_jobs(
+        self,
+        status: JobStatus | None = None,
+        batch: int = DEFAULT_BATCH,
+        limit: int | None = None,
+    ) -> list[Job]:
+        """``clear``, answering the deleted jobs as they were (``jobs clear --json``)."""
+        return [
+            row for row in self._clear(status, batch, limit, whole=True) if isinstance(row, Job)
+        ]
+
+    def _clear(
+        self, status: JobStatus | None, batch: int, limit: int | None, whole: bool
+    ) -> list[Job | str]:
         if status is not None and status not in TERMINAL:
             raise Conflict(f"clear deletes finished jobs only (success or failed), not {status}")
-        statuses = (status,) if status else TERMINAL
-        return sum(self._delete_where("status = ?", (each,), batch) for each in statuses)
+        if limit is not None and limit < 1:
+            raise Conflict(f"clear --limit is at least 1, not {limit}")
+        condition = "status = ?" if status else "status IN (?, ?)"
+        return self._delete_where(
+            condition, (status,) if status else TERMINAL, batch, limit=limit, whole=whole
+        )
 
     def _trim_to(self, max_rows: int, batch: int) -> int:
         with self._cursor() as cur:
@@ -104,19 +130,45 @@ class Retention(Dialect):
                     break
         return removed
 
-    def _delete_where(self, condition: str, params: Sequence[Any], batch: int) -> int:
-        removed = 0
+    def _delete_where(
+        self,
+        condition: str,
+        params: Sequence[Any],
+        batch: int,
+        limit: int | None = None,
+        whole: bool = False,
+    ) -> list[Job | str]:
+        """Delete the matching rows batch by batch, each folded into the counters first; the
+        deleted jobs (``whole``) or their ids. With ``limit``, the oldest finished first."""
+        removed: list[Job | str] = []
+        order = " ORDER BY finished_at, id" if limit is not None else ""
         while True:
+            take = batch if limit is None else min(batch, limit - len(removed))
+            if take <= 0:
+                return removed
             with self._write() as cur:
-                self._x(
-                    cur,
-                    f"SELECT id, tbl, status, finished_at FROM jobs WHERE {condition} LIMIT ?",
-                    (*params, batch),
-                )
-                rows = cur.fetchall()
+                if whole:
+                    self._x(
+                        cur,
+                        f"SELECT {COLUMNS} FROM jobs WHERE {condition}{order} LIMIT ?",
+                        (*params, take),
+                    )
+                    jobs = [job_from_row(row) for row in cur.fetchall()]
+                    rows: list[tuple[Any, ...]] = [
+                        (job.id, job.table, job.status, job.finished_at) for job in jobs
+                    ]
+                    removed.extend(jobs)
+                else:
+                    self._x(
+                        cur,
+                        f"SELECT id, tbl, status, finished_at FROM jobs WHERE {condition}"
+                        f"{order} LIMIT ?",
+                        (*params, take),
+                    )
+                    rows = [tuple(row) for row in cur.fetchall()]
+                    removed.extend(row[0] for row in rows)
                 self._fold_and_delete(cur, rows)
-            removed += len(rows)
-            if len(rows) < batch:
+            if len(rows) < take:
                 return removed
 
     def _fold_and_delete(self, cur: Cursor, rows: Sequence[Sequence[Any]]) -> None:
