@@ -269,6 +269,9 @@ def test_the_dashboard_refreshes_until_ctrl_c(project: tuple[Path, dict[str, str
         stdout=follower,
         stderr=follower,
         close_fds=True,
+        # as a terminal starts it: Ctrl-C is not ignored (a runner started in the background
+        # by a non-interactive shell passes SIGINT on ignored, and Python then keeps it so)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     os.close(follower)
     seen = b""
