@@ -58,6 +58,23 @@ def test_dev_runs_a_burst_and_returns_to_zero(tmp_path: Path) -> None:
         store.close()
 
 
+def test_dev_never_prints_the_store_urls_password(tmp_path: Path, postgres_url: str) -> None:
+    shutil.copytree(
+        ROOT / "examples", tmp_path / "project", ignore=shutil.ignore_patterns(".sp00ky")
+    )
+    password = postgres_url.split("//", 1)[1].split("@", 1)[0].partition(":")[2]
+    assert password, "the test store's URL carries a password"
+    env = {"SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms", "SPKY_STORE": ""}
+    done = cli(
+        "dev", "sp00ky.yml", "--store", postgres_url, "--burst", "1", "--path", "/render",
+        "--payload", '{"gameId": "g"}', "--timings", "idleTimeout=1s", "--exit-when-idle",
+        "--plain", cwd=tmp_path / "project", env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ":***@" in done.stdout  # the banner names the store, without its password
+    assert f":{password}@" not in done.stdout + done.stderr
+
+
 def test_dev_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> None:
     shutil.copytree(
         ROOT / "examples", tmp_path / "project", ignore=shutil.ignore_patterns(".sp00ky")

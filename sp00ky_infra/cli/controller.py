@@ -26,6 +26,7 @@ from sp00ky_infra.controller.images import ImagesError
 from sp00ky_infra.controller.reconcile import TickReport
 from sp00ky_infra.controller.server import Runtime
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
+from sp00ky_infra.store.postgres import redact
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -170,7 +171,7 @@ def dev(
             runtime.stop()
 
     console.print(
-        f"dev: {file} on local processes; store {settings.store_url}; agents' endpoint "
+        f"dev: {file} on local processes; store {redact(settings.store_url)}; agents' endpoint "
         f"{runtime.settings.agents_url}; admin API {runtime.admin_url}"
         + (f"; {len(queued)} job(s) queued" if queued else "")
         + ". Ctrl-C stops everything."
