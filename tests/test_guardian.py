@@ -14,7 +14,7 @@ from sp00ky_infra.guardian import Incomplete, destroy_project, run_pass
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.hetzner.heartbeat import heartbeats, stamp_heartbeat
 from sp00ky_infra.policy.guardian import Why
-from tests.fake_hetzner import TOKEN, FakeHetzner
+from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from tests.helpers import cli
 
 NOW = datetime.now(UTC)

@@ -12,7 +12,7 @@ import requests
 
 from sp00ky_infra.hetzner import Firewall, HcloudError, HetznerAPI, RateLimit
 from sp00ky_infra.hetzner.domain import FirewallRule
-from tests.fake_hetzner import TOKEN, FakeHetzner
+from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 
 NOW = 1_750_000_000.0
 

@@ -20,8 +20,8 @@ from sp00ky_infra.infra.firewall import (
     delete_firewall,
 )
 from sp00ky_infra.infra.machine import HetznerMachineProvider
+from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from tests.dynamic_host import dynamic_host
-from tests.fake_hetzner import TOKEN, FakeHetzner
 
 URN = "urn:pulumi:prod::shop::sp00ky:infra:HetznerPool$pulumi-python:dynamic:Resource::"
 LABELS = {"sp00ky/project": "shop", "sp00ky/pool": "render", "sp00ky/limit": "2"}

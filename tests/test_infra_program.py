@@ -298,8 +298,8 @@ def test_a_machine_keeps_the_revision_it_runs_until_it_is_destroyed(tmp_path: Pa
 
 def test_a_run_by_hand_keeps_every_machine_that_exists(monkeypatch: pytest.MonkeyPatch) -> None:
     from sp00ky_infra.infra.existing import CannotTell, machines_for_run
+    from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
     from sp00ky_infra.shared.desired import Desired
-    from tests.fake_hetzner import TOKEN, FakeHetzner
 
     stale = Desired.parse({"render": ["render-a1"]})  # a checkout's old sp00ky:machines
     with FakeHetzner() as fake:

@@ -19,8 +19,8 @@ from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI
 from sp00ky_infra.infra.machine import HetznerMachineProvider, create_server
+from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from tests.dynamic_host import dynamic_host
-from tests.fake_hetzner import TOKEN, FakeHetzner
 
 URN = "urn:pulumi:prod::shop::sp00ky:infra:HetznerPool$pulumi-python:dynamic:Resource::render-a1"
 

@@ -21,11 +21,11 @@ from typing import Any
 import yaml
 
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV
 from tests.conftest import docker_available, need_service
 from tests.controllers import SECRET, ControllerProcess, wait_for
-from tests.fake_hetzner import TOKEN, FakeHetzner
 from tests.pulumi_engine import StackProject, example_config
 
 
