@@ -181,3 +181,17 @@ def registry(auth: bool = True) -> Iterator[Registry]:
     finally:
         _stop(proc)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def backend_context(folder: Path) -> None:
+    """The example backend as a Docker build context in ``folder``, from the locally made base
+    image, listening on every address (in its own container, where the agent reaches it)."""
+    from tests.conftest import BASE_IMAGE
+    from tests.helpers import ROOT
+
+    folder.mkdir()
+    (folder / "server.py").write_text((ROOT / "examples/backend/server.py").read_text())
+    (folder / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\nCOPY server.py /app/server.py\nENV HOST=0.0.0.0\n"
+        'CMD ["python3", "/app/server.py"]\n'
+    )

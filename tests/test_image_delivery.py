@@ -20,9 +20,8 @@ import requests
 from sp00ky_infra.client import Client
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.shared import tokens
-from tests.conftest import BASE_IMAGE
 from tests.controllers import SECRET, backend_app, project, running_controller, wait_for
-from tests.engines import REGISTRY_PASSWORD, REGISTRY_USER, Engine, Registry
+from tests.engines import REGISTRY_PASSWORD, REGISTRY_USER, Engine, Registry, backend_context
 from tests.helpers import ROOT
 
 TIMINGS = "lease=10s,idleTimeout=60s,bootTimeout=60s"
@@ -33,13 +32,7 @@ def backend(tmp_path: Path, docker_images: str) -> Iterator[str]:
     """A pool backend of a name of its own, so its image is this test's alone (other tests
     retag the shared sp00ky-dev-pool-renderer with a backend listening on 127.0.0.1 only)."""
     name = f"img{secrets.token_hex(3)}"
-    folder = tmp_path / "backend"
-    folder.mkdir()
-    (folder / "server.py").write_text((ROOT / "examples/backend/server.py").read_text())
-    (folder / "Dockerfile").write_text(
-        f"FROM {BASE_IMAGE}\nCOPY server.py /app/server.py\nENV HOST=0.0.0.0\n"
-        'CMD ["python3", "/app/server.py"]\n'
-    )
+    backend_context(tmp_path / "backend")
     yield name
     subprocess.run(
         ["docker", "rmi", "-f", f"sp00ky-dev-pool-{name}", f"sp00ky-test/{name}:1"],

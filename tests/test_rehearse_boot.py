@@ -26,9 +26,9 @@ from sp00ky_infra.rehearse.errors import BootError
 from sp00ky_infra.rehearse.image import ensure_image
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.cloud_init import user_data
-from tests.conftest import BASE_IMAGE, docker_available, need_service
+from tests.conftest import docker_available, need_service
 from tests.controllers import SECRET, backend_app, project, running_controller, wait_for
-from tests.helpers import ROOT
+from tests.engines import backend_context
 
 
 @pytest.fixture(scope="session")
@@ -139,13 +139,7 @@ def test_a_server_boots_its_cloud_config_and_goes_when_deleted(cloud: FakeHetzne
 def backend(tmp_path: Path, docker_images: str) -> Iterator[str]:
     """A backend of its own (listening on every address, in its container)."""
     name = f"reh{int(time.time() * 1000) % 10**8}"
-    folder = tmp_path / "backend"
-    folder.mkdir()
-    (folder / "server.py").write_text((ROOT / "examples/backend/server.py").read_text())
-    (folder / "Dockerfile").write_text(
-        f"FROM {BASE_IMAGE}\nCOPY server.py /app/server.py\nENV HOST=0.0.0.0\n"
-        'CMD ["python3", "/app/server.py"]\n'
-    )
+    backend_context(tmp_path / "backend")
     yield name
     subprocess.run(["docker", "rmi", "-f", f"sp00ky-dev-pool-{name}"], capture_output=True)
 
