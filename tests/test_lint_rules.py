@@ -11,6 +11,7 @@ from sp00ky_infra.config.loader import parse_document
 from sp00ky_infra.config.rules import RULES
 from sp00ky_infra.config.schema import load_schema
 from tests.configs import BASE, DELETE, errors, lint_data, varied
+from tests.test_schedules_config import SCHEDULE_FAILING, SCHEDULE_PASSING
 
 SECOND_BACKEND = {
     "type": "backend",
@@ -265,6 +266,8 @@ PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ("SP133", (("pools.render.provider", "docker"),)),
     ("SP134", (("pools.render.recycle", "never"),)),
 ]
+FAILING += SCHEDULE_FAILING  # the schedules' rules, kept with their other tests
+PASSING += SCHEDULE_PASSING
 
 
 @pytest.mark.parametrize(("code", "changes", "path", "words"), FAILING)

@@ -16,8 +16,15 @@ from pathlib import PurePath
 from types import MappingProxyType
 from typing import Any, Literal
 
-from sp00ky_infra.config.durations import parse_duration
+from sp00ky_infra.config.durations import format_duration, parse_duration
 from sp00ky_infra.policy.cost import Price
+from sp00ky_infra.policy.schedules import (
+    DEFAULT_POLICY,
+    Cadence,
+    ConcurrencyPolicy,
+    Interval,
+    parse_cron,
+)
 
 Provider = Literal["hetzner", "docker"]
 Recycle = Literal["job", "never"]
@@ -142,12 +149,35 @@ class Retention:
 
 
 @dataclass(frozen=True, slots=True)
+class Schedule:
+    """``schedules.NAME``: a job written into ``backend``'s outbox table at every fire
+    (jobs.txt, "Scheduled and multi-step work"); the cadence is read in UTC."""
+
+    name: str
+    backend: str
+    route: str
+    cadence: Cadence
+    payload: Any = None
+    concurrency: ConcurrencyPolicy = DEFAULT_POLICY
+    history_success: float | None = None  # overrides retention.runSuccess for this schedule
+    history_failed: float | None = None  # overrides retention.runFailed
+
+    @property
+    def cadence_text(self) -> str:
+        """The cadence as the file writes it: ``cron 0 3 * * *`` or ``every 1m``."""
+        if isinstance(self.cadence, Interval):
+            return f"every {format_duration(self.cadence.seconds)}"
+        return f"cron {self.cadence.text}"
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     mode: Mode = DEFAULT_MODE
     pools: Mapping[str, Pool] = field(default_factory=lambda: MappingProxyType({}))
     backends: Mapping[str, Backend] = field(default_factory=lambda: MappingProxyType({}))
     retention: Retention = Retention()
     prices: Mapping[str, Price] = field(default_factory=lambda: MappingProxyType({}))
+    schedules: Mapping[str, Schedule] = field(default_factory=lambda: MappingProxyType({}))
     root: str = "."  # the directory of sp00ky.yml; relative paths resolve against it
 
     def backend_for(self, pool: str) -> Backend:
@@ -179,6 +209,9 @@ def build_config(data: Mapping[str, Any], root: str = ".") -> Config:
                 server_type: Price(float(raw["hourly"]), float(raw["monthly"]), "sp00ky.yml")
                 for server_type, raw in (data.get("prices") or {}).items()
             }
+        ),
+        schedules=MappingProxyType(
+            {name: _schedule(name, raw) for name, raw in (data.get("schedules") or {}).items()}
         ),
         root=root,
     )
@@ -259,4 +292,21 @@ def _retention(raw: Mapping[str, Any]) -> Retention:
         run_success=window("runSuccess"),
         run_failed=window("runFailed"),
         max_rows=raw.get("maxRows", 0),
+    )
+
+
+def _schedule(name: str, raw: Mapping[str, Any]) -> Schedule:
+    history = raw.get("history") or {}
+    cadence: Cadence = (
+        parse_cron(raw["cron"]) if "cron" in raw else Interval(parse_duration(raw["every"]))
+    )
+    return Schedule(
+        name=name,
+        backend=raw["backend"],
+        route=raw["route"],
+        cadence=cadence,
+        payload=raw.get("payload"),
+        concurrency=raw.get("concurrency", DEFAULT_POLICY),
+        history_success=parse_duration(history["success"]) if "success" in history else None,
+        history_failed=parse_duration(history["failed"]) if "failed" in history else None,
     )

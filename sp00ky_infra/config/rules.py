@@ -7,6 +7,7 @@ JSON Schema. Pure: no I/O.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from sp00ky_infra.config.model import (
     Provider,
     Recycle,
 )
+from sp00ky_infra.policy.schedules import POLICIES, CronError, parse_cron
 
 Path = tuple[str | int, ...]
 
@@ -475,6 +477,142 @@ def recycle_is_known(data: Mapping[str, Any]) -> Iterator[Finding]:
                 ("pools", name, "recycle"),
                 f"recycle {pool['recycle']!r} is not known; use `job` (a fresh backend process "
                 "for every job, the default) or `never` (keep the process up)",
+            )
+
+
+# --- schedules ---------------------------------------------------------------------------------
+
+MIN_INTERVAL_SECONDS = 1.0
+
+
+def schedules(data: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for name, schedule in _mapping(data.get("schedules")).items():
+        yield str(name), _mapping(schedule)
+
+
+def _did_you_mean(value: Any, known: list[str]) -> str:
+    close = difflib.get_close_matches(str(value), known, n=1)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; known: {', '.join(known)}" if known else ""
+
+
+@rule("SP160", "schedule-cadence", "a schedule has cron or every, not both")
+def schedule_has_one_cadence(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, schedule in schedules(data):
+        given = [key for key in ("cron", "every") if key in schedule]
+        if len(given) == 2:
+            yield Finding(
+                ("schedules", name, "every"),
+                f"schedule {name!r} has both cron and every; keep one (cron for times of day, "
+                "every for an interval)",
+            )
+        elif not given:
+            yield Finding(
+                ("schedules", name),
+                f'schedule {name!r} has no cadence; add `cron: "0 3 * * *"` (03:00 UTC daily) '
+                "or `every: 5m`",
+            )
+
+
+@rule("SP161", "schedule-cron", "a schedule's cron expression parses")
+def schedule_cron_parses(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, schedule in schedules(data):
+        if "cron" not in schedule:
+            continue
+        try:
+            parse_cron(schedule["cron"])
+        except CronError as exc:
+            where = f"the {exc.field} field of {schedule['cron']!r}: " if exc.field else ""
+            yield Finding(("schedules", name, "cron"), f"{where}{exc}")
+
+
+@rule("SP162", "schedule-durations", "a schedule's interval and history windows parse")
+def schedule_durations_parse(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, schedule in schedules(data):
+        if "every" in schedule:
+            try:
+                seconds = parse_duration(schedule["every"])
+            except DurationError as exc:
+                yield Finding(("schedules", name, "every"), str(exc))
+            else:
+                if seconds < MIN_INTERVAL_SECONDS:
+                    yield Finding(
+                        ("schedules", name, "every"),
+                        f"every {schedule['every']!r} is shorter than 1s; use 1s or more",
+                    )
+        history = _mapping(schedule.get("history"))
+        for key in ("success", "failed"):
+            if key in history:
+                try:
+                    parse_duration(history[key])
+                except DurationError as exc:
+                    yield Finding(("schedules", name, "history", key), str(exc))
+
+
+@rule("SP163", "schedule-backend", "a schedule's backend is declared and runs jobs on a pool")
+def schedule_backend_runs_jobs(data: Mapping[str, Any]) -> Iterator[Finding]:
+    declared = dict(backends(data))
+    for name, schedule in schedules(data):
+        backend = schedule.get("backend")
+        if not isinstance(backend, str):
+            continue
+        path = ("schedules", name, "backend")
+        if backend not in declared:
+            yield Finding(
+                path,
+                f"schedule {name!r} names backend {backend!r}, which is not a backend app"
+                + _did_you_mean(backend, sorted(declared)),
+            )
+            continue
+        app = declared[backend]
+        method = _mapping(app.get("method"))
+        if method.get("type") != "outbox" or not method.get("table"):
+            yield Finding(
+                path,
+                f"backend {backend!r} has no outbox table for the schedule's jobs; give it "
+                "`method: { type: outbox, table: job }`",
+            )
+        elif pool_of(app) is None:
+            yield Finding(
+                path,
+                f"backend {backend!r} runs on no pool, so schedule {name!r}'s jobs could never "
+                "run; give the backend `runOn: { pool: NAME }`",
+            )
+
+
+@rule("SP164", "schedule-route", "a schedule's route is a path")
+def schedule_route_is_a_path(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, schedule in schedules(data):
+        route = schedule.get("route")
+        if isinstance(route, str) and not route.startswith("/"):
+            yield Finding(
+                ("schedules", name, "route"),
+                f"route {route!r} is not a path; write it as the backend's spec does, "
+                f"like /{route.lstrip('/')}",
+            )
+
+
+@rule("SP165", "schedule-concurrency", "a schedule's concurrency is skip, replace or allow")
+def schedule_concurrency_is_known(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, schedule in schedules(data):
+        policy = schedule.get("concurrency")
+        if "concurrency" in schedule and policy not in POLICIES:
+            yield Finding(
+                ("schedules", name, "concurrency"),
+                f"concurrency {policy!r} is not a policy; use skip (the default), replace or "
+                "allow" + _did_you_mean(policy, list(POLICIES)),
+            )
+
+
+@rule("SP166", "schedule-for-each", "fan-out schedules (forEach) are not supported")
+def schedule_has_no_for_each(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, schedule in schedules(data):
+        if "forEach" in schedule:
+            yield Finding(
+                ("schedules", name, "forEach"),
+                "forEach (one job per row of a query) is not supported by sp00ky-infra; "
+                "remove it and fan out from the backend's route, which can write the jobs",
             )
 
 
