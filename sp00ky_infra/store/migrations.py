@@ -161,4 +161,48 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE machines ADD COLUMN busy_since DOUBLE PRECISION",
         ),
     ),
+    Migration(
+        5,
+        "schedules: each one's fire cursor, its runs keyed by (schedule, fire time), counters",
+        (
+            # When a schedule was first seen (it never fires for times before) and the time of
+            # its last fire (catch-up counts from there). Kept apart from the runs, which
+            # retention deletes.
+            """
+            CREATE TABLE schedule_state (
+                schedule TEXT PRIMARY KEY,
+                first_seen_at DOUBLE PRECISION NOT NULL,
+                last_fire_at DOUBLE PRECISION
+            )
+            """,
+            # One row per fire; the unique key makes each fire happen once, whichever
+            # controller (a leader, the one that took over from it) makes it. A run's status
+            # follows its job's until it ends; skipped runs have no job.
+            """
+            CREATE TABLE schedule_runs (
+                id TEXT PRIMARY KEY,
+                schedule TEXT NOT NULL,
+                fire_at DOUBLE PRECISION NOT NULL,
+                fired_at DOUBLE PRECISION NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('pending', 'processing', 'success',
+                    'failed', 'killed', 'skipped', 'replaced')),
+                job_id TEXT,
+                finished_at DOUBLE PRECISION,
+                UNIQUE (schedule, fire_at)
+            )
+            """,
+            "CREATE INDEX schedule_runs_open ON schedule_runs (schedule)"
+            " WHERE status IN ('pending', 'processing')",
+            "CREATE INDEX schedule_runs_finished ON schedule_runs (status, schedule, finished_at)",
+            """
+            CREATE TABLE schedule_counters (
+                schedule TEXT NOT NULL,
+                hour BIGINT NOT NULL,
+                outcome TEXT NOT NULL,
+                count BIGINT NOT NULL,
+                PRIMARY KEY (schedule, hour, outcome)
+            )
+            """,
+        ),
+    ),
 )

@@ -1,0 +1,345 @@
+"""Schedules in the store: each one's fire cursor, its runs, and the counters of pruned runs.
+
+A fire is one transaction: the run row, keyed by (schedule, fire time), and the job row it
+starts are written together, and the schedule's cursor moves to the fire time. A second
+controller making the same fire (a leader that lost the lock mid-tick, the one that took
+over) finds the cursor already there, or the key taken, and writes nothing: each fire
+happens once.
+
+A run's status follows its job's (``sync``) until the job ends: pending, processing,
+success, failed, or killed (the job was cancelled). ``skipped`` runs (the previous run was
+still going, policy skip) have no job; ``replaced`` runs had theirs killed by a later fire
+(policy replace). Retention keeps success, skipped and replaced runs for the success window
+and failed and killed runs for the failed one, folding each into hourly counters first.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sp00ky_infra.policy.schedules import ConcurrencyPolicy, FireAction, on_fire
+from sp00ky_infra.store.dialect import DEFAULT_BATCH, Cursor, Dialect
+from sp00ky_infra.store.model import CANCELLED, NewJob
+from sp00ky_infra.store.rows import INSERT_JOB, insert_row
+from sp00ky_infra.store.transitions import new_job_id, validate_new
+
+RunStatus = Literal["pending", "processing", "success", "failed", "killed", "skipped", "replaced"]
+RUN_STATUSES: tuple[RunStatus, ...] = (
+    "pending",
+    "processing",
+    "success",
+    "failed",
+    "killed",
+    "skipped",
+    "replaced",
+)
+OPEN: tuple[RunStatus, ...] = ("pending", "processing")
+KEPT_AS_SUCCESS: tuple[RunStatus, ...] = ("success", "skipped", "replaced")  # jobs.txt, Retention
+KEPT_AS_FAILED: tuple[RunStatus, ...] = ("failed", "killed")
+RUN_COLUMNS = "id, schedule, fire_at, fired_at, status, job_id, finished_at"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    schedule: str
+    first_seen_at: float
+    last_fire_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: str
+    schedule: str
+    fire_at: float
+    fired_at: float
+    status: RunStatus
+    job_id: str | None
+    finished_at: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "schedule": self.schedule,
+            "fire_at": self.fire_at,
+            "fired_at": self.fired_at,
+            "status": self.status,
+            "job_id": self.job_id,
+            "finished_at": self.finished_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """What a fire did: started a job (``fire``), recorded ``skip``, or started a job and
+    marked the previous runs ``replaced`` (their jobs, ``replaced_jobs``, are to be killed)."""
+
+    run: Run
+    action: FireAction
+    replaced_jobs: tuple[str, ...] = ()
+
+
+def _run(row: Sequence[Any]) -> Run:
+    return Run(row[0], row[1], row[2], row[3], row[4], row[5], row[6])
+
+
+def _hour(at: float) -> int:
+    return int(at // 3600) * 3600
+
+
+def run_status_of(job_status: str | None, errors: str | None) -> RunStatus:
+    """A run's status from its job's: a job that failed because it was killed is ``killed``;
+    a job that is gone (cleared before its end was seen) counts as ``failed``."""
+    if job_status in ("pending", "processing", "success"):
+        return job_status  # type: ignore[return-value]
+    if job_status == "failed" and errors:
+        entries = json.loads(errors)
+        if entries and entries[-1].get("code") == CANCELLED:
+            return "killed"
+    return "failed"
+
+
+class ScheduleTable:
+    """Schedules' cursors, runs and counters on the store's connections."""
+
+    def __init__(self, store: Dialect) -> None:
+        self._store = store
+
+    # --- cursors -------------------------------------------------------------------------
+
+    def states(self, names: Iterable[str], now: float) -> dict[str, ScheduleState]:
+        """Each named schedule's cursor; a schedule seen for the first time is recorded as
+        first seen at ``now`` (by whichever controller sees it first: they then agree)."""
+        wanted = sorted(set(names))
+        found = self._read_states(wanted)
+        missing = [name for name in wanted if name not in found]
+        if missing:
+            with self._store._write() as cur:
+                for name in missing:
+                    self._store._x(
+                        cur,
+                        "INSERT INTO schedule_state (schedule, first_seen_at) VALUES (?, ?) "
+                        "ON CONFLICT (schedule) DO NOTHING",
+                        (name, now),
+                    )
+            found = self._read_states(wanted)
+        return found
+
+    def _read_states(self, names: Sequence[str]) -> dict[str, ScheduleState]:
+        if not names:
+            return {}
+        marks = ", ".join("?" for _ in names)
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "SELECT schedule, first_seen_at, last_fire_at FROM schedule_state "
+                f"WHERE schedule IN ({marks})",
+                names,
+            )
+            return {row[0]: ScheduleState(row[0], row[1], row[2]) for row in cur.fetchall()}
+
+    # --- firing --------------------------------------------------------------------------
+
+    def fire(
+        self,
+        schedule: str,
+        fire_at: float,
+        now: float,
+        policy: ConcurrencyPolicy,
+        new: NewJob,
+    ) -> Fired | None:
+        """Make the fire of ``schedule`` for ``fire_at``, as ``policy`` says given its open
+        runs; None when that fire (or a later one) was made already."""
+        validate_new(new)
+        store = self._store
+        with store._write() as cur:
+            store._lock(cur, f"schedule:{schedule}")
+            store._x(cur, "SELECT last_fire_at FROM schedule_state WHERE schedule = ?", (schedule,))
+            row = cur.fetchone()
+            if row is not None and row[0] is not None and row[0] >= fire_at:
+                return None
+            running = self._running(cur, schedule)
+            action = on_fire(policy, bool(running))
+            run_id = f"run:{secrets.token_hex(10)}"
+            job_id = None if action == "skip" else new_job_id(new.table)
+            status: RunStatus = "skipped" if action == "skip" else "pending"
+            finished = now if action == "skip" else None
+            store._x(
+                cur,
+                f"INSERT INTO schedule_runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (schedule, fire_at) DO NOTHING",
+                (run_id, schedule, fire_at, now, status, job_id, finished),
+            )
+            if cur.rowcount != 1:
+                return None
+            store._x(
+                cur,
+                "INSERT INTO schedule_state (schedule, first_seen_at, last_fire_at) "
+                "VALUES (?, ?, ?) ON CONFLICT (schedule) DO UPDATE SET "
+                "last_fire_at = excluded.last_fire_at",
+                (schedule, now, fire_at),
+            )
+            replaced: tuple[str, ...] = ()
+            if job_id is not None:
+                cur.execute(store._sql(INSERT_JOB), insert_row(new, job_id, now))
+                if action == "replace":
+                    replaced = tuple(job for _, job in running if job is not None)
+                    for open_run, _ in running:
+                        store._x(
+                            cur,
+                            "UPDATE schedule_runs SET status = 'replaced', finished_at = ? "
+                            "WHERE id = ?",
+                            (now, open_run),
+                        )
+                store._changed(cur)
+        run = Run(run_id, schedule, fire_at, now, status, job_id, finished)
+        return Fired(run, action, replaced)
+
+    def _running(self, cur: Cursor, schedule: str) -> list[tuple[str, str | None]]:
+        """(run id, job id) of the schedule's runs whose job is still pending or processing,
+        read from the jobs themselves (a run's own status may lag a tick behind)."""
+        self._store._x(
+            cur,
+            "SELECT r.id, r.job_id FROM schedule_runs r JOIN jobs j ON j.id = r.job_id "
+            "WHERE r.schedule = ? AND r.status IN ('pending', 'processing') "
+            "AND j.status IN ('pending', 'processing')",
+            (schedule,),
+        )
+        return [(row[0], row[1]) for row in cur.fetchall()]
+
+    # --- following jobs ------------------------------------------------------------------
+
+    def sync(self, now: float) -> list[tuple[str, RunStatus]]:
+        """Bring open runs' statuses up to their jobs'; returns (run id, new status) changed."""
+        store = self._store
+        with store._cursor() as cur:
+            store._x(
+                cur,
+                "SELECT r.id, r.status, j.status, j.errors, j.finished_at FROM schedule_runs r "
+                "LEFT JOIN jobs j ON j.id = r.job_id WHERE r.status IN ('pending', 'processing')",
+            )
+            rows = cur.fetchall()
+        changes = []
+        for run_id, before, job_status, errors, finished_at in rows:
+            after = run_status_of(job_status, errors)
+            if after != before:
+                ended = None if after in OPEN else (finished_at or now)
+                changes.append((run_id, before, after, ended))
+        if changes:
+            with store._write() as cur:
+                for run_id, before, after, ended in changes:
+                    store._x(
+                        cur,
+                        "UPDATE schedule_runs SET status = ?, finished_at = ? "
+                        "WHERE id = ? AND status = ?",
+                        (after, ended, run_id, before),
+                    )
+        return [(run_id, after) for run_id, _, after, _ in changes]
+
+    def replaced_still_running(self) -> list[str]:
+        """Jobs of replaced runs that still run and were not asked to stop (the controller
+        that replaced them died before it killed them)."""
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "SELECT j.id FROM schedule_runs r JOIN jobs j ON j.id = r.job_id "
+                "WHERE r.status = 'replaced' AND j.status IN ('pending', 'processing') "
+                "AND j.cancel_requested = 0",
+            )
+            return [row[0] for row in cur.fetchall()]
+
+    # --- retention -----------------------------------------------------------------------
+
+    def prune(
+        self,
+        now: float,
+        windows: Mapping[str, tuple[float, float]],
+        default: tuple[float, float],
+        batch: int = DEFAULT_BATCH,
+    ) -> int:
+        """Delete ended runs past their window (``windows[schedule]`` or ``default``:
+        (success, failed) seconds), folding each into the hourly counters first."""
+        with self._store._cursor() as cur:
+            self._store._x(cur, "SELECT DISTINCT schedule FROM schedule_runs")
+            names = [row[0] for row in cur.fetchall()]
+        deleted = 0
+        for name in names:
+            success, failed = windows.get(name, default)
+            for statuses, window in ((KEPT_AS_SUCCESS, success), (KEPT_AS_FAILED, failed)):
+                deleted += self._prune_group(name, statuses, now - window, batch)
+        return deleted
+
+    def _prune_group(
+        self, schedule: str, statuses: Sequence[str], before: float, batch: int
+    ) -> int:
+        marks = ", ".join("?" for _ in statuses)
+        removed = 0
+        while True:
+            with self._store._write() as cur:
+                self._store._x(
+                    cur,
+                    f"SELECT id, status, finished_at FROM schedule_runs WHERE status IN ({marks}) "
+                    "AND schedule = ? AND finished_at < ? LIMIT ?",
+                    (*statuses, schedule, before, batch),
+                )
+                rows = cur.fetchall()
+                folded: dict[tuple[int, str], int] = {}
+                for _, status, finished_at in rows:
+                    key = (_hour(finished_at), status)
+                    folded[key] = folded.get(key, 0) + 1
+                for (hour, outcome), count in folded.items():
+                    self._store._x(
+                        cur,
+                        "INSERT INTO schedule_counters (schedule, hour, outcome, count) "
+                        "VALUES (?, ?, ?, ?) ON CONFLICT (schedule, hour, outcome) "
+                        "DO UPDATE SET count = schedule_counters.count + excluded.count",
+                        (schedule, hour, outcome, count),
+                    )
+                for start in range(0, len(rows), 200):
+                    ids = [row[0] for row in rows[start : start + 200]]
+                    self._store._x(
+                        cur,
+                        f"DELETE FROM schedule_runs WHERE id IN ({', '.join('?' for _ in ids)})",
+                        ids,
+                    )
+            removed += len(rows)
+            if len(rows) < batch:
+                return removed
+
+    # --- reading -------------------------------------------------------------------------
+
+    def runs(self, schedule: str, limit: int = 20) -> list[Run]:
+        """The schedule's runs, the latest fire first."""
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                f"SELECT {RUN_COLUMNS} FROM schedule_runs WHERE schedule = ? "
+                "ORDER BY fire_at DESC LIMIT ?",
+                (schedule, limit),
+            )
+            return [_run(row) for row in cur.fetchall()]
+
+    def totals(self, schedule: str) -> dict[str, dict[str, int]]:
+        """The schedule's runs by status: those still kept (``kept``) and those retention
+        folded into the counters (``pruned``); every status present in both."""
+        with self._store._cursor() as cur:
+            self._store._x(
+                cur,
+                "SELECT status, count(*) FROM schedule_runs WHERE schedule = ? GROUP BY status",
+                (schedule,),
+            )
+            kept = {row[0]: int(row[1]) for row in cur.fetchall()}
+            self._store._x(
+                cur,
+                "SELECT outcome, sum(count) FROM schedule_counters WHERE schedule = ? "
+                "GROUP BY outcome",
+                (schedule,),
+            )
+            pruned = {row[0]: int(row[1]) for row in cur.fetchall()}
+        return {
+            "kept": {status: kept.get(status, 0) for status in RUN_STATUSES},
+            "pruned": {status: pruned.get(status, 0) for status in RUN_STATUSES},
+        }
