@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from sp00ky_infra.controller.core import Controller, last_code
+from sp00ky_infra.controller.schedules import fire_schedules
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.hetzner.heartbeat import stamp_heartbeat
 from sp00ky_infra.policy.plan import MachineView, Plan, PoolView, plan_pool, pool_view
@@ -87,9 +88,10 @@ def tick(controller: Controller) -> TickReport:
     count_swept(controller, swept)
     executor = controller.executor
     executor.record_outcomes(now)
+    scheduled = fire_schedules(controller, now)  # before observe: the plan sees their jobs
     plans = [plan_pool(view, now) for view in observe(controller, now)]
     controller.plans = {plan.pool: plan for plan in plans}
-    errors: list[str] = []
+    errors: list[str] = scheduled
     for plan in plans:
         errors += executor.apply(plan, controller.deployment, now)
     pruned = maybe_prune(controller, now)
