@@ -164,7 +164,7 @@ def test_a_failover_mid_cadence_loses_no_fire_and_doubles_none(
         jobs = store.list_jobs(table="render_job", limit=1000)
         runs = ScheduleTable(store).runs("beat", 1000)
         assert len({run.job_id for run in runs}) == len(runs) == len(jobs)  # none doubled
-        assert sorted(run.job_id for run in runs) == sorted(job.id for job in jobs)
+        assert sorted(run.job_id or "" for run in runs) == sorted(job.id for job in jobs)
         assert "schedule beat fired" in second.log()
     finally:
         first.stop()
