@@ -13,6 +13,7 @@ from sp00ky_infra.cli.lint import lint, schema
 from sp00ky_infra.cli.mcp_server import mcp
 from sp00ky_infra.cli.pools import pools
 from sp00ky_infra.cli.rehearse import rehearse
+from sp00ky_infra.cli.schedules import schedules
 from sp00ky_infra.cli.simulate import simulate
 
 
@@ -34,6 +35,7 @@ cli.add_command(rehearse)
 cli.add_command(simulate)
 cli.add_command(explain)
 cli.add_command(mcp)
+cli.add_command(schedules)
 
 
 def main() -> None:

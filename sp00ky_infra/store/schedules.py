@@ -114,7 +114,7 @@ class ScheduleTable:
         """Each named schedule's cursor; a schedule seen for the first time is recorded as
         first seen at ``now`` (by whichever controller sees it first: they then agree)."""
         wanted = sorted(set(names))
-        found = self._read_states(wanted)
+        found = self.read_states(wanted)
         missing = [name for name in wanted if name not in found]
         if missing:
             with self._store._write() as cur:
@@ -125,10 +125,11 @@ class ScheduleTable:
                         "ON CONFLICT (schedule) DO NOTHING",
                         (name, now),
                     )
-            found = self._read_states(wanted)
+            found = self.read_states(wanted)
         return found
 
-    def _read_states(self, names: Sequence[str]) -> dict[str, ScheduleState]:
+    def read_states(self, names: Sequence[str]) -> dict[str, ScheduleState]:
+        """The cursors of the named schedules the controller has seen (nothing written)."""
         if not names:
             return {}
         marks = ", ".join("?" for _ in names)
