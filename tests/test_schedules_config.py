@@ -3,10 +3,13 @@ other rule's), the schema's, and the typed values."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sp00ky_infra.config import ConfigInvalid
+from sp00ky_infra.config.loader import lint_file, load_config
 from sp00ky_infra.config.model import build_config
 from sp00ky_infra.policy.schedules import Cron, Interval
 from tests.configs import lint_data, varied
@@ -169,3 +172,45 @@ def test_a_config_without_schedules_has_none() -> None:
 def test_schedule_names_are_like_pool_names(name: str) -> None:
     issues = lint_data(varied((f"schedules.{name}", NIGHTLY)))
     assert [issue.path for issue in issues] == [f"schedules.{name}"]
+
+
+# --- routes and payloads against the backend's spec (config/routes.py, run by lint) ---------
+
+
+def _lint_project(tmp_path: Path, schedule: dict[str, Any]) -> list[tuple[str, str, str]]:
+    from tests.test_schedules_controller import write_project
+
+    issues = lint_file(write_project(tmp_path, {"nightly": schedule}))
+    return [(issue.path, issue.code, issue.message) for issue in issues]
+
+
+def test_a_route_the_spec_lacks_gets_a_did_you_mean(tmp_path: Path) -> None:
+    schedule = {**NIGHTLY, "route": "/rendr", "payload": {"gameId": "g"}}
+    assert _lint_project(tmp_path, schedule) == [
+        (
+            "schedules.nightly.route",
+            "SP167",
+            "backend 'renderer''s spec has no POST /rendr (its POST routes: /render); "
+            "did you mean '/render'?",
+        )
+    ]
+
+
+def test_a_payload_the_spec_refuses_is_named(tmp_path: Path) -> None:
+    schedule = {**NIGHTLY, "payload": {"gameId": "g", "seconds": -1}}
+    assert _lint_project(tmp_path, schedule) == [
+        (
+            "schedules.nightly.payload.seconds",
+            "SP167",
+            "payload.seconds: -1 is less than the minimum of 0 (the spec's POST /render body)",
+        )
+    ]
+    assert _lint_project(tmp_path, {**NIGHTLY, "payload": {"gameId": "g"}}) == []
+
+
+def test_a_config_with_a_refused_schedule_does_not_load(tmp_path: Path) -> None:
+    from tests.test_schedules_controller import write_project
+
+    config = write_project(tmp_path, {"nightly": {**NIGHTLY, "route": "/nope"}})
+    with pytest.raises(ConfigInvalid, match="spec has no POST /nope"):
+        load_config(config)

@@ -20,6 +20,7 @@ from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.store import SqlStore, open_store
 from sp00ky_infra.store.schedules import ScheduleTable
 from tests.controllers import ControllerProcess, backend_app, kill_machines, wait_for
+from tests.helpers import ROOT
 from tests.test_controller_executor import Recording
 
 POOLS = {"render": {"min": 0, "autoscale": True, "max": 1}}
@@ -27,9 +28,11 @@ RENDER = {"backend": "renderer", "route": "/render", "payload": {"gameId": "nigh
 T0 = 1_800_000_000.0  # a multiple of 60: 2027-01-15T08:00:00Z
 
 
-def write_project(folder: Path, schedules: dict[str, Any]) -> Path:
+def write_project(folder: Path, schedules: dict[str, Any], spec: Path | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     app = backend_app("render", "render_job", folder / "backend.jsonl")
+    if spec is not None:
+        app["spec"] = str(spec)
     path = folder / "sp00ky.yml"
     data = {"mode": "cluster", "pools": POOLS, "apps": {"renderer": app}, "schedules": schedules}
     path.write_text(yaml.safe_dump(data))
@@ -46,9 +49,9 @@ class Clock:
 
 @contextmanager
 def leader(
-    tmp_path: Path, store_url: str, schedules: dict[str, Any]
+    tmp_path: Path, store_url: str, schedules: dict[str, Any], spec: Path | None = None
 ) -> Iterator[tuple[Controller, Clock, SqlStore]]:
-    config = load_config(write_project(tmp_path, schedules))
+    config = load_config(write_project(tmp_path, schedules, spec))
     store = open_store(store_url)
     clock = Clock(T0)
     settings = ControllerSettings(secret="s", state_dir=str(tmp_path))
@@ -105,8 +108,13 @@ def test_skip_and_replace_on_the_tick(tmp_path: Path, store_url: str) -> None:
 def test_a_payload_the_spec_refuses_fires_nothing_and_says_why(
     tmp_path: Path, store_url: str
 ) -> None:
-    schedules = {"bad": {**RENDER, "payload": {"game": "x"}, "every": "1m"}}
-    with leader(tmp_path, store_url, schedules) as (controller, clock, store):
+    """Lint checks the payload against the spec; a spec changed since (the backend deployed
+    anew) is checked again at each fire."""
+    spec = tmp_path / "openapi.yml"
+    spec.write_text((ROOT / "examples" / "backend" / "openapi.yml").read_text())
+    schedules = {"bad": {**RENDER, "every": "1m"}}
+    with leader(tmp_path, store_url, schedules, spec) as (controller, clock, store):
+        spec.write_text(spec.read_text().replace("required: [gameId]", "required: [gameId, tag]"))
         tick(controller)
         clock.now = T0 + 61
         report = tick(controller)

@@ -18,6 +18,7 @@ from sp00ky_infra.config.document import (
 )
 from sp00ky_infra.config.errors import ConfigInvalid, Issue
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE, Config, build_config
+from sp00ky_infra.config.routes import ROUTE_CODE, schedule_route_findings
 from sp00ky_infra.config.rules import run_rules
 from sp00ky_infra.config.schema import SCHEMA_CODE, schema_findings
 
@@ -47,6 +48,8 @@ def lint_document(doc: Document) -> list[Issue]:
         issues.append(
             Issue(path, each.code, finding.message, doc.line_of(finding.path), each.severity)
         )
+    for found_path, message in schedule_route_findings(doc):  # reads the backends' specs
+        issues.append(Issue(render_path(found_path), ROUTE_CODE, message, doc.line_of(found_path)))
     for found_path, message, about_value in schema_findings(doc.data):
         path = render_path(found_path)
         if not (about_value and path in ruled):  # a rule's message about that value says more
