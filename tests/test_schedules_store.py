@@ -179,3 +179,22 @@ def test_racing_controllers_make_each_fire_once(store_url: str, store: SqlStore)
     assert sorted(fired.run.fire_at for fired in made) == [minute * 60.0 for minute in range(10)]
     assert len(jobs_of(store)) == 10
     assert len(ScheduleTable(store).runs("sync", limit=100)) == 10
+
+
+def test_retention_in_batches_keeps_each_schedule_to_its_window(store: SqlStore) -> None:
+    """Short and long windows mixed, pruned two rows at a time: each run goes exactly when
+    its own schedule's window has passed, and every one is counted."""
+    table = ScheduleTable(store)
+    for name in ("short", "long", "default"):
+        table.fire(name, 0.0, 0.0, "skip", NEW)  # pending: never pruned
+        for minute in range(1, 6):
+            table.fire(name, minute * 60.0, minute * 60.0, "skip", NEW)  # skipped at minute
+    windows = {"short": (120.0, HOUR), "long": (HOUR, HOUR)}
+    default = (600.0, HOUR)
+    assert table.prune(300.0 + 121, windows, default, batch=2) == 5  # short: every skip
+    assert table.prune(660.0 + 0.5, windows, default, batch=2) == 1  # default: the first
+    kept = {name: len(table.runs(name)) for name in ("short", "long", "default")}
+    assert kept == {"short": 1, "long": 6, "default": 5}
+    assert table.prune(300.0 + HOUR + 1, windows, default, batch=2) == 9
+    assert table.totals("long")["pruned"]["skipped"] == 5
+    assert table.totals("default")["pruned"]["skipped"] == 5

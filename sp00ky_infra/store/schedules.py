@@ -262,53 +262,64 @@ class ScheduleTable:
         batch: int = DEFAULT_BATCH,
     ) -> int:
         """Delete ended runs past their window (``windows[schedule]`` or ``default``:
-        (success, failed) seconds), folding each into the hourly counters first."""
-        with self._store._cursor() as cur:
-            self._store._x(cur, "SELECT DISTINCT schedule FROM schedule_runs")
-            names = [row[0] for row in cur.fetchall()]
+        (success, failed) seconds), folding each into the hourly counters first. One pass
+        per group of statuses over the runs older than the group's shortest window, in
+        (finished_at, id) order, whatever the number of schedules."""
         deleted = 0
-        for name in names:
-            success, failed = windows.get(name, default)
-            for statuses, window in ((KEPT_AS_SUCCESS, success), (KEPT_AS_FAILED, failed)):
-                deleted += self._prune_group(name, statuses, now - window, batch)
+        for index, statuses in enumerate((KEPT_AS_SUCCESS, KEPT_AS_FAILED)):
+            limits = {name: now - pair[index] for name, pair in windows.items()}
+            fallback = now - default[index]
+            candidates = max([fallback, *limits.values()])  # the shortest window's cutoff
+            deleted += self._prune_group(statuses, candidates, limits, fallback, batch)
         return deleted
 
     def _prune_group(
-        self, schedule: str, statuses: Sequence[str], before: float, batch: int
+        self,
+        statuses: Sequence[str],
+        before: float,
+        limits: Mapping[str, float],
+        fallback: float,
+        batch: int,
     ) -> int:
         marks = ", ".join("?" for _ in statuses)
         removed = 0
+        after: tuple[float, str] = (float("-inf"), "")
         while True:
             with self._store._write() as cur:
                 self._store._x(
                     cur,
-                    f"SELECT id, status, finished_at FROM schedule_runs WHERE status IN ({marks}) "
-                    "AND schedule = ? AND finished_at < ? LIMIT ?",
-                    (*statuses, schedule, before, batch),
+                    "SELECT id, schedule, status, finished_at FROM schedule_runs "
+                    f"WHERE status IN ({marks}) AND finished_at < ? "
+                    "AND (finished_at > ? OR (finished_at = ? AND id > ?)) "
+                    "ORDER BY finished_at, id LIMIT ?",
+                    (*statuses, before, after[0], after[0], after[1], batch),
                 )
                 rows = cur.fetchall()
-                folded: dict[tuple[int, str], int] = {}
-                for _, status, finished_at in rows:
-                    key = (_hour(finished_at), status)
-                    folded[key] = folded.get(key, 0) + 1
-                for (hour, outcome), count in folded.items():
-                    self._store._x(
-                        cur,
-                        "INSERT INTO schedule_counters (schedule, hour, outcome, count) "
-                        "VALUES (?, ?, ?, ?) ON CONFLICT (schedule, hour, outcome) "
-                        "DO UPDATE SET count = schedule_counters.count + excluded.count",
-                        (schedule, hour, outcome, count),
-                    )
-                for start in range(0, len(rows), 200):
-                    ids = [row[0] for row in rows[start : start + 200]]
-                    self._store._x(
-                        cur,
-                        f"DELETE FROM schedule_runs WHERE id IN ({', '.join('?' for _ in ids)})",
-                        ids,
-                    )
-            removed += len(rows)
+                doomed = [row for row in rows if row[3] < limits.get(row[1], fallback)]
+                self._fold_and_delete(cur, doomed)
+            removed += len(doomed)
             if len(rows) < batch:
                 return removed
+            after = (rows[-1][3], rows[-1][0])
+
+    def _fold_and_delete(self, cur: Cursor, rows: Sequence[Sequence[Any]]) -> None:
+        folded: dict[tuple[str, int, str], int] = {}
+        for _, schedule, status, finished_at in rows:
+            key = (schedule, _hour(finished_at), status)
+            folded[key] = folded.get(key, 0) + 1
+        for (schedule, hour, outcome), count in folded.items():
+            self._store._x(
+                cur,
+                "INSERT INTO schedule_counters (schedule, hour, outcome, count) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (schedule, hour, outcome) "
+                "DO UPDATE SET count = schedule_counters.count + excluded.count",
+                (schedule, hour, outcome, count),
+            )
+        for start in range(0, len(rows), 200):
+            ids = [row[0] for row in rows[start : start + 200]]
+            self._store._x(
+                cur, f"DELETE FROM schedule_runs WHERE id IN ({', '.join('?' for _ in ids)})", ids
+            )
 
     # --- reading -------------------------------------------------------------------------
 
