@@ -1,6 +1,6 @@
 """Schedules benchmark: what the schedules' step adds to a leader's tick.
 
-    .venv/bin/python bench/schedules.py                      # SQLite, and PostgreSQL if a URL is set
+    .venv/bin/python bench/schedules.py               # SQLite, and PostgreSQL if a URL is set
     .venv/bin/python bench/schedules.py --postgres postgresql://user:pw@127.0.0.1/db
 
 A controller with SCHEDULES schedules (every 1m, policy skip, half of them with a run still
