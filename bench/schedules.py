@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
 
-from bench.metrics import store_url
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.provisioners.local import LocalProvisioner
@@ -35,6 +37,26 @@ from sp00ky_infra.store import open_store
 SCHEDULES = 100
 ROUNDS = 20
 T0 = 1_800_000_000.0  # a minute boundary
+
+
+@contextmanager
+def store_url(kind: str, postgres: str | None, folder: Path) -> Iterator[str]:
+    """SQLite in ``folder``, or a PostgreSQL schema of its own, dropped afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite:///{folder}/state.db"
+        return
+    import psycopg
+
+    assert postgres
+    schema = f"bench_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in postgres else "?"
+    try:
+        yield f"{postgres}{separator}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(postgres, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def project(folder: Path, count: int) -> Path:
