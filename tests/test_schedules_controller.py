@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.reconcile import tick
+from sp00ky_infra.controller.schedules import fire_schedules
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.store import SqlStore, open_store
 from sp00ky_infra.store.schedules import ScheduleTable
@@ -180,3 +184,47 @@ def test_a_failover_mid_cadence_loses_no_fire_and_doubles_none(
             second.stop()
         kill_machines(store_url)
         store.close()
+
+
+# --- two controllers that both believe they lead (a split brain), on a virtual clock ----------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("ab"), st.floats(0.1, 150.0)),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_two_controllers_firing_alike_make_each_fire_once(steps: list[tuple[str, float]]) -> None:
+    """Whichever of two controllers ticks, at whatever pace, the fires made are the catch-up
+    rule's, each once with one job: the store's cursor and key, not leadership, see to it."""
+    schedules = {"beat": {**RENDER, "every": "1m", "concurrency": "allow"}}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        config = load_config(write_project(folder, schedules))
+        url = f"sqlite:///{folder}/state.db"
+        stores = {name: open_store(url) for name in "ab"}
+        settings_ = ControllerSettings(secret="s", state_dir=str(folder))
+        controllers = {
+            name: Controller(settings_, config, store, Recording(True))
+            for name, store in stores.items()
+        }
+        try:
+            now = T0 + 1
+            expected: list[float] = []
+            fire_schedules(controllers["a"], now)  # first seen
+            for name, step in steps:
+                now += step
+                latest = (now // 60) * 60
+                if latest > (expected[-1] if expected else T0):
+                    expected.append(latest)
+                assert fire_schedules(controllers[name], now) == []
+            runs = ScheduleTable(stores["a"]).runs("beat", 1000)
+            assert sorted(run.fire_at for run in runs) == expected
+            jobs = stores["a"].list_jobs(table="render_job", limit=1000)
+            assert sorted(job.id for job in jobs) == sorted(run.job_id or "" for run in runs)
+        finally:
+            for store in stores.values():
+                store.close()
