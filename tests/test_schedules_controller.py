@@ -9,7 +9,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -126,6 +128,28 @@ def test_a_payload_the_spec_refuses_fires_nothing_and_says_why(
         assert report.errors[0].startswith("schedule bad: payload: refused by backend renderer's")
         assert statuses(store, "bad") == []
         assert store.list_jobs(table="render_job") == []
+
+
+def test_a_fire_into_a_full_queue_waits_for_room(tmp_path: Path, store_url: str) -> None:
+    schedules = {"sync": {**RENDER, "every": "1m", "concurrency": "allow"}}
+    with leader(tmp_path, store_url, schedules) as (controller, clock, store):
+        controller.load(replace(controller.config, pools=MappingProxyType(
+            {"render": replace(controller.config.pools["render"], max_queued=1)}
+        )))  # fmt: skip
+        tick(controller)
+        clock.now = T0 + 61
+        assert tick(controller).errors == ()
+        clock.now = T0 + 121
+        report = tick(controller)
+        assert report.errors == (
+            "schedule sync: pool 'render' already has 1 jobs waiting (maxQueued 1); the fire "
+            "is made when there is room",
+        )
+        assert statuses(store, "sync") == [(60.0, "pending")]
+        store.kill(store.list_jobs(table="render_job")[0].id, clock.now)
+        clock.now = T0 + 150
+        assert tick(controller).errors == ()
+        assert statuses(store, "sync") == [(120.0, "pending"), (60.0, "killed")]
 
 
 def test_a_follower_fires_nothing(tmp_path: Path, store_url: str) -> None:

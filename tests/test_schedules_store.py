@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 
-from sp00ky_infra.store import NewJob, SqlStore, open_store
+import pytest
+
+from sp00ky_infra.store import NewJob, QueueFull, SqlStore, open_store
 from sp00ky_infra.store.schedules import Fired, ScheduleTable
 
 NEW = NewJob(backend="renderer", table="render_job", path="/render", payload={"n": 1})
@@ -198,3 +200,14 @@ def test_retention_in_batches_keeps_each_schedule_to_its_window(store: SqlStore)
     assert table.prune(300.0 + HOUR + 1, windows, default, batch=2) == 9
     assert table.totals("long")["pruned"]["skipped"] == 5
     assert table.totals("default")["pruned"]["skipped"] == 5
+
+
+def test_a_fire_into_a_full_queue_is_refused_and_made_later(store: SqlStore) -> None:
+    table = ScheduleTable(store)
+    pooled = NewJob(backend="renderer", table="render_job", path="/render", pool="render")
+    store.enqueue(pooled, 0.0)
+    with pytest.raises(QueueFull, match="maxQueued 1"):
+        table.fire("sync", 60.0, 60.0, "allow", pooled, max_queued=1)
+    assert table.runs("sync") == [] and len(jobs_of(store)) == 1  # nothing made
+    made = table.fire("sync", 60.0, 61.0, "allow", pooled, max_queued=2)
+    assert made is not None and made.action == "fire"

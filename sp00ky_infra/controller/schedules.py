@@ -28,7 +28,14 @@ from sp00ky_infra.config.model import Schedule
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.state import Periodic
 from sp00ky_infra.policy.schedules import due
-from sp00ky_infra.store import Conflict, InvalidJob, JobNotFound, NewJob, StoreError
+from sp00ky_infra.store import (
+    Conflict,
+    InvalidJob,
+    JobNotFound,
+    NewJob,
+    QueueFull,
+    StoreError,
+)
 from sp00ky_infra.store.schedules import Fired, ScheduleState, ScheduleTable
 
 log = logging.getLogger("sp00ky.controller")
@@ -41,7 +48,7 @@ class _Memory:
     or a later fire time supersedes it; it is logged once)."""
 
     prune: Periodic
-    refused: set[tuple[str, float]] = field(default_factory=set)
+    refused: dict[str, float] = field(default_factory=dict)  # schedule -> fire time
 
 
 _memories: weakref.WeakKeyDictionary[Controller, _Memory] = weakref.WeakKeyDictionary()
@@ -70,11 +77,16 @@ def fire_schedules(controller: Controller, now: float) -> list[str]:
         schedules = controller.config.schedules
         states = table.states(schedules, now) if schedules else {}
     except StoreError as exc:
+        log.warning("schedules: cannot read their runs: %s", exc)
         return [f"schedules: {exc}"]
     for name, schedule in schedules.items():
         try:
             fired = _fire_if_due(controller, table, schedule, states[name], now, memory)
-        except (InvalidJob, StoreError) as exc:
+        except (InvalidJob, QueueFull) as exc:  # logged once per fire time by _fire_if_due
+            errors.append(f"schedule {name}: {exc}")
+            continue
+        except StoreError as exc:  # the next tick tries the same fire again
+            log.warning("schedule=%s cannot fire: %s", name, exc)
             errors.append(f"schedule {name}: {exc}")
             continue
         if fired is not None:
@@ -83,6 +95,7 @@ def fire_schedules(controller: Controller, now: float) -> list[str]:
         try:
             _prune(controller, table, now)
         except StoreError as exc:
+            log.warning("schedules' retention failed: %s", exc)
             errors.append(f"schedules' retention: {exc}")
     return errors
 
@@ -98,16 +111,27 @@ def _fire_if_due(
     decision = due(schedule.cadence, state.last_fire_at, state.first_seen_at, now)
     if decision is None:
         return None
+    pool = controller.config.pools.get(schedule_pool(controller, schedule) or "")
     try:
         new = job_for(controller, schedule)
-    except InvalidJob as exc:
-        if (schedule.name, decision.fire_at) not in memory.refused:
-            memory.refused.add((schedule.name, decision.fire_at))
+        fired = table.fire(
+            schedule.name,
+            decision.fire_at,
+            now,
+            schedule.concurrency,
+            new,
+            max_queued=pool.max_queued if pool else None,
+        )
+    except (InvalidJob, QueueFull) as exc:
+        if memory.refused.get(schedule.name) != decision.fire_at:
+            memory.refused[schedule.name] = decision.fire_at
             log.warning(
-                "schedule=%s fire=%s refused: %s", schedule.name, utc(decision.fire_at), exc
+                "schedule=%s fire=%s refused (tried again every tick): %s",
+                schedule.name,
+                utc(decision.fire_at),
+                exc,
             )
         raise
-    fired = table.fire(schedule.name, decision.fire_at, now, schedule.concurrency, new)
     if fired is not None and decision.missed_since is not None:
         log.warning(
             "schedule=%s missed the fire times from %s until %s (the controller was down or "
@@ -118,6 +142,11 @@ def _fire_if_due(
             utc(decision.fire_at),
         )
     return fired
+
+
+def schedule_pool(controller: Controller, schedule: Schedule) -> str | None:
+    backend = controller.config.backends.get(schedule.backend)
+    return backend.pool if backend else None
 
 
 def job_for(controller: Controller, schedule: Schedule) -> NewJob:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from sp00ky_infra.policy.schedules import ConcurrencyPolicy, FireAction, on_fire
 from sp00ky_infra.store.dialect import DEFAULT_BATCH, Cursor, Dialect
-from sp00ky_infra.store.model import CANCELLED, NewJob
+from sp00ky_infra.store.model import CANCELLED, NewJob, QueueFull
 from sp00ky_infra.store.rows import INSERT_JOB, insert_row
 from sp00ky_infra.store.transitions import new_job_id, validate_new
 
@@ -151,9 +151,12 @@ class ScheduleTable:
         now: float,
         policy: ConcurrencyPolicy,
         new: NewJob,
+        max_queued: int | None = None,
     ) -> Fired | None:
         """Make the fire of ``schedule`` for ``fire_at``, as ``policy`` says given its open
-        runs; None when that fire (or a later one) was made already."""
+        runs; None when that fire (or a later one) was made already. Past the pool's
+        ``max_queued`` waiting jobs it raises QueueFull and makes nothing, as ``run`` does (the
+        next tick tries again)."""
         validate_new(new)
         store = self._store
         with store._write() as cur:
@@ -185,6 +188,8 @@ class ScheduleTable:
             )
             replaced: tuple[str, ...] = ()
             if job_id is not None:
+                if max_queued is not None and new.pool is not None:
+                    self._check_room(cur, new.pool, new.table, max_queued)
                 cur.execute(store._sql(INSERT_JOB), insert_row(new, job_id, now))
                 if action == "replace":
                     replaced = tuple(job for _, job in running if job is not None)
@@ -198,6 +203,19 @@ class ScheduleTable:
                 store._changed(cur)
         run = Run(run_id, schedule, fire_at, now, status, job_id, finished)
         return Fired(run, action, replaced)
+
+    def _check_room(self, cur: Cursor, pool: str, table: str, max_queued: int) -> None:
+        # The lock key is the one enqueue takes (store/jobs.py), so the two count alike.
+        self._store._lock(cur, f"enqueue:{pool}")
+        self._store._x(
+            cur, "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending'", (table,)
+        )
+        waiting = int(cur.fetchone()[0])
+        if waiting + 1 > max_queued:
+            raise QueueFull(
+                f"pool {pool!r} already has {waiting} jobs waiting (maxQueued {max_queued}); "
+                "the fire is made when there is room"
+            )
 
     def _running(self, cur: Cursor, schedule: str) -> list[tuple[str, str | None]]:
         """(run id, job id) of the schedule's runs whose job is still pending or processing,
