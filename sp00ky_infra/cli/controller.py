@@ -23,6 +23,7 @@ from sp00ky_infra.client import Client, payload_from_text
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.controller import admin
 from sp00ky_infra.controller.images import ImagesError
+from sp00ky_infra.controller.leadership import leader_url
 from sp00ky_infra.controller.reconcile import TickReport
 from sp00ky_infra.controller.server import Runtime
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
@@ -176,6 +177,8 @@ def dev(
         + (f"; {len(queued)} job(s) queued" if queued else "")
         + ". Ctrl-C stops everything."
     )
+    if not runtime.controller.leader:
+        console.print("dev: " + _standby(runtime) + "; waiting for leadership")
     _signals(runtime)
     started = time.monotonic()
     started_at = runtime.controller.clock()
@@ -192,14 +195,23 @@ def dev(
         else:
             asyncio.run(runtime.serve(on_tick))
     finally:
-        count = runtime.destroy_machines()
+        if runtime.controller.leader:
+            stopped = f"{runtime.destroy_machines()} machine(s) destroyed"
+        else:  # the machines are the leader's: a standby never touches them
+            stopped = "no machine destroyed (" + _standby(runtime) + ")"
         if printer is not None:
             printer.flush()
         summary = _summary(runtime, queued, time.monotonic() - started, started_at)
         runtime.close()
-        console.print(f"dev: stopped; {count} machine(s) destroyed. {summary}")
+        console.print(f"dev: stopped; {stopped}. {summary}")
     if exit_when_idle and not finished.is_set():
         sys.exit(130)
+
+
+def _standby(runtime: Runtime) -> str:
+    settings = runtime.settings
+    url = leader_url(settings.state_dir, settings.controller_id)
+    return "a standby: the leader" + (f" at {url}" if url else "") + " keeps its machines"
 
 
 def _burst(

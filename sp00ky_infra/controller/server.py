@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -25,6 +25,7 @@ from sp00ky_infra.controller.api_agents import agents_app
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.hub import Hub
 from sp00ky_infra.controller.images import ImagesError, ImageServer, PoolImage, settle_images
+from sp00ky_infra.controller.leadership import LeaderRecord, state_file, write_leader
 from sp00ky_infra.controller.provisioners import HasGateway, Provisioner, Refused
 from sp00ky_infra.controller.provisioners.local import LocalProvisioner
 from sp00ky_infra.controller.reconcile import TickReport, tick
@@ -202,12 +203,15 @@ class Runtime:
             settings, config, store, provisioner, images=images, image_server=image_server
         )
         self.settings = settings
-        # Machines an earlier run left that the store does not know as live (all, ``fresh``)
-        # are removed: say so. (The live ones are handed to the provisioner when this
-        # controller starts leading: Controller.lead.)
-        self.controller.executor.reap(self.controller.clock(), keep_live=not fresh)
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.controller.on_leadership.append(self._leadership_changed)
+        # Machines an earlier run left that the store does not know as live (all, ``fresh``)
+        # are removed: say so. (The live ones are handed to the provisioner when this
+        # controller starts leading: Controller.lead.) Only a leader does: a standby never
+        # touches machines, which belong to the controller that leads.
+        if self.controller.lead():
+            self.controller.executor.reap(self.controller.clock(), keep_live=not fresh)
 
     @property
     def listen_url(self) -> str:
@@ -219,15 +223,25 @@ class Runtime:
         return f"http://{self.settings.admin_host}:{self.settings.admin_port}"
 
     def write_state(self) -> Path:
-        """Where the CLI finds the admin API (``.sp00ky/controller.json``)."""
-        path = Path(self.settings.state_dir) / "controller.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            json.dumps(
-                {"admin_url": self.admin_url, "agents_url": self.settings.agents_url}, indent=2
-            )
+        """Where the CLI finds the leader's admin API (``.sp00ky/controller.json``): written
+        by the leader only (and again whenever this controller gains leadership), so a
+        standby never sends the CLI's admin writes to itself."""
+        if not self.controller.leader:
+            return state_file(self.settings.state_dir)
+        return write_leader(
+            self.settings.state_dir,
+            LeaderRecord(
+                role="leader",
+                controller_id=self.settings.controller_id,
+                pid=os.getpid(),
+                admin_url=self.admin_url,
+                agents_url=self.settings.agents_url,
+            ),
         )
-        return path
+
+    def _leadership_changed(self, leader: bool) -> None:
+        if leader:
+            self.write_state()
 
     def stop(self) -> None:
         """Ask ``serve()`` to return (safe from any thread or a signal handler)."""
