@@ -97,8 +97,13 @@ def test_dev_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> No
             if select.select([leader], [], [], 0.2)[0]:
                 seen += os.read(leader, 65536)
         assert b"pools" in seen and b"desired" in seen  # the live view is drawn
-        proc.send_signal(signal.SIGINT)  # Ctrl-C, with two jobs running
-        assert proc.wait(timeout=30) == 0
+        proc.send_signal(signal.SIGINT)  # Ctrl-C, with two 30 s jobs running: it drains
+        while b"stopping: 2 machines, 2 jobs running" not in seen:
+            assert time.monotonic() < deadline + 15, seen.decode(errors="replace")
+            if select.select([leader], [], [], 0.2)[0]:
+                seen += os.read(leader, 65536)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C again: abort
+        assert proc.wait(timeout=30) == 130
         while select.select([leader], [], [], 0.1)[0]:
             try:
                 seen += os.read(leader, 65536)
@@ -109,7 +114,9 @@ def test_dev_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> No
             proc.kill()
             proc.wait()
         os.close(leader)
-    assert b"2 machine(s) destroyed" in seen, seen.decode(errors="replace")
+    assert b"aborted: 2 machine(s) destroyed, 2 job(s) back in the queue" in seen, seen.decode(
+        errors="replace"
+    )
     assert _agents_of(folder) == []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -40,17 +41,26 @@ def _start(settings: ControllerSettings, fresh: bool = False) -> Runtime:
         sys.exit(2)
 
 
-def _signals(runtime: Runtime) -> dict[str, int]:
-    """First SIGINT/SIGTERM: stop gracefully; a second one: exit at once."""
+# Ctrl-C, a service stop, a closed terminal
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _signals(runtime: Runtime, drains: bool = False) -> dict[str, int]:
+    """The first SIGINT, SIGTERM or SIGHUP stops (``drains``: running jobs finish first); a
+    second one aborts the drain (``dev``: machines are still destroyed, their jobs go back
+    to the queue) or, for the controller, which leaves its machines running, exits at once."""
     received = {"count": 0}
 
     def handle(signum: int, _: object) -> None:
         received["count"] += 1
-        if received["count"] > 1:
+        if received["count"] == 1:
+            runtime.drain() if drains else runtime.stop()
+        elif drains:
+            runtime.abort()
+        else:
             os._exit(130)
-        runtime.stop()
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in STOP_SIGNALS:
         signal.signal(signum, handle)
     return received
 
@@ -179,33 +189,54 @@ def dev(
     )
     if not runtime.controller.leader:
         console.print("dev: " + _standby(runtime) + "; waiting for leadership")
-    _signals(runtime)
+    _signals(runtime, drains=True)
     started = time.monotonic()
     started_at = runtime.controller.clock()
+
+    def on_progress(line: str) -> None:
+        _say(console, f"{line} (Ctrl-C again: abort; the jobs go back to the queue)")
+
     try:
         if live_view:
             with Live(_view(runtime), console=console, refresh_per_second=4) as live:
                 refresher = _Refresher(lambda: live.update(_view(runtime)))
                 refresher.start()
                 try:
-                    asyncio.run(runtime.serve(on_tick))
+                    asyncio.run(runtime.serve(on_tick, on_progress))
                 finally:
                     refresher.stop()
-                    live.update(_view(runtime))
+                    with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                        live.update(_view(runtime))
         else:
-            asyncio.run(runtime.serve(on_tick))
+            asyncio.run(runtime.serve(on_tick, on_progress))
     finally:
-        if runtime.controller.leader:
-            stopped = f"{runtime.destroy_machines()} machine(s) destroyed"
-        else:  # the machines are the leader's: a standby never touches them
-            stopped = "no machine destroyed (" + _standby(runtime) + ")"
+        stopped = _stop_machines(runtime)
         if printer is not None:
-            printer.flush()
+            with contextlib.suppress(OSError):
+                printer.flush()
         summary = _summary(runtime, queued, time.monotonic() - started, started_at)
         runtime.close()
-        console.print(f"dev: stopped; {stopped}. {summary}")
-    if exit_when_idle and not finished.is_set():
+        _say(console, f"dev: stopped; {stopped}. {summary}")
+    if runtime.aborted or (exit_when_idle and not finished.is_set()):
         sys.exit(130)
+
+
+def _stop_machines(runtime: Runtime) -> str:
+    """dev's machines at the end: every one destroyed (an abort first puts the jobs they ran
+    back in the queue, without spending a retry); none for a standby, they are the leader's."""
+    if not runtime.owns_machines:
+        return "no machine destroyed (" + _standby(runtime) + ")"
+    back = runtime.release_attempts() if runtime.aborted else []
+    stopped = f"{runtime.destroy_machines()} machine(s) destroyed"
+    if runtime.aborted:
+        stopped = f"aborted: {stopped}, {len(back)} job(s) back in the queue (no retry spent)"
+    return stopped
+
+
+def _say(console: Console, line: str) -> None:
+    """A line for the terminal, which may be gone (closing it sends SIGHUP: the stop goes on)."""
+    with contextlib.suppress(OSError):
+        console.print(line)
 
 
 def _standby(runtime: Runtime) -> str:
