@@ -22,7 +22,7 @@ from rich.table import Table
 from sp00ky_infra.cli.jobs import refusals
 from sp00ky_infra.client import Client, payload_from_text
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
-from sp00ky_infra.controller import admin
+from sp00ky_infra.controller import admin, preflight
 from sp00ky_infra.controller.images import ImagesError
 from sp00ky_infra.controller.leadership import leader_url
 from sp00ky_infra.controller.reconcile import TickReport
@@ -34,6 +34,14 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def _start(settings: ControllerSettings, fresh: bool = False) -> Runtime:
+    found = preflight.problems(settings, os.environ)
+    if found:
+        click.echo(
+            f"error: cannot start with the {settings.provider} provisioner; fix first:", err=True
+        )
+        for problem in found:
+            click.echo(f"  - {problem.line()}", err=True)
+        sys.exit(2)
     try:
         return Runtime(settings, fresh=fresh)
     except (SettingsError, ImagesError) as exc:
