@@ -35,7 +35,11 @@ def _default_signals() -> None:
 class Dev:
     """One ``dev`` process in ``folder`` (``--plain``: events as lines)."""
 
-    def __init__(self, folder: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, folder: Path, *args: str, env: dict[str, str] | None = None, local: bool = True
+    ) -> None:
+        """``local``: ``--machines local`` (else dev chooses, docker when an engine answers)."""
+        machines = ["--machines", "local"] if local else []
         full_env = {
             **os.environ,
             "SPKY_POOL_PORT": "0",
@@ -47,7 +51,16 @@ class Dev:
         full_env.pop("SPKY_STORE", None)
         self.folder = folder
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml", "--plain", *args],
+            [
+                sys.executable,
+                "-m",
+                "sp00ky_infra",
+                "dev",
+                "sp00ky.yml",
+                "--plain",
+                *machines,
+                *args,
+            ],
             cwd=folder,
             env=full_env,
             stdin=subprocess.DEVNULL,

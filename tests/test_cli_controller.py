@@ -40,7 +40,7 @@ def test_dev_runs_a_burst_and_returns_to_zero(tmp_path: Path) -> None:
     folder = tmp_path / "project"
     env = {"SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms", "SPKY_STORE": ""}
     done = cli(
-        "dev", "sp00ky.yml", "--burst", "3", "--path", "/render",
+        "dev", "sp00ky.yml", "--machines", "local", "--burst", "3", "--path", "/render",
         "--payload", '{"gameId": "g", "seconds": 0.5}',
         "--timings", "idleTimeout=1s", "--exit-when-idle", "--plain",
         cwd=folder, env=env, timeout=120,
@@ -66,7 +66,8 @@ def test_dev_never_prints_the_store_urls_password(tmp_path: Path, postgres_url: 
     assert password, "the test store's URL carries a password"
     env = {"SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms", "SPKY_STORE": ""}
     done = cli(
-        "dev", "sp00ky.yml", "--store", postgres_url, "--burst", "1", "--path", "/render",
+        "dev", "sp00ky.yml", "--machines", "local", "--store", postgres_url, "--burst", "1",
+        "--path", "/render",
         "--payload", '{"gameId": "g"}', "--timings", "idleTimeout=1s", "--exit-when-idle",
         "--plain", cwd=tmp_path / "project", env=env, timeout=120,
     )  # fmt: skip
@@ -84,7 +85,8 @@ def test_dev_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> No
     env = {**os.environ, "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "COLUMNS": "140"}
     env.pop("SPKY_STORE", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml", "--burst", "2", "--path",
+        [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml", "--machines", "local",
+         "--burst", "2", "--path",
          "/render", "--payload", '{"gameId": "g", "seconds": 30}'],
         cwd=folder, env=env, stdin=follower, stdout=follower, stderr=follower, close_fds=True,
     )  # fmt: skip

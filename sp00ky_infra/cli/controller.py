@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -25,12 +26,15 @@ from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.controller import admin, preflight
 from sp00ky_infra.controller.images import ImagesError
 from sp00ky_infra.controller.leadership import leader_url
+from sp00ky_infra.controller.provisioners import ProvisionerError
 from sp00ky_infra.controller.reconcile import TickReport
 from sp00ky_infra.controller.server import Runtime
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
 from sp00ky_infra.store.postgres import redact
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+BUILD_TAIL_LINES = 12  # of a failed image build's output, in the refusal
+MACHINE_KINDS = {"docker": "Docker containers", "local": "local processes"}
 
 
 def _start(settings: ControllerSettings, fresh: bool = False) -> Runtime:
@@ -44,9 +48,32 @@ def _start(settings: ControllerSettings, fresh: bool = False) -> Runtime:
         sys.exit(2)
     try:
         return Runtime(settings, fresh=fresh)
-    except (SettingsError, ImagesError) as exc:
+    except (SettingsError, ImagesError, ProvisionerError) as exc:
         click.echo(f"error: {exc}", err=True)
+        tail = build_tail(exc)
+        if tail:
+            click.echo("the build's last lines:", err=True)
+            for line in tail:
+                click.echo(f"  {line}", err=True)
         sys.exit(2)
+
+
+def build_tail(exc: BaseException, lines: int = BUILD_TAIL_LINES) -> list[str]:
+    """The last lines of a failed image build's output, when ``exc`` came from one."""
+    from docker.errors import BuildError
+
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, BuildError):
+        seen = seen.__cause__ or seen.__context__
+    if seen is None:
+        return []
+    output: list[str] = []
+    for chunk in seen.build_log:
+        if not isinstance(chunk, dict):
+            continue
+        text = chunk.get("stream") or chunk.get("error") or ""
+        output += [line.rstrip() for line in str(text).splitlines() if line.strip()]
+    return output[-lines:]
 
 
 # Ctrl-C, a service stop, a closed terminal
@@ -135,6 +162,13 @@ def _settings(**overrides: Any) -> ControllerSettings:
     "--exit-when-idle", is_flag=True, help="Exit once every job ended and pools are at rest."
 )
 @click.option("--plain", is_flag=True, help="Print events as lines instead of the live view.")
+@click.option(
+    "--machines",
+    type=click.Choice(["docker", "local"]),
+    default=None,
+    help="What machines are: Docker containers of each backend's image, or local processes "
+    "running deploy.command (default: docker when a Docker engine answers, else local).",
+)
 def dev(
     file: str,
     store_url: str | None,
@@ -145,18 +179,25 @@ def dev(
     timings: str,
     exit_when_idle: bool,
     plain: bool,
+    machines: str | None,
 ) -> None:
-    """Run FILE's pools on local processes with a SQLite store, in the foreground.
+    """Run FILE's pools on this host with a SQLite store, in the foreground.
 
-    The controller, the agents' endpoint, the admin API and local machines (agent processes
-    running each backend's deploy.command) with a live view per pool. Ctrl-C stops
-    everything and leaves no process behind.
+    The controller, the agents' endpoint, the admin API and the machines, whatever the file
+    says: Docker containers of each backend's image (built at start; containers an earlier
+    session left are removed) when a Docker engine answers, else local processes running
+    each backend's deploy.command (--machines chooses). A live view per pool. Ctrl-C drains
+    and stops everything, leaving no process behind; a second Ctrl-C aborts.
     """
     env = dict(os.environ)
+    kind, why = _machines_kind(machines, env)
+    click.echo(f"dev: machines are {MACHINE_KINDS[kind]} ({why})")
     if timings:
         env["SPKY_POOL_TIMINGS"] = timings
-    env.setdefault("SPKY_POOL_PROVIDER", "local")
+    env["SPKY_POOL_PROVIDER"] = kind
     env.pop("SPKY_POOL_DOCKER", None)
+    if kind == "docker":
+        env.setdefault("SPKY_POOL_SECRET", secrets.token_urlsafe(32))  # this session's own
     try:
         settings = ControllerSettings.from_env(
             env, config_path=file, store_url=store_url or env.get("SPKY_STORE") or None
@@ -190,8 +231,8 @@ def dev(
             runtime.stop()
 
     console.print(
-        f"dev: {file} on local processes; store {redact(settings.store_url)}; agents' endpoint "
-        f"{runtime.settings.agents_url}; admin API {runtime.admin_url}"
+        f"dev: {file} on {MACHINE_KINDS[kind]}; store {redact(settings.store_url)}; "
+        f"agents' endpoint {runtime.settings.agents_url}; admin API {runtime.admin_url}"
         + (f"; {len(queued)} job(s) queued" if queued else "")
         + ". Ctrl-C stops everything."
     )
@@ -245,6 +286,29 @@ def _say(console: Console, line: str) -> None:
     """A line for the terminal, which may be gone (closing it sends SIGHUP: the stop goes on)."""
     with contextlib.suppress(OSError):
         console.print(line)
+
+
+def _machines_kind(choice: str | None, env: dict[str, str]) -> tuple[str, str]:
+    """docker or local, and why: --machines, else the environment's provider, else docker
+    when a Docker engine answers."""
+    if choice:
+        return choice, f"--machines {choice}"
+    provider = env.get("SPKY_POOL_PROVIDER", "")
+    if provider in MACHINE_KINDS:
+        return provider, f"SPKY_POOL_PROVIDER={provider}"
+    if provider:
+        click.echo(
+            f"error: dev runs its machines on this host (--machines docker|local); "
+            f"SPKY_POOL_PROVIDER={provider} is for `sp00ky-infra controller`",
+            err=True,
+        )
+        sys.exit(2)
+    if env.get("SPKY_POOL_DOCKER") == "1":
+        return "docker", "SPKY_POOL_DOCKER=1"
+    no_engine = preflight.docker_answers()
+    if no_engine is None:
+        return "docker", "a Docker engine answers; --machines local runs local processes instead"
+    return "local", f"no Docker engine answers: {no_engine}; --machines docker once one runs"
 
 
 def _standby(runtime: Runtime) -> str:

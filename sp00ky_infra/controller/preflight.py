@@ -110,8 +110,7 @@ def _pulumi(
     if provider == "hetzner" and not env.get("HCLOUD_TOKEN"):
         found.append(
             Problem(
-                f"stack {settings.pulumi_stack} makes Hetzner servers, but HCLOUD_TOKEN is "
-                "not set",
+                f"stack {settings.pulumi_stack} makes Hetzner servers, but HCLOUD_TOKEN is not set",
                 "export HCLOUD_TOKEN with a read/write API token of the Hetzner project",
             )
         )
