@@ -75,6 +75,17 @@ def test_a_standby_dev_leaves_the_leaders_machines_and_names_the_leader(tmp_path
             what="the leader's job finishing on its first attempt",
         )
         assert len(done.attempts) == 1 and done.retries == 0
+
+        # the leader stops: a standby that takes over names itself in the state file
+        standby = Dev(folder)
+        taking_over = standby.admin_url
+        standby.wait_line("a standby: the leader at")
+        leader.signal(signal.SIGINT)
+        assert leader.wait(timeout=30) == 0, leader.output
+        assert "dev: stopped; 1 machine(s) destroyed" in leader.output
+        standby.wait_line(r"\* leader: .* is the leader", timeout=30)
+        state = json.loads((folder / ".sp00ky" / "controller.json").read_text())
+        assert state["admin_url"] == taking_over and state["pid"] == standby.proc.pid
     finally:
         if standby is not None:
             standby.stop()
