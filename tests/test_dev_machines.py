@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from sp00ky_infra.cli.controller import _machines_kind
 from sp00ky_infra.store import open_store
 from tests.conftest import BASE_IMAGE
 from tests.controllers import backend_app, project
-from tests.dev_process import example_project, processes_in
+from tests.dev_process import Dev, example_project, processes_in
 from tests.helpers import ROOT, cli
 
 BURST = ("--burst", "1", "--path", "/render", "--payload", '{"gameId": "g", "seconds": 0.2}')
@@ -150,3 +152,23 @@ def test_a_failed_image_build_is_one_message_with_its_last_lines(
     tail = done.stderr.split("the build's last lines:", 1)[1]
     assert "boom: no such package: renderr" in tail
     assert "Traceback" not in done.stderr
+
+
+def test_ctrl_c_while_the_image_builds_stops_without_a_traceback(
+    docker_dev: tuple[Path, str, dict[str, str]],
+) -> None:
+    folder, name, env = docker_dev
+    (folder / "backend" / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\nRUN echo building-slowly && sleep 60\n"
+    )
+    dev = Dev(folder, "--machines", "docker", env=env, local=False)
+    try:
+        dev.wait_line(r"^dev: machines are Docker containers \(--machines docker\)")
+        time.sleep(2.0)  # the build has begun
+        dev.signal(signal.SIGINT)
+        assert dev.wait(timeout=30) == 130, dev.output
+        assert "interrupted while starting; no machine was created" in dev.output
+        assert "Traceback" not in dev.output
+        assert _containers(name) == []
+    finally:
+        dev.stop()

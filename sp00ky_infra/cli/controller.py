@@ -48,6 +48,9 @@ def _start(settings: ControllerSettings, fresh: bool = False) -> Runtime:
         sys.exit(2)
     try:
         return Runtime(settings, fresh=fresh)
+    except KeyboardInterrupt:  # Ctrl-C while images build: no machine exists yet
+        click.echo("interrupted while starting; no machine was created", err=True)
+        sys.exit(130)
     except (SettingsError, ImagesError, ProvisionerError) as exc:
         click.echo(f"error: {exc}", err=True)
         tail = build_tail(exc)
