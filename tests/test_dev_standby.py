@@ -65,6 +65,7 @@ def test_a_standby_dev_leaves_the_leaders_machines_and_names_the_leader(tmp_path
         assert standby.wait(timeout=15) == 0, standby.output
         assert "no machine destroyed" in standby.output, standby.output
         assert "machine(s) destroyed" not in standby.output
+        assert "no machine time of its own (a standby)" in standby.output
 
         assert store.machines.get(machine).state in ("ready", "draining")
         job = store.get(running.id)

@@ -359,6 +359,8 @@ def _summary(runtime: Runtime, queued: list[str], seconds: float, since: float) 
     )
     spent = f"machine time {machine_seconds:.0f}s ({machine_seconds / 3600:.4f} pool_machine_hours)"
     spent += "; " + _costs(runtime, now)
+    if not runtime.owns_machines:  # the machines it saw were the leader's, not its own
+        spent = "no machine time of its own (a standby)"
     if not queued:
         return f"Ran {seconds:.0f}s; {spent}."
     statuses = [store.get(job_id).status for job_id in queued]
