@@ -132,7 +132,8 @@ def controller(config_file: str, store_url: str | None) -> None:
         asyncio.run(runtime.serve())
     finally:
         runtime.close()
-    print("controller: stopped; machines keep running and reconnect to the next controller")
+    with contextlib.suppress(OSError):  # its terminal may be gone (SIGHUP)
+        print("controller: stopped; machines keep running and reconnect to the next controller")
 
 
 def _settings(**overrides: Any) -> ControllerSettings:
