@@ -40,7 +40,7 @@ def test_dev_runs_a_burst_and_returns_to_zero(tmp_path: Path) -> None:
     folder = tmp_path / "project"
     env = {"SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms", "SPKY_STORE": ""}
     done = cli(
-        "dev", "sp00ky.yml", "--burst", "3", "--path", "/render",
+        "dev", "sp00ky.yml", "--machines", "local", "--burst", "3", "--path", "/render",
         "--payload", '{"gameId": "g", "seconds": 0.5}',
         "--timings", "idleTimeout=1s", "--exit-when-idle", "--plain",
         cwd=folder, env=env, timeout=120,
@@ -66,7 +66,8 @@ def test_dev_never_prints_the_store_urls_password(tmp_path: Path, postgres_url: 
     assert password, "the test store's URL carries a password"
     env = {"SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms", "SPKY_STORE": ""}
     done = cli(
-        "dev", "sp00ky.yml", "--store", postgres_url, "--burst", "1", "--path", "/render",
+        "dev", "sp00ky.yml", "--machines", "local", "--store", postgres_url, "--burst", "1",
+        "--path", "/render",
         "--payload", '{"gameId": "g"}', "--timings", "idleTimeout=1s", "--exit-when-idle",
         "--plain", cwd=tmp_path / "project", env=env, timeout=120,
     )  # fmt: skip
@@ -84,7 +85,8 @@ def test_dev_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> No
     env = {**os.environ, "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "COLUMNS": "140"}
     env.pop("SPKY_STORE", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml", "--burst", "2", "--path",
+        [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml", "--machines", "local",
+         "--burst", "2", "--path",
          "/render", "--payload", '{"gameId": "g", "seconds": 30}'],
         cwd=folder, env=env, stdin=follower, stdout=follower, stderr=follower, close_fds=True,
     )  # fmt: skip
@@ -97,8 +99,13 @@ def test_dev_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> No
             if select.select([leader], [], [], 0.2)[0]:
                 seen += os.read(leader, 65536)
         assert b"pools" in seen and b"desired" in seen  # the live view is drawn
-        proc.send_signal(signal.SIGINT)  # Ctrl-C, with two jobs running
-        assert proc.wait(timeout=30) == 0
+        proc.send_signal(signal.SIGINT)  # Ctrl-C, with two 30 s jobs running: it drains
+        while b"stopping: 2 machines, 2 jobs running" not in seen:
+            assert time.monotonic() < deadline + 15, seen.decode(errors="replace")
+            if select.select([leader], [], [], 0.2)[0]:
+                seen += os.read(leader, 65536)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C again: abort
+        assert proc.wait(timeout=30) == 130
         while select.select([leader], [], [], 0.1)[0]:
             try:
                 seen += os.read(leader, 65536)
@@ -109,7 +116,9 @@ def test_dev_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> No
             proc.kill()
             proc.wait()
         os.close(leader)
-    assert b"2 machine(s) destroyed" in seen, seen.decode(errors="replace")
+    assert b"aborted: 2 machine(s) destroyed, 2 job(s) back in the queue" in seen, seen.decode(
+        errors="replace"
+    )
     assert _agents_of(folder) == []
 
 

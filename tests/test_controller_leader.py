@@ -27,6 +27,12 @@ def test_a_second_controller_stays_passive_then_takes_over_after_kill_9(
             f"{second.agents_url}/v1/join", json={"machine": "m", "token": "t"}, timeout=5
         )
         assert refused.status_code == 503 and "not the leader" in refused.json()["error"]
+        for write in ("/pools/render/pause", "/pools/render/resume"):  # admin writes: refused
+            answer = second.admin("POST", write)
+            assert answer.status_code == 503, answer.text
+            assert "this controller is a standby" in answer.json()["error"]
+        assert not store.pools.state("render").paused
+        assert second.admin("GET", "/pools/render").status_code == 200  # reads are served
 
         first.stop(signal.SIGKILL)
         wait_for(second.leader, timeout=5, what="the second controller taking over")

@@ -61,7 +61,8 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Promethe
     }
     env.pop("SPKY_STORE", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml", "--burst", str(JOBS),
+        [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml", "--machines", "local",
+         "--burst", str(JOBS),
          "--path", "/render", "--payload", '{"gameId": "g", "seconds": 0.3}',
          "--timings", "idleTimeout=1s", "--plain"],
         cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -21,35 +23,82 @@ from rich.table import Table
 from sp00ky_infra.cli.jobs import refusals
 from sp00ky_infra.client import Client, payload_from_text
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
-from sp00ky_infra.controller import admin
+from sp00ky_infra.controller import admin, preflight
 from sp00ky_infra.controller.images import ImagesError
+from sp00ky_infra.controller.leadership import leader_url
+from sp00ky_infra.controller.provisioners import ProvisionerError
 from sp00ky_infra.controller.reconcile import TickReport
 from sp00ky_infra.controller.server import Runtime
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
 from sp00ky_infra.store.postgres import redact
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+BUILD_TAIL_LINES = 12  # of a failed image build's output, in the refusal
+MACHINE_KINDS = {"docker": "Docker containers", "local": "local processes"}
 
 
 def _start(settings: ControllerSettings, fresh: bool = False) -> Runtime:
+    found = preflight.problems(settings, os.environ)
+    if found:
+        click.echo(
+            f"error: cannot start with the {settings.provider} provisioner; fix first:", err=True
+        )
+        for problem in found:
+            click.echo(f"  - {problem.line()}", err=True)
+        sys.exit(2)
     try:
         return Runtime(settings, fresh=fresh)
-    except (SettingsError, ImagesError) as exc:
+    except KeyboardInterrupt:  # Ctrl-C while images build: no machine exists yet
+        click.echo("interrupted while starting; no machine was created", err=True)
+        sys.exit(130)
+    except (SettingsError, ImagesError, ProvisionerError) as exc:
         click.echo(f"error: {exc}", err=True)
+        tail = build_tail(exc)
+        if tail:
+            click.echo("the build's last lines:", err=True)
+            for line in tail:
+                click.echo(f"  {line}", err=True)
         sys.exit(2)
 
 
-def _signals(runtime: Runtime) -> dict[str, int]:
-    """First SIGINT/SIGTERM: stop gracefully; a second one: exit at once."""
+def build_tail(exc: BaseException, lines: int = BUILD_TAIL_LINES) -> list[str]:
+    """The last lines of a failed image build's output, when ``exc`` came from one."""
+    from docker.errors import BuildError
+
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, BuildError):
+        seen = seen.__cause__ or seen.__context__
+    if seen is None:
+        return []
+    output: list[str] = []
+    for chunk in seen.build_log:
+        if not isinstance(chunk, dict):
+            continue
+        text = chunk.get("stream") or chunk.get("error") or ""
+        output += [line.rstrip() for line in str(text).splitlines() if line.strip()]
+    return output[-lines:]
+
+
+# Ctrl-C, a service stop, a closed terminal
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _signals(runtime: Runtime, drains: bool = False) -> dict[str, int]:
+    """The first SIGINT, SIGTERM or SIGHUP stops (``drains``: running jobs finish first); a
+    second one aborts the drain (``dev``: machines are still destroyed, their jobs go back
+    to the queue) or, for the controller, which leaves its machines running, exits at once."""
     received = {"count": 0}
 
     def handle(signum: int, _: object) -> None:
         received["count"] += 1
-        if received["count"] > 1:
+        if received["count"] == 1:
+            runtime.drain() if drains else runtime.stop()
+        elif drains:
+            runtime.abort()
+        else:
             os._exit(130)
-        runtime.stop()
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in STOP_SIGNALS:
         signal.signal(signum, handle)
     return received
 
@@ -83,7 +132,8 @@ def controller(config_file: str, store_url: str | None) -> None:
         asyncio.run(runtime.serve())
     finally:
         runtime.close()
-    print("controller: stopped; machines keep running and reconnect to the next controller")
+    with contextlib.suppress(OSError):  # its terminal may be gone (SIGHUP)
+        print("controller: stopped; machines keep running and reconnect to the next controller")
 
 
 def _settings(**overrides: Any) -> ControllerSettings:
@@ -116,6 +166,13 @@ def _settings(**overrides: Any) -> ControllerSettings:
     "--exit-when-idle", is_flag=True, help="Exit once every job ended and pools are at rest."
 )
 @click.option("--plain", is_flag=True, help="Print events as lines instead of the live view.")
+@click.option(
+    "--machines",
+    type=click.Choice(["docker", "local"]),
+    default=None,
+    help="What machines are: Docker containers of each backend's image, or local processes "
+    "running deploy.command (default: docker when a Docker engine answers, else local).",
+)
 def dev(
     file: str,
     store_url: str | None,
@@ -126,18 +183,25 @@ def dev(
     timings: str,
     exit_when_idle: bool,
     plain: bool,
+    machines: str | None,
 ) -> None:
-    """Run FILE's pools on local processes with a SQLite store, in the foreground.
+    """Run FILE's pools on this host with a SQLite store, in the foreground.
 
-    The controller, the agents' endpoint, the admin API and local machines (agent processes
-    running each backend's deploy.command) with a live view per pool. Ctrl-C stops
-    everything and leaves no process behind.
+    The controller, the agents' endpoint, the admin API and the machines, whatever the file
+    says: Docker containers of each backend's image (built at start; containers an earlier
+    session left are removed) when a Docker engine answers, else local processes running
+    each backend's deploy.command (--machines chooses). A live view per pool. Ctrl-C drains
+    and stops everything, leaving no process behind; a second Ctrl-C aborts.
     """
     env = dict(os.environ)
+    kind, why = _machines_kind(machines, env)
+    click.echo(f"dev: machines are {MACHINE_KINDS[kind]} ({why})")
     if timings:
         env["SPKY_POOL_TIMINGS"] = timings
-    env.setdefault("SPKY_POOL_PROVIDER", "local")
+    env["SPKY_POOL_PROVIDER"] = kind
     env.pop("SPKY_POOL_DOCKER", None)
+    if kind == "docker":
+        env.setdefault("SPKY_POOL_SECRET", secrets.token_urlsafe(32))  # this session's own
     try:
         settings = ControllerSettings.from_env(
             env, config_path=file, store_url=store_url or env.get("SPKY_STORE") or None
@@ -171,35 +235,90 @@ def dev(
             runtime.stop()
 
     console.print(
-        f"dev: {file} on local processes; store {redact(settings.store_url)}; agents' endpoint "
-        f"{runtime.settings.agents_url}; admin API {runtime.admin_url}"
+        f"dev: {file} on {MACHINE_KINDS[kind]}; store {redact(settings.store_url)}; "
+        f"agents' endpoint {runtime.settings.agents_url}; admin API {runtime.admin_url}"
         + (f"; {len(queued)} job(s) queued" if queued else "")
         + ". Ctrl-C stops everything."
     )
-    _signals(runtime)
+    if not runtime.controller.leader:
+        console.print("dev: " + _standby(runtime) + "; waiting for leadership")
+    _signals(runtime, drains=True)
     started = time.monotonic()
     started_at = runtime.controller.clock()
+
+    def on_progress(line: str) -> None:
+        _say(console, f"{line} (Ctrl-C again: abort; the jobs go back to the queue)")
+
     try:
         if live_view:
             with Live(_view(runtime), console=console, refresh_per_second=4) as live:
                 refresher = _Refresher(lambda: live.update(_view(runtime)))
                 refresher.start()
                 try:
-                    asyncio.run(runtime.serve(on_tick))
+                    asyncio.run(runtime.serve(on_tick, on_progress))
                 finally:
                     refresher.stop()
-                    live.update(_view(runtime))
+                    with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                        live.update(_view(runtime))
         else:
-            asyncio.run(runtime.serve(on_tick))
+            asyncio.run(runtime.serve(on_tick, on_progress))
     finally:
-        count = runtime.destroy_machines()
+        stopped = _stop_machines(runtime)
         if printer is not None:
-            printer.flush()
+            with contextlib.suppress(OSError):
+                printer.flush()
         summary = _summary(runtime, queued, time.monotonic() - started, started_at)
         runtime.close()
-        console.print(f"dev: stopped; {count} machine(s) destroyed. {summary}")
-    if exit_when_idle and not finished.is_set():
+        _say(console, f"dev: stopped; {stopped}. {summary}")
+    if runtime.aborted or (exit_when_idle and not finished.is_set()):
         sys.exit(130)
+
+
+def _stop_machines(runtime: Runtime) -> str:
+    """dev's machines at the end: every one destroyed (an abort first puts the jobs they ran
+    back in the queue, without spending a retry); none for a standby, they are the leader's."""
+    if not runtime.owns_machines:
+        return "no machine destroyed (" + _standby(runtime) + ")"
+    back = runtime.release_attempts() if runtime.aborted else []
+    stopped = f"{runtime.destroy_machines()} machine(s) destroyed"
+    if runtime.aborted:
+        stopped = f"aborted: {stopped}, {len(back)} job(s) back in the queue (no retry spent)"
+    return stopped
+
+
+def _say(console: Console, line: str) -> None:
+    """A line for the terminal, which may be gone (closing it sends SIGHUP: the stop goes on)."""
+    with contextlib.suppress(OSError):
+        console.print(line)
+
+
+def _machines_kind(choice: str | None, env: dict[str, str]) -> tuple[str, str]:
+    """docker or local, and why: --machines, else the environment's provider, else docker
+    when a Docker engine answers."""
+    if choice:
+        return choice, f"--machines {choice}"
+    provider = env.get("SPKY_POOL_PROVIDER", "")
+    if provider in MACHINE_KINDS:
+        return provider, f"SPKY_POOL_PROVIDER={provider}"
+    if provider:
+        click.echo(
+            f"error: dev runs its machines on this host (--machines docker|local); "
+            f"SPKY_POOL_PROVIDER={provider} is for `sp00ky-infra controller`",
+            err=True,
+        )
+        sys.exit(2)
+    if env.get("SPKY_POOL_DOCKER") == "1":
+        return "docker", "SPKY_POOL_DOCKER=1"
+    no_engine = preflight.docker_answers()
+    if no_engine is None:
+        return "docker", "a Docker engine answers; --machines local runs local processes instead"
+    return "local", f"no Docker engine answers: {no_engine}; --machines docker once one runs"
+
+
+def _standby(runtime: Runtime) -> str:
+    settings = runtime.settings
+    url = leader_url(settings.state_dir, settings.controller_id)
+    return "a standby: the leader" + (f" at {url}" if url else "") + " keeps its machines"
 
 
 def _burst(
@@ -241,6 +360,8 @@ def _summary(runtime: Runtime, queued: list[str], seconds: float, since: float) 
     )
     spent = f"machine time {machine_seconds:.0f}s ({machine_seconds / 3600:.4f} pool_machine_hours)"
     spent += "; " + _costs(runtime, now)
+    if not runtime.owns_machines:  # the machines it saw were the leader's, not its own
+        spent = "no machine time of its own (a standby)"
     if not queued:
         return f"Ran {seconds:.0f}s; {spent}."
     statuses = [store.get(job_id).status for job_id in queued]

@@ -8,7 +8,8 @@ from typing import Any
 from sp00ky_infra.client import Client, either
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.costs import pool_cost, pool_price
-from sp00ky_infra.controller.errors import Refusal
+from sp00ky_infra.controller.errors import NotLeader, Refusal
+from sp00ky_infra.controller.leadership import leader_url
 from sp00ky_infra.controller.reconcile import shape_of
 from sp00ky_infra.policy.machines import LIVE_STATES, Reason
 from sp00ky_infra.policy.sizing import capacity, desired_machines, queue_cap
@@ -24,6 +25,19 @@ def _pool(controller: Controller, name: str) -> None:
     if name not in controller.pools:
         known = ", ".join(sorted(controller.pools)) or "none"
         raise NotFound(f"no pool {name!r} (pools: {known})")
+
+
+def require_leader(controller: Controller) -> None:
+    """Admin writes act on the leader only: a standby refuses them (503), naming the leader's
+    admin URL when the state file knows it, so a write never says done while nothing acts."""
+    if controller.leader:
+        return
+    url = leader_url(controller.settings.state_dir, controller.settings.controller_id)
+    where = f"the leader at {url}" if url else "the controller that leads this store"
+    raise NotLeader(
+        f"this controller is a standby (another one leads this store); send admin writes to "
+        f"{where} (SPKY_ADMIN_URL)"
+    )
 
 
 def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[str, Any]:
@@ -89,6 +103,7 @@ def pools_view(controller: Controller) -> list[dict[str, Any]]:
 def set_paused(controller: Controller, name: str, paused: bool) -> dict[str, Any]:
     """Pause: the pool creates and binds nothing new (running jobs finish). Resume undoes it."""
     _pool(controller, name)
+    require_leader(controller)
     controller.pool_states.set_paused(name, paused, controller.clock())
     controller.event(name, "paused" if paused else "resumed", "by the admin API")
     if not paused:
@@ -97,6 +112,7 @@ def set_paused(controller: Controller, name: str, paused: bool) -> dict[str, Any
 
 
 def drain_machine(controller: Controller, machine: str) -> dict[str, Any]:
+    require_leader(controller)
     try:
         found = controller.store.machines.get(machine)
     except MachineNotFound as exc:
@@ -109,6 +125,7 @@ def drain_machine(controller: Controller, machine: str) -> dict[str, Any]:
 def cancel_queued(controller: Controller, name: str, key: str) -> dict[str, Any]:
     """Cancel a job that waits in the pool's queue (resource-pools.txt's cancel)."""
     _pool(controller, name)
+    require_leader(controller)
     job = controller.store.get(key)
     if job.pool != name:
         raise NotFound(f"job {key} is not in pool {name}'s queue")
@@ -122,6 +139,7 @@ def start_job(controller: Controller, name: str, body: dict[str, Any]) -> Job:
     reaches the row (``queuePriority`` / ``poolSlots`` are the docs' names for ``priority`` /
     ``slots``)."""
     _pool(controller, name)
+    require_leader(controller)
     client = Client(controller.store, controller.config)
     priority = either(
         ("priority", "queuePriority"), body.get("priority"), body.get("queuePriority"), default=0

@@ -74,6 +74,9 @@ class Controller:
         self.clock = clock
         self.leader_lock = store.leader_lock()
         self._leader = False
+        self._resigned = False  # stopping: never lead again, whatever the lock says
+        # called with True when this controller gains leadership, False when it loses it
+        self.on_leadership: list[Callable[[bool], None]] = []
         self.events = EventLog()
         self.wake = Wake()
         self.pool_states = PoolStates(store)
@@ -117,6 +120,8 @@ class Controller:
         (pause, breakers) and hands the provisioner the store's machines before anything acts:
         a failover never runs on the copy this controller read when it started."""
         was_leader = self._leader
+        if self._resigned:
+            return False
         try:
             leader = self.leader_lock.try_acquire()
             if leader and not was_leader:
@@ -129,7 +134,19 @@ class Controller:
         if leader != was_leader:
             kind = "leader" if leader else "follower"
             self.event("*", kind, f"{self.settings.controller_id} is the {kind}")
+            for hook in self.on_leadership:
+                try:
+                    hook(leader)
+                except Exception:  # a hook (the state file) never costs the leadership
+                    log.exception("leadership hook failed")
         return leader
+
+    def resign(self) -> None:
+        """Stop acting as the leader (the controller is stopping): agents' calls are refused
+        as from a standby, so held long-polls end at once. The lock itself is kept until the
+        controller closes, so no other controller adopts machines this one still destroys."""
+        self._resigned = True
+        self._leader = False
 
     def event(self, pool: str, kind: str, message: str) -> None:
         self.executor.event(self.clock(), pool, kind, message)

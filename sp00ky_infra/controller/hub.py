@@ -16,10 +16,13 @@ class Hub:
         self._events: dict[str, asyncio.Event] = {}
         self._pool_of: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._closed = False  # stopping: every poll is answered at once (close)
 
     def waiter(self, machine: str, pool: str) -> asyncio.Event:
         """Called in the loop before a poll looks for work, so that no wake-up is lost."""
         event = asyncio.Event()
+        if self._closed:
+            event.set()
         with self._lock:
             self._events[machine] = event
             self._pool_of[machine] = pool
@@ -44,5 +47,15 @@ class Hub:
     def notify_pool(self, pool: str) -> None:
         with self._lock:
             events = [self._events[m] for m, p in self._pool_of.items() if p == pool]
+        for event in events:
+            self.loop.call_soon_threadsafe(event.set)
+
+    def close(self) -> None:
+        """The controller stops: wake every waiting long-poll now (the controller answers
+        them as a standby would), and every later one as soon as it waits, so no held poll
+        keeps the server's shutdown waiting."""
+        with self._lock:
+            self._closed = True
+            events = list(self._events.values())
         for event in events:
             self.loop.call_soon_threadsafe(event.set)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -25,15 +25,19 @@ from sp00ky_infra.controller.api_agents import agents_app
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.hub import Hub
 from sp00ky_infra.controller.images import ImagesError, ImageServer, PoolImage, settle_images
+from sp00ky_infra.controller.leadership import LeaderRecord, state_file, write_leader
 from sp00ky_infra.controller.provisioners import HasGateway, Provisioner, Refused
 from sp00ky_infra.controller.provisioners.local import LocalProvisioner
 from sp00ky_infra.controller.reconcile import TickReport, tick
 from sp00ky_infra.controller.registry import RegistryError, Resolver, load_auths
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
+from sp00ky_infra.controller.stopping import progress, release
 from sp00ky_infra.store import open_store
 
 log = logging.getLogger("sp00ky.controller")
 DISPATCH_INTERVAL_SECONDS = 0.2  # due jobs (delays, backoffs) are noticed at least this often
+GRACEFUL_SHUTDOWN_SECONDS = 1  # the longest a request in flight may hold a stop up
+DRAIN_POLL_SECONDS = 0.2  # how often a draining stop looks at the running jobs
 
 
 class _Server(uvicorn.Server):
@@ -202,12 +206,19 @@ class Runtime:
             settings, config, store, provisioner, images=images, image_server=image_server
         )
         self.settings = settings
-        # Machines an earlier run left that the store does not know as live (all, ``fresh``)
-        # are removed: say so. (The live ones are handed to the provisioner when this
-        # controller starts leading: Controller.lead.)
-        self.controller.executor.reap(self.controller.clock(), keep_live=not fresh)
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._requested = threading.Event()  # a stop asked for before serve() began
+        self._draining = False
+        self.aborted = False
+        self._owned: bool | None = None
+        self.controller.on_leadership.append(self._leadership_changed)
+        # Machines an earlier run left that the store does not know as live (all, ``fresh``)
+        # are removed: say so. (The live ones are handed to the provisioner when this
+        # controller starts leading: Controller.lead.) Only a leader does: a standby never
+        # touches machines, which belong to the controller that leads.
+        if self.controller.lead():
+            self.controller.executor.reap(self.controller.clock(), keep_live=not fresh)
 
     @property
     def listen_url(self) -> str:
@@ -219,24 +230,62 @@ class Runtime:
         return f"http://{self.settings.admin_host}:{self.settings.admin_port}"
 
     def write_state(self) -> Path:
-        """Where the CLI finds the admin API (``.sp00ky/controller.json``)."""
-        path = Path(self.settings.state_dir) / "controller.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            json.dumps(
-                {"admin_url": self.admin_url, "agents_url": self.settings.agents_url}, indent=2
-            )
+        """Where the CLI finds the leader's admin API (``.sp00ky/controller.json``): written
+        by the leader only (and again whenever this controller gains leadership), so a
+        standby never sends the CLI's admin writes to itself."""
+        if not self.controller.leader:
+            return state_file(self.settings.state_dir)
+        return write_leader(
+            self.settings.state_dir,
+            LeaderRecord(
+                role="leader",
+                controller_id=self.settings.controller_id,
+                pid=os.getpid(),
+                admin_url=self.admin_url,
+                agents_url=self.settings.agents_url,
+            ),
         )
-        return path
+
+    def _leadership_changed(self, leader: bool) -> None:
+        if leader:
+            self.write_state()
 
     def stop(self) -> None:
-        """Ask ``serve()`` to return (safe from any thread or a signal handler)."""
+        """Ask ``serve()`` to return at once (safe from any thread or a signal handler): held
+        long-polls are answered, the listeners close; machines are left as they are."""
+        self._requested.set()
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
 
-    async def serve(self, on_tick: Callable[[TickReport], None] | None = None) -> None:
+    def drain(self) -> None:
+        """A draining stop (``dev``'s first Ctrl-C): nothing new is claimed or created, and
+        ``serve()`` returns once the jobs running on machines have ended."""
+        self._draining = True
+        self.stop()
+
+    def abort(self) -> None:
+        """Stop now, a drain in progress included (``dev``'s second Ctrl-C)."""
+        self.aborted = True
+        self.stop()
+
+    @property
+    def owns_machines(self) -> bool:
+        """Whether this controller led its store when it stopped (while serving: leads)."""
+        return self._owned if self._owned is not None else self.controller.leader
+
+    async def serve(
+        self,
+        on_tick: Callable[[TickReport], None] | None = None,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> None:
+        """Serve until ``stop()`` (or ``drain()``, which first waits for the running jobs,
+        telling ``on_progress`` what is left). On the way out the controller resigns and the
+        held long-polls are answered at once: the stop takes no longer than the last
+        request in flight (bounded by GRACEFUL_SHUTDOWN_SECONDS)."""
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        if self._requested.is_set():
+            self._stop.set()
         controller = self.controller
         hub = Hub(self._loop)
         controller.wake.attach(hub)
@@ -244,6 +293,8 @@ class Runtime:
             _Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
             for app in (agents_app(controller, hub), admin_app(controller))
         ]
+        for server in servers:  # a backstop: held polls end at once on their own (hub.close)
+            server.config.timeout_graceful_shutdown = GRACEFUL_SHUTDOWN_SECONDS
         serving = [
             asyncio.create_task(server.serve(sockets=[sock]))
             for server, sock in zip(servers, (self.agents_socket, self.admin_socket), strict=True)
@@ -253,13 +304,48 @@ class Runtime:
         ticking = asyncio.create_task(self._tick_forever(on_tick))
         try:
             await self._stop.wait()
+            await asyncio.gather(ticking, return_exceptions=True)  # ends its tick, then returns
+            if self._draining and controller.leader and not self.aborted:
+                await self._drain(on_progress)
         finally:
             ticking.cancel()
+            self._owned = controller.leader
+            controller.resign()  # agents' calls now answer 503, as a standby's do
+            hub.close()
             for server in servers:
                 server.should_exit = True
             dispatcher.stop()
             await asyncio.gather(*serving, ticking, return_exceptions=True)
             dispatcher.join(timeout=5)
+
+    async def _drain(self, on_progress: Callable[[str], None] | None) -> None:
+        """Serve the machines' polls and results, binding nothing new, until no job runs."""
+        controller = self.controller
+        controller.pool_states.hold()
+        said = ""
+        while not self.aborted:
+            try:
+                left = await asyncio.to_thread(progress, controller.store, controller.clock())
+            except Exception:  # the store is briefly unreachable: look again
+                log.exception("stopping: cannot read the store")
+                await asyncio.sleep(DRAIN_POLL_SECONDS)
+                continue
+            line = left.line()
+            if line != said and on_progress is not None:
+                on_progress(line)
+            said = line
+            if left.running == 0:
+                return
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+
+    def release_attempts(self) -> list[str]:
+        """An aborted stop: the attempts running on the live machines back to the queue at
+        once, without spending a retry (only for a controller that owns its machines)."""
+        if not self.owns_machines:
+            return []
+        store = self.controller.store
+        machines = [machine.name for machine in store.machines.live()]
+        return release(store, machines, self.controller.clock())
 
     async def _tick_forever(self, on_tick: Callable[[TickReport], None] | None) -> None:
         assert self._loop is not None and self._stop is not None

@@ -75,6 +75,12 @@ class PoolStates:
         self._store = store
         self._lock = threading.Lock()
         self._states: Mapping[str, PoolState] = {}
+        self._held = False  # a draining stop: every pool takes nothing new, in memory only
+
+    def hold(self) -> None:
+        """A draining stop: no pool binds new work from now on (``paused``), without writing
+        a pause to the store (the next controller starts with the pools as they were)."""
+        self._held = True
 
     def reload(self, pools: Iterable[str]) -> None:
         """Read every pool's state from the store (on start, and when leadership is gained)."""
@@ -87,7 +93,8 @@ class PoolStates:
             return self._states.get(pool) or PoolState(pool)
 
     def paused(self, pool: str) -> bool:
-        return self.get(pool).paused
+        """Whether the pool binds no new work: paused in the store, or held by a stop."""
+        return self._held or self.get(pool).paused
 
     def breaker(self, pool: str) -> Breaker:
         return self.get(pool).breaker
