@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import select
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,6 +18,16 @@ from pathlib import Path
 from sp00ky_infra.store import open_store
 from tests.controllers import ADMIN_TOKEN, backend_app, project, running_controller, wait_for
 from tests.helpers import ROOT, cli
+
+
+def _processing(db: Path) -> int:
+    """Jobs of the example's render table that are running now (0 before the table exists)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            row = conn.execute("SELECT count(*) FROM jobs WHERE status = 'processing'").fetchone()
+    except sqlite3.Error:
+        return 0
+    return int(row[0])
 
 
 def _agents_of(folder: Path) -> list[int]:
@@ -99,6 +111,10 @@ def test_dev_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> No
             if select.select([leader], [], [], 0.2)[0]:
                 seen += os.read(leader, 65536)
         assert b"pools" in seen and b"desired" in seen  # the live view is drawn
+        while _processing(folder / ".sp00ky" / "state.db") < 2:  # both jobs dispatched
+            assert time.monotonic() < deadline, seen.decode(errors="replace")
+            if select.select([leader], [], [], 0.2)[0]:
+                seen += os.read(leader, 65536)
         proc.send_signal(signal.SIGINT)  # Ctrl-C, with two 30 s jobs running: it drains
         while b"stopping: 2 machines, 2 jobs running" not in seen:
             assert time.monotonic() < deadline + 15, seen.decode(errors="replace")
