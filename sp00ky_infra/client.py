@@ -32,6 +32,10 @@ from sp00ky_infra.policy.jobs import (
 from sp00ky_infra.store import InvalidJob, Job, NewJob, SqlStore, open_store
 
 
+class PayloadTooLarge(InvalidJob):
+    """A payload over MAX_PAYLOAD_BYTES as JSON (the admin API answers 413)."""
+
+
 class Client:
     """Writes jobs into the store, checked against sp00ky.yml and the backends' specs."""
 
@@ -93,7 +97,7 @@ class Client:
             raise InvalidJob(problem)
         size = len(json.dumps(payload).encode())
         if size > MAX_PAYLOAD_BYTES:
-            raise InvalidJob(
+            raise PayloadTooLarge(
                 f"payload: {size} bytes as JSON, more than the limit of {MAX_PAYLOAD_BYTES} "
                 "(1 MiB); store large inputs elsewhere and pass a reference"
             )

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from sp00ky_infra import __version__
+from sp00ky_infra.client import PayloadTooLarge
 from sp00ky_infra.controller import admin, explain
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.errors import AGENT_STATUS, ControllerError, Unauthorized, http_status
@@ -24,6 +25,7 @@ ADMIN_STATUS: Mapping[type[Exception], int] = {
     **AGENT_STATUS,
     admin.NotFound: 404,  # no such pool or machine
     JobNotFound: 404,
+    PayloadTooLarge: 413,  # the payload itself, within a body under the body's limit
     StoreError: 409,  # the store refused: a conflict, an invalid job, a full queue
 }
 
