@@ -274,7 +274,7 @@ def test_jobs_list_json_stays_valid_json_after_every_hostile_input(
 ) -> None:
     """After every refused input above (this module's controller and store), and a job
     accepted beside them, ``jobs list --json`` prints what a strict parser reads."""
-    controller, client = served
+    controller, _ = served
     accepted = controller.admin(
         "POST",
         "/pools/render/jobs",
