@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sp00ky_infra.client import Client
 from sp00ky_infra.store import Job
 from tests.controllers import (
@@ -45,6 +47,8 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.close()
             return
         body = b'{"ok": true}'
+        if os.environ.get("ODD_POST") == "big":  # a result over the 1 MiB limit
+            body = b'{"blob": "' + b"x" * (2 * 1024 * 1024) + b'"}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -243,3 +247,22 @@ def test_two_jobs_run_at_once_on_one_two_slot_machine(tmp_path: Path, sqlite_url
     ends = [e["t"] for e in events if e["event"] == "end"]
     assert len(starts) == 2 and max(starts) < min(ends), "the second waited for the first"
     assert len({e["pid"] for e in events}) == 1  # one backend process, one machine
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the agent posts an over-limit result, gets 413 and holds it for ever (job stuck in "
+    "processing): agent/jobs.py must bound the backend's answer before posting (loop helper's "
+    "file; the report gives the patch)",
+)
+def test_a_result_over_the_limit_fails_the_attempt_instead_of_sticking(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """The backend answers 2 MiB, over the 1 MiB a result may be (README, "Limits")."""
+    app = _odd_backend(tmp_path, post="big", healthcheck=None)
+    config = project(tmp_path, ONE_MACHINE, {"renderer": app})
+    with Client(sqlite_url, config) as client, running_controller(tmp_path, config, sqlite_url):
+        job = client.run("renderer", "/render", {"gameId": "g"}, max_retries=0)
+        failed = _finished(client, job.id, timeout=20)
+    (error,) = failed.errors
+    assert error["code"] == "backend_error" and "1 MiB" in error["reason"], error
