@@ -288,3 +288,31 @@ def test_jobs_list_json_stays_valid_json_after_every_hostile_input(
     assert listed.returncode == 0, listed.stderr
     rows = strict_json(listed.stdout)
     assert [row["id"] for row in rows] == [accepted.json()["queueId"]]
+
+
+def test_huge_numbers_elsewhere_on_both_apis_are_not_a_server_error(
+    served: tuple[ControllerProcess, Client],
+) -> None:
+    """The numbers beside a job's options: the admin API's event count, a poll's free slots."""
+    controller, client = served
+    for limit in (HUGE, -HUGE, -1):
+        _no_server_error_or_ok(controller.admin("GET", f"/events?limit={limit}"))
+    revision = client.config.backend_for("render").revision(client.config.pools["render"])
+    client.store.machines.add("hostile-m2", "render", "local", revision, 1, time.time())
+    token = tokens.issue_join_token(SECRET, "hostile-m2", time.time(), ttl=60)
+    joined = requests.post(
+        f"{controller.agents_url}/v1/join",
+        json={"machine": "hostile-m2", "token": token},
+        timeout=10,
+    )
+    headers = {"Authorization": f"Bearer {joined.json()['session']}"}
+    base = f"{controller.agents_url}/v1/machines/hostile-m2"
+    assert requests.post(f"{base}/ready", json={"ok": True}, headers=headers, timeout=10).ok
+    for body in ({"free_slots": HUGE}, {"free_slots": HUGE, "wait": 0}, {"wait": HUGE}):
+        _no_server_error_or_ok(
+            requests.post(f"{base}/poll", json=body, headers=headers, timeout=10)
+        )
+
+
+def _no_server_error_or_ok(answer: requests.Response) -> None:
+    assert answer.status_code < 500, (answer.status_code, answer.text[:500])
