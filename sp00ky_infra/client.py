@@ -22,8 +22,18 @@ from jsonschema.exceptions import ValidationError
 from sp00ky_infra.config import Backend, Config
 from sp00ky_infra.config.durations import format_duration
 from sp00ky_infra.config.loader import load_config
-from sp00ky_infra.policy.jobs import RetryStrategy
+from sp00ky_infra.policy.jobs import (
+    MAX_JSON_DEPTH,
+    MAX_PAYLOAD_BYTES,
+    RetryStrategy,
+    bound_problem,
+    json_problem,
+)
 from sp00ky_infra.store import InvalidJob, Job, NewJob, SqlStore, open_store
+
+
+class PayloadTooLarge(InvalidJob):
+    """A payload over MAX_PAYLOAD_BYTES as JSON (the admin API answers 413)."""
 
 
 class Client:
@@ -68,10 +78,29 @@ class Client:
         ``queue_priority`` and ``pool_slots`` are the docs' names (``queuePriority``,
         ``poolSlots``) for ``priority`` (default 0) and ``slots`` (default 1): give either.
         """
+        names = {
+            "priority": "queue_priority" if priority is None and queue_priority is not None else "",
+            "slots": "pool_slots" if slots is None and pool_slots is not None else "",
+        }
         priority = either(("priority", "queue_priority"), priority, queue_priority, default=0)
         slots = either(("slots", "pool_slots"), slots, pool_slots, default=1)
-        if slots < 1:
-            raise InvalidJob(f"slots: a job takes at least 1 slot, not {slots}")
+        check_options(
+            max_retries=max_retries,
+            priority=priority,
+            delay_ms=delay,
+            slots=slots,
+            timeout=timeout,
+            names={field: name for field, name in names.items() if name},
+        )
+        problem = json_problem(payload, "payload")
+        if problem is not None:
+            raise InvalidJob(problem)
+        size = len(json.dumps(payload).encode())
+        if size > MAX_PAYLOAD_BYTES:
+            raise PayloadTooLarge(
+                f"payload: {size} bytes as JSON, more than the limit of {MAX_PAYLOAD_BYTES} "
+                "(1 MiB); store large inputs elsewhere and pass a reference"
+            )
         target = self._backend(backend)
         if target.method is None:
             raise InvalidJob(
@@ -129,6 +158,39 @@ class Client:
             known = ", ".join(sorted(self.config.backends)) or "none"
             raise InvalidJob(f"backend: no backend {name!r} in sp00ky.yml (backends: {known})")
         return backend
+
+
+def check_options(
+    *,
+    max_retries: int,
+    priority: int,
+    delay_ms: int,
+    slots: int,
+    timeout: float | None,
+    names: dict[str, str] | None = None,
+) -> None:
+    """Raise InvalidJob naming the first option out of its bounds (README, "Limits")."""
+    for field, value in (
+        ("max_retries", max_retries),
+        ("priority", priority),
+        ("delay", delay_ms),
+        ("slots", slots),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int):
+            name = (names or {}).get(field, field)
+            raise InvalidJob(f"{name}: must be a whole number, not {value!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+        raise InvalidJob(f"timeout: must be a number of seconds, not {timeout!r}")
+    problem = bound_problem(
+        max_retries=max_retries,
+        priority=priority,
+        delay_ms=delay_ms,
+        slots=slots,
+        timeout=timeout,
+        names=names,
+    )
+    if problem is not None:
+        raise InvalidJob(problem)
 
 
 def either(names: tuple[str, str], first: int | None, second: int | None, default: int) -> int:
@@ -220,6 +282,17 @@ def payload_from_text(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
+        payload = json.loads(text)  # NaN and Infinity parse: json_problem names where
     except json.JSONDecodeError as exc:
         raise InvalidJob(f"--payload: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+    except RecursionError as exc:
+        raise InvalidJob(
+            f"--payload: nested deeper than {MAX_JSON_DEPTH} levels of objects and arrays; "
+            "flatten it"
+        ) from exc
+    except ValueError as exc:  # an integer of over 4300 digits
+        raise InvalidJob(f"--payload: {exc}") from exc
+    problem = json_problem(payload, "payload")
+    if problem is not None:
+        raise InvalidJob(f"--payload: {problem}")
+    return payload

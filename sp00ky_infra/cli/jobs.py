@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ from rich.table import Table
 from sp00ky_infra.client import Client, either, payload_from_text
 from sp00ky_infra.config import ConfigError
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.policy import jobs as limits
 from sp00ky_infra.simulate.workload import Arrival, write_trace
 from sp00ky_infra.store import STATUSES, Job, SqlStore, StoreError, open_store
 
@@ -74,26 +76,53 @@ def _when(at: float | None) -> str:
 
 
 # --- run ---------------------------------------------------------------------------------------
+# Every number `run` takes is bounded (README, "Limits"; the bounds live in policy/jobs.py).
+PRIORITY = click.IntRange(-limits.PRIORITY_BOUND, limits.PRIORITY_BOUND)
+
+
+def _finite(param: click.Parameter, value: float | None) -> float | None:
+    """click's FloatRange lets NaN through (no comparison with NaN is true): refuse it."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds", param=param)
+    return value
 
 
 @click.command()
 @click.argument("backend")
 @click.argument("path")
 @click.option("--payload", help="The job's payload as JSON (checked against the backend's spec).")
-@click.option("--max-retries", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option(
+    "--max-retries", type=click.IntRange(0, limits.MAX_RETRIES), default=3, show_default=True
+)
 @click.option(
     "--retry-strategy",
     type=click.Choice(["linear", "exponential"]),
     default="linear",
     show_default=True,
 )
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds.")
-@click.option("--delay", type=click.IntRange(min=0), default=0, help="Milliseconds to wait first.")
-@click.option("--priority", type=int, help="Higher runs first (default 0).")
-@click.option("--queue-priority", type=int, help="The docs' name (queuePriority) for --priority.")
-@click.option("--slots", type=click.IntRange(min=1), help="Slots the job takes (default 1).")
 @click.option(
-    "--pool-slots", type=click.IntRange(min=1), help="The docs' name (poolSlots) for --slots."
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True, max=limits.MAX_TIMEOUT_SECONDS),
+    callback=lambda _ctx, param, value: _finite(param, value),
+    help="Seconds (at most 7 days).",
+)
+@click.option(
+    "--delay",
+    type=click.IntRange(0, limits.MAX_DELAY_MS),
+    default=0,
+    help="Milliseconds to wait first (at most 30 days).",
+)
+@click.option("--priority", type=PRIORITY, help="Higher runs first (default 0).")
+@click.option(
+    "--queue-priority", type=PRIORITY, help="The docs' name (queuePriority) for --priority."
+)
+@click.option(
+    "--slots", type=click.IntRange(1, limits.MAX_SLOTS), help="Slots the job takes (default 1)."
+)
+@click.option(
+    "--pool-slots",
+    type=click.IntRange(1, limits.MAX_SLOTS),
+    help="The docs' name (poolSlots) for --slots.",
 )
 @click.option("--assigned-to", help="The record the job is for (e.g. thread:abc).")
 @json_option

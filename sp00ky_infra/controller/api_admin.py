@@ -11,10 +11,12 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from sp00ky_infra import __version__
+from sp00ky_infra.client import PayloadTooLarge
 from sp00ky_infra.controller import admin, explain
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.errors import AGENT_STATUS, ControllerError, Unauthorized, http_status
 from sp00ky_infra.controller.metrics import CONTENT_TYPE, exposition
+from sp00ky_infra.policy import jobs as limits
 from sp00ky_infra.store import JobNotFound, StoreError
 
 # What each error answers with; ``http_status`` takes the exception's most specific class
@@ -23,34 +25,49 @@ ADMIN_STATUS: Mapping[type[Exception], int] = {
     **AGENT_STATUS,
     admin.NotFound: 404,  # no such pool or machine
     JobNotFound: 404,
+    PayloadTooLarge: 413,  # the payload itself, within a body under the body's limit
     StoreError: 409,  # the store refused: a conflict, an invalid job, a full queue
 }
+
+
+def _priority() -> Any:
+    return Field(default=None, ge=-limits.PRIORITY_BOUND, le=limits.PRIORITY_BOUND)
+
+
+def _slots() -> Any:
+    return Field(default=None, ge=1, le=limits.MAX_SLOTS)
 
 
 class StartJob(BaseModel):
     """A manual start's body: `run`'s options. ``queuePriority`` and ``poolSlots`` are the
     docs' names for ``priority`` and ``slots``; give either (both must agree). An unknown
-    field is refused (422) rather than dropped."""
+    field is refused (422) rather than dropped. Every number is bounded (README, "Limits":
+    the bounds of policy/jobs.py), so the schema says them and a 422 names the field."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     path: str
     payload: Any = None
-    priority: int | None = None
-    queuePriority: int | None = None  # the docs' spelling
-    slots: int | None = Field(default=None, ge=1)
-    poolSlots: int | None = Field(default=None, ge=1)  # the docs' spelling
-    max_retries: int = Field(default=3, ge=0)
+    priority: int | None = _priority()
+    queuePriority: int | None = _priority()  # the docs' spelling
+    slots: int | None = _slots()
+    poolSlots: int | None = _slots()  # the docs' spelling
+    max_retries: int = Field(default=3, ge=0, le=limits.MAX_RETRIES)
     retry_strategy: Literal["linear", "exponential"] = "linear"
-    delay: int = Field(default=0, ge=0)
-    timeout: float | None = Field(default=None, gt=0)
+    delay: int = Field(default=0, ge=0, le=limits.MAX_DELAY_MS, description="milliseconds")
+    timeout: float | None = Field(
+        default=None, gt=0, le=limits.MAX_TIMEOUT_SECONDS, description="seconds"
+    )
     assigned_to: str | None = None
 
 
 def admin_app(controller: Controller) -> FastAPI:
     def authorized(authorization: Annotated[str | None, Header()] = None) -> None:
-        expected = f"Bearer {controller.settings.admin_token}"
-        if not authorization or not hmac.compare_digest(authorization, expected):
+        expected = f"Bearer {controller.settings.admin_token}".encode()
+        # compare bytes: compare_digest refuses str with non-ASCII (a header's bytes arrive as
+        # Latin-1 text, so any byte an attacker sends round-trips)
+        offered = (authorization or "").encode("latin-1", "replace")
+        if not authorization or not hmac.compare_digest(offered, expected):
             raise Unauthorized("send the admin token as `Authorization: Bearer <token>`")
 
     app = FastAPI(

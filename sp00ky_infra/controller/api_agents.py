@@ -40,7 +40,8 @@ ERRORS: dict[int | str, dict[str, object]] = {
 
 
 def _session(authorization: str | None) -> str:
-    if not authorization or not authorization.startswith("Bearer "):
+    # A header's bytes arrive as Latin-1 text: a session is ASCII, anything else is refused
+    if not authorization or not authorization.startswith("Bearer ") or not authorization.isascii():
         raise Unauthorized("send the session as `Authorization: Bearer <session>`")
     return authorization.removeprefix("Bearer ").strip()
 

@@ -26,6 +26,7 @@ from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.hub import Hub
 from sp00ky_infra.controller.images import ImagesError, ImageServer, PoolImage, settle_images
 from sp00ky_infra.controller.leadership import LeaderRecord, state_file, write_leader
+from sp00ky_infra.controller.limits import ADMIN_RULES, AGENTS_RULES, InputLimits
 from sp00ky_infra.controller.provisioners import HasGateway, Provisioner, Refused
 from sp00ky_infra.controller.provisioners.local import LocalProvisioner
 from sp00ky_infra.controller.reconcile import TickReport, tick
@@ -291,7 +292,10 @@ class Runtime:
         controller.wake.attach(hub)
         servers = [
             _Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
-            for app in (agents_app(controller, hub), admin_app(controller))
+            for app in (
+                InputLimits(agents_app(controller, hub), AGENTS_RULES),
+                InputLimits(admin_app(controller), ADMIN_RULES),
+            )
         ]
         for server in servers:  # a backstop: held polls end at once on their own (hub.close)
             server.config.timeout_graceful_shutdown = GRACEFUL_SHUTDOWN_SECONDS

@@ -5,6 +5,7 @@ Nothing here does I/O or reads the clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -101,3 +102,88 @@ def admit(
 def retry_or_fail(retries: int, max_retries: int) -> bool:
     """Whether a failed attempt is retried: while fewer than ``max_retries`` retries were made."""
     return retries < max_retries
+
+
+# --- Bounds on what a job's creator may ask for (README, "Limits") ---------------------------
+# Every number a job takes is bounded, so that no value overflows the store's 64-bit columns
+# or turns a retry, a delay or a timeout into "forever". The docs give no numbers; these
+# are far past any real use and far below any overflow.
+MAX_RETRIES = 100
+PRIORITY_BOUND = 1_000_000  # priority and queuePriority: -1,000,000 to 1,000,000
+MAX_DELAY_MS = 30 * 24 * 3600 * 1000  # 30 days, in milliseconds
+MAX_SLOTS = 1024  # slots and poolSlots (a job must also fit on one of its pool's machines)
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600.0  # 7 days (the pool's maxJobDuration still applies)
+# A payload or a result is JSON of at most this depth (objects and arrays nested in each
+# other); deeper documents are refused at input, before any parser recurses into them.
+MAX_JSON_DEPTH = 64
+# A payload, and a result an agent posts, as JSON text (the APIs' body limits add room for
+# the other fields: controller/limits.py).
+MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_RESULT_BYTES = 1024 * 1024
+
+
+def bound_problem(
+    *,
+    max_retries: int,
+    priority: int,
+    delay_ms: int,
+    slots: int,
+    timeout: float | None,
+    names: dict[str, str] | None = None,
+) -> str | None:
+    """The first number out of its bounds, as a message naming the field (``names`` maps a
+    field to the spelling its caller used, e.g. ``priority`` to ``--queue-priority``)."""
+    named = names or {}
+
+    def name(field: str) -> str:
+        return named.get(field, field)
+
+    if not 0 <= max_retries <= MAX_RETRIES:
+        return f"{name('max_retries')}: must be 0 to {MAX_RETRIES}, not {max_retries}"
+    if not -PRIORITY_BOUND <= priority <= PRIORITY_BOUND:
+        return f"{name('priority')}: must be {-PRIORITY_BOUND} to {PRIORITY_BOUND}, not {priority}"
+    if not 0 <= delay_ms <= MAX_DELAY_MS:
+        return (
+            f"{name('delay')}: must be 0 to {MAX_DELAY_MS} milliseconds (30 days), not {delay_ms}"
+        )
+    if not 1 <= slots <= MAX_SLOTS:
+        return f"{name('slots')}: a job takes 1 to {MAX_SLOTS} slots, not {slots}"
+    if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_SECONDS):
+        return (
+            f"{name('timeout')}: must be more than 0 and at most {MAX_TIMEOUT_SECONDS:.0f} "
+            f"seconds (7 days), not {timeout}"
+        )
+    return None
+
+
+def json_problem(value: object, where: str, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why ``value`` (parsed JSON, or what a caller means to store as JSON) is not valid JSON
+    within ``max_depth``: a NaN or an infinity, a non-JSON type, or too deep; None when it is.
+
+    Walks iteratively, so a 60,000-deep document costs no recursion. The message names the
+    place: ``payload.scores[2]`` (``where`` empty: a request body, whose fields are named
+    bare, and which itself is called ``body``).
+    """
+    stack: list[tuple[object, str, int]] = [(value, where, 0)]
+    while stack:
+        item, place, depth = stack.pop()
+        label = place or "body"
+        if isinstance(item, dict | list):
+            if depth >= max_depth:
+                return (
+                    f"{label}: nested deeper than {max_depth} levels of objects and arrays; "
+                    "flatten it"
+                )
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        return f"{label}: key {key!r} is not a string; JSON keys are strings"
+                    stack.append((child, f"{place}.{key}" if place else key, depth + 1))
+            else:
+                stack.extend((child, f"{place}[{i}]", depth + 1) for i, child in enumerate(item))
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{label}: {item} is not a JSON number; send a finite number or null"
+        elif not (item is None or isinstance(item, str | int | bool)):
+            return f"{label}: a {type(item).__name__} is not JSON"
+    return None
