@@ -12,6 +12,7 @@ and never stops the others.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from sp00ky_infra.controller.measures import Measures
@@ -57,6 +58,9 @@ class Executor:
         self.pools = pools
         self.events = events
         self.wake = wake
+        # machine -> pool: failed for silence, not yet confirmed gone; its jobs keep their
+        # leases meanwhile (``hold_fenced``). In memory: a new leader sweeps them as usual.
+        self.fenced: dict[str, str] = {}
 
     def event(self, at: float, pool: str, kind: str, message: str) -> None:
         self.events.add(Event(at, pool, kind, message))
@@ -189,6 +193,45 @@ class Executor:
         )
         return True
 
+    # --- fencing: an attempt that may still be working never runs twice ----------------------
+
+    def fence(self, pool: str, fails: Sequence[Fail], now: float) -> None:
+        """Fail the silent machines of ``pool`` (the plan's ``fences``) before the sweep puts
+        their jobs back in the queue; ``hold_fenced`` destroys them."""
+        for action in fails:
+            if self.fail(pool, action.machine, action.reason, now):
+                self.fenced[action.machine] = pool
+
+    def hold_fenced(self, now: float, lease_of: Callable[[str], float]) -> list[str]:
+        """Destroy each fenced machine (again, after a failed destroy) and, until it is
+        confirmed gone, renew the leases of the jobs it ran, so the sweep leaves them be.
+        Gone: destroyed by a synchronous provisioner (local: no process of its session left;
+        docker: its container removed), or reported destroyed by an asynchronous one (the
+        server deleted). Returns what failed."""
+        errors: list[str] = []
+        for name, pool in list(self.fenced.items()):
+            try:
+                self.destroy(pool, name, now)
+            except Exception as exc:  # held below; tried again next tick
+                message = f"destroy of silent machine {name} in pool {pool} failed: {exc}"
+                log.warning(message)
+                errors.append(message)
+            machine = self.store.machines.get(name)
+            if self._gone(machine):
+                del self.fenced[name]
+                continue
+            held = [(job.id, job.attempt) for job in self.store.running_on(name) if job.attempt]
+            if held:
+                self.store.renew(held, now, lease_of(pool))
+        return errors
+
+    def _gone(self, machine: Machine) -> bool:
+        if machine.state != "destroyed":
+            return False
+        return not isinstance(self.provisioner, ReportsOutcomes) or (
+            machine.provider_state == "destroyed"
+        )
+
     # --- the agents --------------------------------------------------------------------------
 
     def joined(
@@ -307,6 +350,10 @@ class Executor:
     def shutdown(self, now: float) -> int:
         """Destroy every live machine, all at once (``dev`` on Ctrl-C leaves no process)."""
         machines = self.store.machines.live()
+        live = {machine.name for machine in machines}
+        machines += [  # failed for silence, their destroy not yet confirmed
+            self.store.machines.get(name) for name in self.fenced if name not in live
+        ]
 
         def destroy(machine: Machine) -> None:
             self.store.machines.move(machine.name, Reason.SHUTDOWN, now)

@@ -2,8 +2,12 @@
 ``deploy.command`` as its child. The embedded default, and the workhorse of the tests.
 
 Agents run in sessions of their own, so that a restarted controller finds them still
-working (they reconnect), and so that destroying a machine ends its whole process group.
-The process's start time is kept beside its pid, so a recycled pid is never signalled.
+working (they reconnect), and so that destroying a machine ends everything it ran: every
+process of the agent's session, whether the agent is alive or not (a kill -9 of the agent
+leaves its backend running in that session). The agent's start time is kept beside its pid,
+so a recycled pid is never mistaken for it. A process that leaves the session (setsid)
+escapes; a cgroup per machine would hold it, but needs a delegated cgroup tree, which an
+unprivileged controller does not have.
 """
 
 from __future__ import annotations
@@ -16,7 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
+from sp00ky_infra.controller.provisioners.base import (
+    MachineSpec,
+    Provisioned,
+    ProvisionerError,
+    Refused,
+)
 
 STOP_GRACE_SECONDS = 3.0  # a destroyed machine was drained (or failed): no long goodbye
 
@@ -34,6 +43,35 @@ def session_members(session: int) -> list[int]:
         if int(fields[3]) == session:  # after ")": state, ppid, pgrp, session
             members.append(int(entry.name))
     return members
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that still runs (a zombie has ended its work)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def machine_processes(session: int, agent_started: str | None) -> list[int]:
+    """The processes of the machine whose agent led session ``session`` and started at
+    ``agent_started``: its session's members, whether the agent is alive or not (its
+    backend outlives a kill -9 of the agent, in the same session).
+
+    A session id outlives its leader; should the pid be reused by a process that leads a
+    session of its own, only the members started before that process are the machine's.
+    """
+    members = session_members(session)
+    holder = process_start_time(session)
+    if holder is None or not agent_started or holder == agent_started:
+        return members
+    if session not in members:
+        return members  # the pid is another process's, outside this session
+    newer = int(holder)
+    return [
+        pid for pid in members if pid != session and int(process_start_time(pid) or newer) < newer
+    ]
 
 
 def process_start_time(pid: int) -> str | None:
@@ -96,30 +134,38 @@ class LocalProvisioner:
         return self.log_dir / f"{name}.credential"
 
     def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
+        """End everything the machine ran, whether or not its agent is alive: every process of
+        the agent's session (the agent, its backend, whatever that started), SIGTERM first
+        (the example backend logs what it had in flight), SIGKILL after STOP_GRACE_SECONDS.
+        Returns once none is left; ProvisionerError when some survive, so the machine is not
+        counted as destroyed and its jobs are not run again elsewhere meanwhile."""
         self._credential_file(name).unlink(missing_ok=True)
         if not provider_id:
             return
-        pid = int(provider_id)
-        started = process_start_time(pid)
-        if started is None or (provider_state and started != provider_state):
-            self._children.pop(name, None)
-            return  # gone already, or the pid now belongs to another process
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while time.monotonic() < deadline and process_start_time(pid) == started:
-            child = self._children.get(name)
-            if child is not None and child.poll() is not None:
-                break
-            time.sleep(0.05)
-        for member in session_members(pid):  # the agent's group and its backend's
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(member, signal.SIGKILL)
+        session = int(provider_id)
         child = self._children.pop(name, None)
+        members = machine_processes(session, provider_state)
+        for member in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(member, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while members and time.monotonic() < deadline:
+            time.sleep(0.05)
+            members = [pid for pid in members if running(pid)]
+        for _ in range(3):  # whatever is left, and what it forked meanwhile
+            members = [pid for pid in machine_processes(session, provider_state) if running(pid)]
+            if not members:
+                break
+            for member in members:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(member, signal.SIGKILL)
+            time.sleep(0.05)
         if child is not None:
-            child.wait(timeout=5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
+        left = [pid for pid in machine_processes(session, provider_state) if running(pid)]
+        if left:
+            raise ProvisionerError(f"machine {name}: processes {left} survived SIGKILL")
 
     def close(self) -> None:
         self._reap()
