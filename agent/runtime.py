@@ -20,6 +20,32 @@ from typing import IO, Protocol
 from agent.errors import RuntimeError_
 
 STOP_GRACE_SECONDS = 5.0
+# What a process needs to exist, and nothing else, passed on from the agent's own environment
+# (machine-pools.txt, "Environment": the backend sees its own env, the image's ENV, SPKY_ENV,
+# SPKY_DB_NS, SPKY_DB_NAME and PORT). PATH: a command such as ``python3 app.py`` is found,
+# and the backend can start the tools it runs. HOME: libraries keep caches and settings under
+# it, and some refuse to start without it. LANG, LC_ALL, LC_CTYPE: the text encoding of its
+# files and output (Python sets LC_CTYPE itself under the C locale, PEP 538). TZ: its local
+# time. None of these carries a secret.
+PROCESS_BASICS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+
+
+def backend_environment(
+    own: Mapping[str, str],
+    port: int,
+    agent_env: Mapping[str, str],
+    inherit: Sequence[str] = (),
+) -> dict[str, str]:
+    """The backend's whole environment, an allow-list: PROCESS_BASICS and the names in
+    ``inherit`` (the image's ENV, on a machine that is a container) from the agent's own
+    environment, then the backend's own env (with SPKY_ENV, SPKY_DB_NS, SPKY_DB_NAME as the
+    controller sends them), then PORT. Nothing else of the agent's or controller's."""
+    passed = {
+        name: agent_env[name]
+        for name in (*PROCESS_BASICS, *inherit)
+        if name in agent_env and not name.startswith("SPKY_AGENT_")
+    }
+    return {**passed, **own, "PORT": str(port)}
 
 
 class Runtime(Protocol):
@@ -48,6 +74,7 @@ class ProcessRuntime:
         env: Mapping[str, str],
         workdir: str,
         output: IO[bytes] | None = None,
+        inherit: Sequence[str] = (),
     ) -> None:
         if not command:
             raise RuntimeError_(
@@ -57,16 +84,17 @@ class ProcessRuntime:
         self.env = dict(env)
         self.workdir = workdir
         self.output = output
+        self.inherit = tuple(inherit)
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self.port = free_port()
-        base = {k: v for k, v in os.environ.items() if not k.startswith("SPKY_AGENT_")}
+        env = backend_environment(self.env, self.port, os.environ, self.inherit)
         try:
             self.proc = subprocess.Popen(
                 self.command,
-                env={**base, **self.env, "PORT": str(self.port)},
+                env=env,
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=self.output,

@@ -6,8 +6,10 @@ witness of when each attempt's work ran.
 
 from __future__ import annotations
 
+import json
 import os
 import pty
+import secrets
 import select
 import signal
 import subprocess
@@ -16,9 +18,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+import docker
+
+from agent.runtime import PROCESS_BASICS
 from sp00ky_infra.client import Client
 from sp00ky_infra.controller.provisioners.local import session_members
-from tests.controllers import backend_app, backend_events, project, running_controller, wait_for
+from sp00ky_infra.shared.names import container_name
+from tests.conftest import BASE_IMAGE
+from tests.controllers import (
+    SERVER,
+    ControllerProcess,
+    backend_app,
+    backend_events,
+    project,
+    running_controller,
+    wait_for,
+)
 
 RENDER = {"min": 0, "autoscale": True, "max": 2}
 
@@ -157,3 +172,119 @@ def _try_run(client: Client, payload: dict[str, Any]) -> str | None:
         return client.run("renderer", "/render", payload).id
     except Exception:  # the store is created by dev; not there yet
         return None
+
+
+DUMP_AND_SERVE = (
+    "import json, os, runpy, sys; "
+    "json.dump(dict(os.environ), open(os.environ['ENV_DUMP'], 'w')); "
+    "runpy.run_path(sys.argv[1], run_name='__main__')"
+)
+CONTROLLER_ONLY = {  # what the controller has and no backend may see
+    "HCLOUD_TOKEN": "hcloud-token-of-the-controller",
+    "DATABASE_URL": "postgresql://app:app-password@db/app",
+    "SOME_CONTROLLER_SETTING": "controller",
+}
+SPKY_DOCUMENTED = {"SPKY_ENV": "staging", "SPKY_DB_NS": "ns1", "SPKY_DB_NAME": "db1"}
+
+
+def test_the_backend_sees_only_its_own_env_and_the_documented_variables(tmp_path: Path) -> None:
+    """A local machine's backend gets an allow-list: its own env, SPKY_ENV, SPKY_DB_NS,
+    SPKY_DB_NAME, PORT, and what a process needs (PATH, HOME, the locale); its agent gets
+    none of the controller's environment either."""
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    dump = tmp_path / "backend-env.json"
+    app = backend_app(
+        "render",
+        "render_job",
+        tmp_path / "backend.jsonl",
+        command=[sys.executable, "-c", DUMP_AND_SERVE, str(SERVER)],
+    )
+    app["env"]["ENV_DUMP"] = str(dump)
+    config = project(tmp_path, {"render": RENDER}, {"renderer": app})
+    client = Client(store_url, config)
+    try:
+        with running_controller(
+            tmp_path, config, store_url, **CONTROLLER_ONLY, **SPKY_DOCUMENTED
+        ) as controller:
+            job = client.run("renderer", "/render", {"gameId": "env"})
+            wait_for(lambda: client.store.get(job.id).status == "success", what="the job")
+            seen = json.loads(dump.read_text())
+            machine = client.store.get(job.id).machine or ""
+            agent_pid = int(client.store.machines.get(machine).provider_id or 0)
+            agent_env = _environ(agent_pid)
+            controller_env = _environ(controller.proc.pid if controller.proc else 0)
+    finally:
+        client.close()
+    own = {"BACKEND_LOG", "RENDER_SECONDS", "ENV_DUMP"}
+    allowed = own | set(SPKY_DOCUMENTED) | {"PORT", *PROCESS_BASICS}
+    assert set(seen) <= allowed, f"leaked into the backend: {sorted(set(seen) - allowed)}"
+    assert own | set(SPKY_DOCUMENTED) | {"PORT", "PATH"} <= set(seen)
+    assert {k: seen[k] for k in SPKY_DOCUMENTED} == SPKY_DOCUMENTED
+    assert "SPKY_CONFIG" in controller_env and "HCLOUD_TOKEN" in controller_env  # the premise
+    for name in (*CONTROLLER_ONLY, "SPKY_CONFIG", "SPKY_POOL_TIMINGS", "SPKY_STORE"):
+        assert name not in agent_env, f"{name} reached the agent"
+    assert not set(CONTROLLER_ONLY.values()) & set(agent_env.values())
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    pairs = (entry.decode().partition("=") for entry in raw.split(b"\0") if b"=" in entry)
+    return {name: value for name, _, value in pairs}
+
+
+def test_a_docker_machines_backend_sees_its_env_and_its_images_env_only(
+    tmp_path: Path, docker_images: str
+) -> None:
+    """A machine container (SPKY_POOL_DOCKER=1): the backend gets its own env, the image's
+    ENV, the documented SPKY_* and PORT; not the agent's settings nor its join token."""
+    name = f"t{secrets.token_hex(3)}"
+    (tmp_path / "backend").mkdir()
+    (tmp_path / "backend" / "server.py").write_text(SERVER.read_text())
+    (tmp_path / "backend" / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\nCOPY server.py /app/server.py\n"
+        "ENV HOST=127.0.0.1 IMAGE_SETTING=from-the-image\n"
+        f'CMD ["python3", "-c", "{DUMP_AND_SERVE}", "/app/server.py"]\n'
+    )
+    app = backend_app("render", "render_job", Path("/tmp/unused.jsonl"))
+    app["deploy"]["dockerfile"] = "./backend/Dockerfile"
+    app["deploy"].pop("command")
+    app["env"]["ENV_DUMP"] = "/tmp/backend-env.json"
+    config = project(tmp_path, {"render": RENDER}, {"renderer": app})
+    env = {
+        "SPKY_POOL_DOCKER": "1",
+        "SPKY_POOL_DOCKER_NETWORK": f"sp00ky-{name}",
+        "SPKY_PROJECT": name,
+        "SPKY_POOL_TIMINGS": "lease=10s,idleTimeout=30s,bootTimeout=60s",
+        **CONTROLLER_ONLY,
+        **SPKY_DOCUMENTED,
+    }
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    client = Client(store_url, config)
+    engine = docker.from_env()
+    controller = ControllerProcess(tmp_path, config, store_url, env)
+    try:
+        controller.start(timeout=300)
+        job = client.run("renderer", "/render", {"gameId": "env"})
+        wait_for(lambda: client.store.get(job.id).status == "success", timeout=120, what="job")
+        machine = client.store.get(job.id).machine or ""
+        container = engine.containers.get(container_name(machine))
+        dumped = container.exec_run(["cat", "/tmp/backend-env.json"]).output
+        assert isinstance(dumped, bytes)
+        seen = json.loads(dumped)
+    finally:
+        controller.stop()
+        client.close()
+        for leftover in engine.containers.list(
+            all=True, filters={"label": f"sp00ky/project={name}"}
+        ):
+            leftover.remove(force=True)
+        for network in engine.networks.list(names=[f"sp00ky-{name}"]):
+            network.remove()
+        engine.close()
+    image_env = {"HOST", "IMAGE_SETTING", "PATH", "LANG", "GPG_KEY", "PYTHON_VERSION"}
+    allowed = {"BACKEND_LOG", "RENDER_SECONDS", "ENV_DUMP", "PORT", *SPKY_DOCUMENTED}
+    allowed |= image_env | set(PROCESS_BASICS)
+    assert set(seen) <= allowed, f"leaked into the backend: {sorted(set(seen) - allowed)}"
+    assert seen["IMAGE_SETTING"] == "from-the-image"  # the image's own ENV reaches it
+    assert {k: seen[k] for k in SPKY_DOCUMENTED} == SPKY_DOCUMENTED
+    assert not any(key.startswith("SPKY_AGENT_") for key in seen)

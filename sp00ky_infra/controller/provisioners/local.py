@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from sp00ky_infra.controller.provisioners.base import (
@@ -28,6 +29,22 @@ from sp00ky_infra.controller.provisioners.base import (
 )
 
 STOP_GRACE_SECONDS = 3.0  # a destroyed machine was drained (or failed): no long goodbye
+# What a local machine's agent inherits of the controller's environment: what a process needs
+# to exist (agent/runtime.py, PROCESS_BASICS, says why each), where Python finds the agent
+# (PYTHONPATH, a checkout run without installing), and the agent's own settings (SPKY_AGENT_*,
+# e.g. SPKY_AGENT_POWEROFF). Nothing else: the controller's environment holds its secrets
+# (HCLOUD_TOKEN, the store's URL, the pool secret) and its own settings.
+AGENT_BASICS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH")
+AGENT_SETTINGS_PREFIX = "SPKY_AGENT_"
+
+
+def agent_environment(controller_env: Mapping[str, str]) -> dict[str, str]:
+    """The part of the controller's environment a local agent starts with: an allow-list."""
+    return {
+        name: value
+        for name, value in controller_env.items()
+        if name in AGENT_BASICS or name.startswith(AGENT_SETTINGS_PREFIX)
+    }
 
 
 def session_members(session: int) -> list[int]:
@@ -98,7 +115,7 @@ class LocalProvisioner:
         self._reap()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {
-            **os.environ,
+            **agent_environment(os.environ),
             **self.agent_env,
             "SPKY_AGENT_CONTROLLER_URL": spec.controller_url,
             "SPKY_AGENT_MACHINE": spec.name,
@@ -110,8 +127,6 @@ class LocalProvisioner:
             "SPKY_AGENT_CREDENTIAL_FILE": str(self._credential_file(spec.name).resolve()),
             "PYTHONUNBUFFERED": "1",
         }
-        for secret in ("SPKY_POOL_SECRET", "SPKY_STORE", "SPKY_ADMIN_TOKEN"):
-            env.pop(secret, None)  # the machine gets none of the controller's secrets
         log = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 (the child keeps it)
         try:
             proc = subprocess.Popen(
