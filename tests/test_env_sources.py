@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import yaml
 
+from sp00ky_infra.client import Client
 from sp00ky_infra.config.env_sources import EnvSourceError, resolve_env
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.config.model import Backend, EnvReference
@@ -117,3 +119,68 @@ def test_the_revision_hashes_references_never_the_values(tmp_path: Path) -> None
     }
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
     assert inline.revision(pool) == digest[:12]
+
+
+def test_a_machines_backend_gets_the_resolved_values_and_nothing_keeps_them(
+    tmp_path: Path,
+) -> None:
+    """Processes: a controller whose environment and files hold the secrets; the backend
+    (which dumps its environment) gets them; the store, the logs and the revision do not."""
+    from tests.controllers import SERVER, backend_app, project, running_controller, wait_for
+    from tests.test_machine_isolation import DUMP_AND_SERVE
+
+    dump = tmp_path / "backend-env.json"
+    (tmp_path / "render.env").write_text(f"FROM_ENV_FILE={SECRET}-file\n")
+    (tmp_path / "key.pem").write_text(f"{SECRET}-key\n")
+    app = backend_app(
+        "render", "render_job", tmp_path / "backend.jsonl",
+        command=[sys.executable, "-c", DUMP_AND_SERVE, str(SERVER)],
+    )  # fmt: skip
+    app["env"].update(
+        {
+            "ENV_DUMP": str(dump),
+            "API_TOKEN": {"fromEnv": "RENDER_API_TOKEN"},
+            "KEY": {"fromFile": "key.pem"},
+        }
+    )
+    app["envFile"] = "render.env"
+    config = project(
+        tmp_path, {"render": {"min": 0, "autoscale": True, "max": 1}}, {"renderer": app}
+    )
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    client = Client(store_url, config)
+    try:
+        with running_controller(tmp_path, config, store_url, RENDER_API_TOKEN=f"{SECRET}-env"):
+            job = client.run("renderer", "/render", {"gameId": "env"})
+            wait_for(lambda: client.store.get(job.id).status == "success", what="the job")
+            machine = client.store.machines.get(client.store.get(job.id).machine or "")
+    finally:
+        client.close()
+    seen = json.loads(dump.read_text())
+    assert (seen["API_TOKEN"], seen["KEY"], seen["FROM_ENV_FILE"]) == (
+        f"{SECRET}-env", f"{SECRET}-key", f"{SECRET}-file",
+    )  # fmt: skip
+    assert SECRET not in machine.revision
+    kept = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".db", ".log", ".err")]
+    kept += list(tmp_path.glob("state.db*"))
+    assert any(p.suffix == ".log" for p in kept) and any(p.name == "state.db" for p in kept)
+    for path in kept:
+        assert SECRET.encode() not in path.read_bytes(), f"a secret value in {path}"
+
+
+def test_an_unresolvable_reference_fails_the_boot_naming_the_field(tmp_path: Path) -> None:
+    from tests.controllers import backend_app, project, running_controller, wait_for
+
+    app = backend_app("render", "render_job", tmp_path / "backend.jsonl")
+    app["env"]["API_TOKEN"] = {"fromEnv": "RENDER_API_TOKEN"}
+    config = project(tmp_path, {"render": {"min": 1}}, {"renderer": app})
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    client = Client(store_url, config)
+    try:
+        with running_controller(tmp_path, config, store_url) as controller:
+            incident = wait_for(
+                lambda: controller.pool("render")["incidents"], timeout=30, what="the breaker"
+            )[0]
+    finally:
+        client.close()
+    assert "apps.renderer.env.API_TOKEN: fromEnv RENDER_API_TOKEN is not set" in incident["message"]

@@ -12,9 +12,11 @@ and never stops the others.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from sp00ky_infra.config.env_sources import EnvSourceError, resolve_env
 from sp00ky_infra.controller.measures import Measures
 from sp00ky_infra.controller.provisioners import (
     Adopts,
@@ -112,6 +114,7 @@ class Executor:
             now,
         )
         try:
+            self._check_env(deployment, pool)
             live = len(self.store.machines.live())
             if settings.max_machines is not None and live > settings.max_machines:
                 raise Refused(
@@ -140,6 +143,15 @@ class Executor:
         )
         self.event(now, pool, "scale_up", f"{name} requested ({self.provisioner.name})")
         return True
+
+    def _check_env(self, deployment: Deployment, pool: str) -> None:
+        """The backend's env sources resolve here, on the controller, before a machine is
+        made for them: one that does not is a failed boot naming the field (the values are
+        dropped: the agent's join gets them)."""
+        try:
+            resolve_env(deployment.backends[pool], deployment.config.root, os.environ)
+        except EnvSourceError as exc:
+            raise Refused(str(exc)) from exc
 
     def _join_token(self, name: str, now: float) -> str | None:
         """A join token for a provisioner that delivers it; the Pulumi program issues its own."""
