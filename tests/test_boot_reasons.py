@@ -14,6 +14,7 @@ import yaml
 
 from agent.docker import demultiplex
 from agent.runtime import TAIL_CHARS, output_summary, redact
+from sp00ky_infra.controller.provisioners import output as controller_output
 from tests.helpers import ROOT, cli
 
 BACKEND_SECRET = "s3cr3t-value-of-the-backend"
@@ -130,3 +131,65 @@ def test_a_containers_log_is_read_through_the_engines_frames() -> None:
     )
     assert demultiplex(frame).decode().splitlines() == ["starting", "Traceback: boom"]
     assert demultiplex(b"plain text\n") == b"plain text\n"  # a TTY's log has no frames
+
+
+CORPUS = [
+    f"connecting with {BACKEND_SECRET} to postgresql://app:pa55word@db/app",
+    "Authorization: Bearer abcdefgh12345678 API_KEY=xyz password: 'hunter 2'",
+    "id 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "key AKIAIOSFODNN7EXAMPLEaBcDeFgHiJkLmNoP1234 file /tmp/test_out_of_contact_a0/x.py",
+    "Traceback (most recent call last): ModuleNotFoundError: No module named 'numpy'",
+]
+
+
+def test_the_controller_redacts_exactly_as_the_agent_does() -> None:
+    """The agent imports nothing of sp00ky_infra, so the rules are written twice."""
+    for line in CORPUS:
+        assert controller_output.redact(line, [BACKEND_SECRET]) == redact(line, [BACKEND_SECRET])
+    assert controller_output.output_summary(CORPUS, [BACKEND_SECRET]) == output_summary(
+        CORPUS, [BACKEND_SECRET]
+    )
+
+
+def test_a_boot_timeout_is_one_message_with_the_backends_last_words(tmp_path: Path) -> None:
+    """A backend that never answers its healthcheck: the tick fails the machine once, and
+    that one message carries what the backend printed (redacted), in dev and the row."""
+    config = _project(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    data["apps"]["renderer"]["deploy"]["command"] = [
+        "python3", "-c",
+        "import time; print('loading the model, token=abcdefghijklmnop', flush=True); "
+        f"print('with {BACKEND_SECRET}', flush=True); time.sleep(60)",
+    ]  # fmt: skip
+    config.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms"}
+    env.pop("SPKY_STORE", None)
+    dev = subprocess.Popen(
+        [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml", "--plain",
+         "--timings", "bootTimeout=3s"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert dev.stdout is not None
+    printed: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and text_count(printed, "failed") < 2:
+            line = dev.stdout.readline()
+            if not line:
+                break
+            printed.append(line)
+    finally:
+        dev.send_signal(signal.SIGINT)
+        rest, _ = dev.communicate(timeout=30)
+        printed.append(rest)
+    failed = [line for line in printed if " failed: " in line]
+    assert len(failed) >= 2, "".join(printed)
+    first = failed[0].split(" failed: ", 1)[1].split(":", 1)[0]
+    about_first = [line for line in printed if first in line and "fail" in line]
+    assert len(about_first) == 1, about_first  # one boot timeout, one message
+    assert (
+        "not ready within the boot timeout (3s); its last output: loading the model"
+        in (about_first[0])
+    )
+    assert "token=***" in about_first[0] and "with ***" in about_first[0]
+    assert BACKEND_SECRET not in "".join(printed) and "abcdefghijklmnop" not in "".join(printed)

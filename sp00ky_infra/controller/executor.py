@@ -27,6 +27,11 @@ from sp00ky_infra.controller.provisioners import (
     Refused,
     ReportsOutcomes,
 )
+from sp00ky_infra.controller.provisioners.output import (
+    ShowsOutput,
+    backend_lines,
+    output_summary,
+)
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.controller.state import Deployment, Event, EventLog, PoolStates, Wake
 from sp00ky_infra.policy.breaker import Breaker
@@ -94,7 +99,8 @@ class Executor:
         elif isinstance(action, Drain):
             self.drain(pool, action.machine, action.reason, now)
         elif isinstance(action, Fail):
-            self.fail(pool, action.machine, action.reason, now)
+            detail = self._boot_timeout(deployment, pool, action.machine)
+            self.fail(pool, action.machine, action.reason, now, detail)
             self.destroy(pool, action.machine, now)
         else:
             self.destroy(pool, action.machine, now)
@@ -167,15 +173,41 @@ class Executor:
         self.wake.machine(name)
         return True
 
-    def fail(self, pool: str, name: str, reason: Reason, now: float) -> bool:
+    def fail(
+        self, pool: str, name: str, reason: Reason, now: float, detail: str | None = None
+    ) -> bool:
         """The plan failed it (boot timeout, silence); False when its state no longer allows
-        it. A boot that timed out counts towards the pool's breaker."""
-        if not self.store.machines.move(name, reason, now):
+        it. A boot that timed out counts towards the pool's breaker. ``detail`` (the cause,
+        when known) is its failed reason and the one message of the event and the breaker."""
+        if not self.store.machines.move(name, reason, now, Change(detail=detail)):
             return False
-        self.event(now, pool, "failed", f"{name}: {reason.value}")
+        why = f"{name}: {detail or reason.value}"
+        self.event(now, pool, "failed", why)
         if reason in FAILED_BOOTS:
-            self.boot_failed(pool, f"{name}: {reason.value}", now)
+            self.boot_failed(pool, why, now)
         return True
+
+    def _boot_timeout(self, deployment: Deployment, pool: str, name: str) -> str | None:
+        """Why a machine's boot timed out, from the backend's last lines where its provisioner
+        can read them (redacted: the backend's env values and anything token-like)."""
+        machine = self.store.machines.get(name)
+        settings = deployment.pools.get(pool)
+        if machine.state not in ("requested", "booting") or settings is None:
+            return None
+        why = f"not ready within the boot timeout ({settings.boot_timeout:g}s)"
+        if machine.state == "requested" or not isinstance(self.provisioner, ShowsOutput):
+            return why
+        try:
+            lines = backend_lines(self.provisioner.last_output(name, machine.provider_id))
+        except Exception as exc:  # the output is a help, never a reason to fail otherwise
+            log.warning("output of machine %s: %s", name, exc)
+            return why
+        backend = deployment.backends[pool]
+        try:
+            secrets = list(resolve_env(backend, deployment.config.root, os.environ).values())
+        except EnvSourceError:
+            secrets = list(backend.env.values())
+        return f"{why}; {output_summary(lines, secrets)}"
 
     def boot_failure(self, machine: Machine, why: str, now: float) -> None:
         """Its agent says the backend never became ready: a failed boot."""

@@ -26,6 +26,7 @@ from docker.errors import APIError, BuildError, ImageNotFound, NotFound
 
 from sp00ky_infra import engine
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
+from sp00ky_infra.controller.provisioners.output import TAIL_LINES
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.names import container_name, network_name, pool_image
 
@@ -114,6 +115,15 @@ class DockerProvisioner:
 
     def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
         engine.remove_container(self.client, provider_id or container_name(name))
+
+    def last_output(self, name: str, provider_id: str | None) -> list[str]:
+        """The end of the machine container's log (its agent's lines and its backend's)."""
+        try:
+            container = self.client.containers.get(provider_id or container_name(name))
+            raw = container.logs(tail=TAIL_LINES * 4)
+        except (NotFound, APIError):
+            return []
+        return bytes(raw).decode(errors="replace").splitlines()
 
     def reap(self, keep: Collection[str] = ()) -> list[str]:
         """Remove this project's machine containers but those of the machines in ``keep`` (the

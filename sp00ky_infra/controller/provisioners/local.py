@@ -27,6 +27,7 @@ from sp00ky_infra.controller.provisioners.base import (
     ProvisionerError,
     Refused,
 )
+from sp00ky_infra.controller.provisioners.output import tail_of_file
 
 STOP_GRACE_SECONDS = 3.0  # a destroyed machine was drained (or failed): no long goodbye
 # What a local machine's agent inherits of the controller's environment: what a process needs
@@ -144,6 +145,10 @@ class LocalProvisioner:
             log.close()
         self._children[spec.name] = proc
         return Provisioned(str(proc.pid), process_start_time(proc.pid) or "")
+
+    def last_output(self, name: str, provider_id: str | None) -> list[str]:
+        """The end of the machine's log file (its agent's lines and its backend's)."""
+        return tail_of_file(str(self.log_dir / f"{name}.log"))
 
     def _credential_file(self, name: str) -> Path:
         return self.log_dir / f"{name}.credential"
