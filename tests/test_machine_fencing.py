@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.core import Controller
-from sp00ky_infra.controller.provisioners import MachineSpec, Provisioned, ProvisionerError
+from sp00ky_infra.controller.provisioners import (
+    MachineSpec,
+    Outcome,
+    Provisioned,
+    ProvisionerError,
+)
 from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.policy.machines import Reason
@@ -138,3 +143,55 @@ def test_a_machine_is_fenced_no_later_than_the_lease_of_its_last_poll_expires(
     if lease_expires_at < now:  # the sweep's condition
         assert silent(machine, LEASE, now)
         assert fences(_view(machine), now) == (Fail("render-a", Reason.SILENT),)
+
+
+class Asynchronous(Flaky):
+    """Like a Pulumi stack: destroy only asks; the server is gone when an outcome says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = False
+        self.reported: list[Outcome] = []
+
+    def outcomes(self) -> list[Outcome]:
+        reported, self.reported = self.reported, []
+        return reported
+
+
+def test_an_asynchronous_destroy_holds_the_job_until_the_server_is_reported_gone(
+    tmp_path: Path,
+) -> None:
+    config = load_config(
+        project(
+            tmp_path,
+            {"render": {"min": 0, "autoscale": True, "max": 1, "lease": f"{LEASE:.0f}s"}},
+            {"renderer": backend_app("render", "render_job", tmp_path / "log")},
+        )
+    )
+    store = open_store(f"sqlite:///{tmp_path}/state.db")
+    clock = [T0]
+    provisioner = Asynchronous()
+    made = Controller(
+        ControllerSettings(secret="fencing-test-secret", state_dir=str(tmp_path)),
+        config, store, provisioner, clock=lambda: clock[0],
+    )  # fmt: skip
+    try:
+        machines = store.machines
+        machines.add("render-a", "render", "flaky", made.revisions["render"], 1, T0)
+        machines.move("render-a", Reason.PROVISIONED, T0)
+        machines.join("render-a", "session", T0)
+        machines.move("render-a", Reason.READY, T0)
+        job = store.enqueue(NewJob(backend="renderer", table="render_job", path="/render"), T0)
+        store.claim("render_job", 1, "c", T0, LEASE, machine="render-a")
+        for step in range(3):  # destroyed in the store, but the server may still run
+            clock[0] = T0 + (step + 1) * (LEASE + 1)
+            tick(made)
+            assert machines.get("render-a").state == "destroyed"
+            assert store.get(job.id).status == "processing"
+        provisioner.reported.append(Outcome("render-a", "destroyed"))
+        clock[0] += LEASE + 1
+        tick(made)  # the outcome is recorded before the fence: released, then swept
+        assert store.get(job.id).status == "pending"
+    finally:
+        made.leader_lock.release()
+        store.close()

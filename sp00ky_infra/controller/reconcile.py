@@ -83,13 +83,13 @@ def tick(controller: Controller) -> TickReport:
         return TickReport(leader=False)
     started = time.perf_counter()
     now = controller.clock()
+    executor = controller.executor
+    executor.record_outcomes(now)  # servers an asynchronous provisioner reported gone count
     fenced = fence(controller, now)
     swept = controller.store.sweep(now)
     for job_id in swept.lease_expired:
         log.info("event=lease_expired job=%s", job_id)
     count_swept(controller, swept)
-    executor = controller.executor
-    executor.record_outcomes(now)
     plans = [plan_pool(view, now) for view in observe(controller, now)]
     controller.plans = {plan.pool: plan for plan in plans}
     errors: list[str] = fenced
