@@ -96,7 +96,7 @@ def test_a_dead_agents_backend_is_ended_before_its_job_runs_again(tmp_path: Path
                 f"attempt 1 worked until {stopped_1 - started_2:+.2f}s after attempt 2 began"
             )
             assert not _alive(backend_pid), "the dead machine's backend is still running"
-            assert session_members(agent_pid) == []
+            assert [pid for pid in session_members(agent_pid) if _alive(pid)] == []  # zombies ended
             dead = store.machines.get(first)
             assert dead.state == "destroyed" and dead.failed_reason == "silent"
     finally:
@@ -164,7 +164,7 @@ def test_nothing_of_a_dead_agent_outlives_dev_ctrl_c(tmp_path: Path) -> None:
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert left == [], "a dead agent's backend outlived dev's Ctrl-C"
-    assert session_members(agent_pid) == []
+    assert [pid for pid in session_members(agent_pid) if _alive(pid)] == []  # zombies ended
 
 
 def _try_run(client: Client, payload: dict[str, Any]) -> str | None:

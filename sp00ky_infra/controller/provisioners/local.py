@@ -101,6 +101,18 @@ def process_start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def _signal(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def _wait_gone(pids: list[int], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 class LocalProvisioner:
     name = "local"
     delivers_join_token = True  # in the agent's environment
@@ -155,30 +167,31 @@ class LocalProvisioner:
 
     def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
         """End everything the machine ran, whether or not its agent is alive: every process of
-        the agent's session (the agent, its backend, whatever that started), SIGTERM first
-        (the example backend logs what it had in flight), SIGKILL after STOP_GRACE_SECONDS.
-        Returns once none is left; ProvisionerError when some survive, so the machine is not
-        counted as destroyed and its jobs are not run again elsewhere meanwhile."""
+        the agent's session (the agent, its backend, whatever that started). A live agent
+        gets SIGTERM and STOP_GRACE_SECONDS to stop its backend itself, as before; what is
+        left then (everything, when the agent is dead) gets SIGTERM (the example backend logs
+        what it had in flight), then SIGKILL. Returns once none is left; ProvisionerError when
+        some survive, so the machine is not counted as destroyed and its jobs are not run
+        again elsewhere meanwhile."""
         self._credential_file(name).unlink(missing_ok=True)
         if not provider_id:
             return
         session = int(provider_id)
         child = self._children.pop(name, None)
-        members = machine_processes(session, provider_state)
-        for member in members:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(member, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while members and time.monotonic() < deadline:
-            time.sleep(0.05)
-            members = [pid for pid in members if running(pid)]
+        agent_alive = running(session) and (
+            not provider_state or process_start_time(session) == provider_state
+        )
+        if agent_alive:
+            _signal([session], signal.SIGTERM)
+            _wait_gone([session], STOP_GRACE_SECONDS)
+        members = [pid for pid in machine_processes(session, provider_state) if running(pid)]
+        _signal(members, signal.SIGTERM)
+        _wait_gone(members, STOP_GRACE_SECONDS if not agent_alive else 0.5)
         for _ in range(3):  # whatever is left, and what it forked meanwhile
             members = [pid for pid in machine_processes(session, provider_state) if running(pid)]
             if not members:
                 break
-            for member in members:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(member, signal.SIGKILL)
+            _signal(members, signal.SIGKILL)
             time.sleep(0.05)
         if child is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
