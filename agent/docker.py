@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 from agent.errors import DockerError
-from agent.runtime import free_port
+from agent.runtime import TAIL_LINES, free_port
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 API_VERSION = "v1.41"  # Docker 20.10 and later
@@ -39,6 +39,23 @@ class DockerAPI:
         self.socket_path = socket_path
         self.timeout = timeout
 
+    def raw(self, method: str, path: str) -> bytes:
+        """An answer's body as it comes (a container's log), DockerError on a 4xx or 5xx."""
+        conn = _UnixConnection(self.socket_path, self.timeout)
+        try:
+            conn.request(method, f"/{API_VERSION}{path}")
+            answer = conn.getresponse()
+            body = answer.read()
+        except OSError as exc:
+            raise DockerError(
+                f"cannot reach the Docker engine at {self.socket_path}: {exc}"
+            ) from exc
+        finally:
+            conn.close()
+        if answer.status >= 400:
+            raise DockerError(f"docker {method} {path}: {answer.status}")
+        return body
+
     def call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> Any:
         conn = _UnixConnection(self.socket_path, self.timeout)
         try:
@@ -60,6 +77,19 @@ class DockerAPI:
                 message = raw.decode(errors="replace")
             raise DockerError(f"docker {method} {path}: {answer.status}: {message}")
         return json.loads(raw) if raw else None
+
+
+def demultiplex(raw: bytes) -> bytes:
+    """A container's log as the Engine sends it without a TTY: frames of an 8-byte header
+    (stream, 3 zero bytes, the size big-endian) and the payload; raw bytes otherwise."""
+    if len(raw) < 8 or raw[0] not in (0, 1, 2) or raw[1:4] != b"\0\0\0":
+        return raw
+    out, at = bytearray(), 0
+    while at + 8 <= len(raw):
+        size = int.from_bytes(raw[at + 4 : at + 8], "big")
+        out += raw[at + 8 : at + 8 + size]
+        at += 8 + size
+    return bytes(out)
 
 
 class DockerRuntime:
@@ -120,6 +150,15 @@ class DockerRuntime:
         except DockerError:
             return False
         return bool(state.get("Running"))
+
+    def last_output(self) -> list[str]:
+        """The container's last lines of output (the Engine's log, stdout and stderr)."""
+        if self.container is None:
+            return []
+        raw = self.api.raw(
+            "GET", f"/containers/{self.container}/logs?stdout=1&stderr=1&tail={TAIL_LINES}"
+        )
+        return demultiplex(raw).decode(errors="replace").splitlines()
 
     def describe(self) -> str:
         short = self.container[:12] if self.container else None

@@ -226,7 +226,9 @@ class Agent:
                 api=api,
             )
         command = list(self.settings.command or backend.command)
-        return ProcessRuntime(command, backend.env, self.settings.workdir, output=None)
+        return ProcessRuntime(
+            command, backend.env, self.settings.workdir, inherit=self.settings.inherit_env
+        )
 
     def fetch_image(self, api: DockerAPI, backend: BackendInfo) -> str | None:
         """The backend's image onto this machine's engine before it starts (ImageError, a

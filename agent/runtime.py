@@ -10,25 +10,140 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import re
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Protocol
 
 from agent.errors import RuntimeError_
 
 STOP_GRACE_SECONDS = 5.0
+# What a process needs to exist, and nothing else, passed on from the agent's own environment
+# (machine-pools.txt, "Environment": the backend sees its own env, the image's ENV, SPKY_ENV,
+# SPKY_DB_NS, SPKY_DB_NAME and PORT). PATH: a command such as ``python3 app.py`` is found,
+# and the backend can start the tools it runs. HOME: libraries keep caches and settings under
+# it, and some refuse to start without it. LANG, LC_ALL, LC_CTYPE: the text encoding of its
+# files and output (Python sets LC_CTYPE itself under the C locale, PEP 538). TZ: its local
+# time. None of these carries a secret.
+PROCESS_BASICS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+
+
+def backend_environment(
+    own: Mapping[str, str],
+    port: int,
+    agent_env: Mapping[str, str],
+    inherit: Sequence[str] = (),
+) -> dict[str, str]:
+    """The backend's whole environment, an allow-list: PROCESS_BASICS and the names in
+    ``inherit`` (the image's ENV, on a machine that is a container) from the agent's own
+    environment, then the backend's own env (with SPKY_ENV, SPKY_DB_NS, SPKY_DB_NAME as the
+    controller sends them), then PORT. Nothing else of the agent's or controller's."""
+    passed = {
+        name: agent_env[name]
+        for name in (*PROCESS_BASICS, *inherit)
+        if name in agent_env and not name.startswith("SPKY_AGENT_")
+    }
+    return {**passed, **own, "PORT": str(port)}
 
 
 class Runtime(Protocol):
     port: int
+    env: dict[str, str]  # the backend's own env: its values never leave the machine
 
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def alive(self) -> bool: ...
     def describe(self) -> str: ...
+    def last_output(self) -> list[str]:
+        """The last lines the backend wrote (stdout and stderr), oldest first, unredacted."""
+        ...
+
+
+# A failed boot names its cause with the backend's last lines of output, bounded so that a
+# noisy backend never makes a huge report, and redacted (``redact``).
+TAIL_LINES = 12
+TAIL_LINE_CHARS = 240
+TAIL_CHARS = 1500
+REDACTED = "***"
+_SECRET_NAME = (
+    r"[A-Za-z0-9_.-]*(?:secret|token|passw(?:or)?d|api[_-]?key|credential|auth)[A-Za-z0-9_.-]*"
+)
+_SECRET_ASSIGNMENTS = re.compile(rf"(?i)\b({_SECRET_NAME})(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)")
+_BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{8,}")
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@", re.IGNORECASE)
+_HEX = re.compile(r"\b[0-9a-fA-F]{32,}\b")
+_MIXED = re.compile(r"[A-Za-z0-9_+/=-]{32,}")
+
+
+def _token_like(word: str) -> bool:
+    """Long and made of upper case, lower case and digits: a key or token, not a word."""
+    return (
+        any(c.isdigit() for c in word)
+        and any(c.islower() for c in word)
+        and any(c.isupper() for c in word)
+    )
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every value of ``secrets`` (the backend's env: any may be one) and every
+    token-like string (key=value of a secret-sounding name, bearer tokens, passwords in URLs,
+    long hex and long mixed-case strings) replaced by ***."""
+    for value in sorted({v for v in secrets if len(v) >= 4}, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    text = _BEARER.sub(rf"\1\2{REDACTED}", text)
+    text = _SECRET_ASSIGNMENTS.sub(rf"\1\2{REDACTED}", text)
+    text = _URL_PASSWORD.sub(rf"\1{REDACTED}@", text)
+    text = _HEX.sub(REDACTED, text)
+    return _MIXED.sub(lambda m: REDACTED if _token_like(m.group()) else m.group(), text)
+
+
+def output_summary(lines: Sequence[str], secrets: Iterable[str] = ()) -> str:
+    """The last lines of output as one bounded, redacted line for a failed boot's reason."""
+    kept = [redact(line.rstrip(), secrets)[:TAIL_LINE_CHARS] for line in lines if line.strip()]
+    if not kept:
+        return "it wrote no output"
+    text = " | ".join(kept)
+    if len(text) > TAIL_CHARS:
+        text = "..." + text[-TAIL_CHARS:]
+    return f"its last output: {text}"
+
+
+class OutputTail:
+    """Copies a backend's output on to the agent's own (the machine log: a file under dev,
+    the journal on a VM, the container's log under Docker) and keeps its last lines."""
+
+    def __init__(self, stream: IO[bytes], sink: IO[bytes] | None, lines: int = TAIL_LINES) -> None:
+        self._lines: deque[str] = deque(maxlen=lines)
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(
+            target=self._copy, args=(stream, sink), name="backend-output", daemon=True
+        )
+        self._thread.start()
+
+    def _copy(self, stream: IO[bytes], sink: IO[bytes] | None) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for raw in iter(stream.readline, b""):
+                if sink is not None:
+                    with contextlib.suppress(OSError, ValueError):
+                        sink.write(raw)
+                        sink.flush()
+                with self._lock:
+                    self._lines.append(raw.decode(errors="replace")[: TAIL_LINE_CHARS * 4])
+        with contextlib.suppress(OSError):
+            stream.close()
+
+    def lines(self, settle: float = 0.2) -> list[str]:
+        """The last lines; waits up to ``settle`` seconds for what an exited backend wrote
+        last to be read."""
+        self._thread.join(timeout=settle)
+        with self._lock:
+            return list(self._lines)
 
 
 def free_port() -> int:
@@ -48,6 +163,7 @@ class ProcessRuntime:
         env: Mapping[str, str],
         workdir: str,
         output: IO[bytes] | None = None,
+        inherit: Sequence[str] = (),
     ) -> None:
         if not command:
             raise RuntimeError_(
@@ -57,24 +173,29 @@ class ProcessRuntime:
         self.env = dict(env)
         self.workdir = workdir
         self.output = output
+        self.inherit = tuple(inherit)
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
+        self.tail: OutputTail | None = None
 
     def start(self) -> None:
         self.port = free_port()
-        base = {k: v for k, v in os.environ.items() if not k.startswith("SPKY_AGENT_")}
+        env = backend_environment(self.env, self.port, os.environ, self.inherit)
         try:
             self.proc = subprocess.Popen(
                 self.command,
-                env={**base, **self.env, "PORT": str(self.port)},
+                env=env,
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
-                stdout=self.output,
-                stderr=subprocess.STDOUT if self.output is not None else None,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 process_group=0,
             )
         except OSError as exc:
             raise RuntimeError_(f"cannot start {self.command[0]!r}: {exc.strerror}") from exc
+        assert self.proc.stdout is not None
+        sink = self.output if self.output is not None else _stdout()
+        self.tail = OutputTail(self.proc.stdout, sink)
 
     def stop(self) -> None:
         """SIGTERM to the backend's process group, SIGKILL after a grace period."""
@@ -99,7 +220,17 @@ class ProcessRuntime:
 
     def describe(self) -> str:
         pid = self.proc.pid if self.proc else None
-        return f"process pid={pid} port={self.port}"
+        code = self.proc.poll() if self.proc else None
+        exited = f" exit code {code}" if code is not None else ""
+        return f"process pid={pid} port={self.port}{exited}"
+
+    def last_output(self) -> list[str]:
+        return self.tail.lines() if self.tail is not None else []
+
+
+def _stdout() -> IO[bytes] | None:
+    """The agent's own standard output, where the backend's output goes on to."""
+    return getattr(sys.stdout, "buffer", None)
 
 
 def answers(port: int, healthcheck: str | None, timeout: float = 1.0) -> bool:
@@ -123,14 +254,25 @@ def answers(port: int, healthcheck: str | None, timeout: float = 1.0) -> bool:
 
 
 def wait_ready(runtime: Runtime, healthcheck: str | None, deadline: float) -> str | None:
-    """Block until the backend answers (None) or cannot (the reason)."""
+    """Block until the backend answers (None) or cannot (the reason, with the backend's last
+    lines of output, bounded and redacted)."""
     delay = 0.02
     while time.monotonic() < deadline:
         if not runtime.alive():
-            return f"the backend exited before it was ready ({runtime.describe()})"
+            why = f"the backend exited before it was ready ({runtime.describe()})"
+            return f"{why}; {_output_of(runtime)}"
         if answers(runtime.port, healthcheck):
             return None
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
     what = f"GET {healthcheck} answering 2xx" if healthcheck else "its port accepting connections"
-    return f"the backend was not ready within the boot timeout (waited for {what})"
+    why = f"the backend was not ready within the boot timeout (waited for {what})"
+    return f"{why}; {_output_of(runtime)}"
+
+
+def _output_of(runtime: Runtime) -> str:
+    try:
+        lines = runtime.last_output()
+    except Exception as exc:  # the output is a help, never a reason to fail otherwise
+        return f"its output could not be read ({type(exc).__name__})"
+    return output_summary(lines, runtime.env.values())

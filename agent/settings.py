@@ -28,6 +28,10 @@ class Settings:
     # reboot; on a VM /etc/sp00ky/credential. Default: "credential" next to the settings file;
     # empty (no settings file): the agent keeps none and can only join.
     credential_file: str = ""
+    # Names of the agent's environment the process runtime's backend inherits besides PATH,
+    # HOME and the locale: on a machine that is a container, the image's ENV (the docker
+    # provisioner lists them). Nothing else of the agent's environment reaches the backend.
+    inherit_env: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -52,7 +56,11 @@ class Settings:
         ):
             if env.get(name):
                 values[key] = env[name]
-        for key, name in (("command", "SPKY_AGENT_COMMAND"), ("poweroff", "SPKY_AGENT_POWEROFF")):
+        for key, name in (
+            ("command", "SPKY_AGENT_COMMAND"),
+            ("poweroff", "SPKY_AGENT_POWEROFF"),
+            ("inherit_env", "SPKY_AGENT_INHERIT_ENV"),
+        ):
             if env.get(name):
                 try:
                     values[key] = json.loads(env[name])
@@ -60,7 +68,7 @@ class Settings:
                     raise SettingsError(f"{name}: not a JSON list ({exc})") from exc
         if env.get("DOCKER_HOST", "").startswith("unix://"):
             values["docker_socket"] = env["DOCKER_HOST"].removeprefix("unix://")
-        for key in ("command", "poweroff"):
+        for key in ("command", "poweroff", "inherit_env"):
             if key in values:
                 values[key] = _command(key, values[key])
         missing = [

@@ -98,6 +98,30 @@ FAILING: list[tuple[str, tuple[tuple[str, Any], ...], str, str]] = [
         "backend on 127.0.0.1 at `deploy.port`",
     ),
     (
+        "SP140",
+        (("apps.renderer.env", {"PORT": "9000"}),),
+        "apps.renderer.env.PORT",
+        "PORT is set by the machine itself; use another name",
+    ),
+    (
+        "SP140",
+        (("apps.renderer.env", {"SPKY_AGENT_MACHINE": {"fromEnv": "X"}}),),
+        "apps.renderer.env.SPKY_AGENT_MACHINE",
+        "SPKY_AGENT_MACHINE is set by the machine itself",
+    ),
+    (
+        "SP141",
+        (("apps.renderer.env", {"SIGNING_KEY": {"vault": "secret/data/render#key"}}),),
+        "apps.renderer.env.SIGNING_KEY.vault",
+        "vault references are not supported yet; put the secret in the controller's environment",
+    ),
+    (
+        "SP142",
+        (("apps.renderer.env", {"API_TOKEN": "tok-123"}),),
+        "apps.renderer.env.API_TOKEN",
+        "API_TOKEN looks like a secret written in sp00ky.yml; use {fromEnv: API_TOKEN}",
+    ),
+    (
         "SP110",
         (("pools.render.max", DELETE),),
         "pools.render.max",
@@ -236,6 +260,15 @@ PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ("SP108", (("apps.renderer.deploy.image", "ghcr.io/acme/r@sha256:" + "a" * 64),)),
     ("SP107", (("apps.renderer.deploy.healthcheck", "/ready"),)),
     ("SP109", (("apps.api", {"type": "backend", "baseUrl": "http://127.0.0.1:8080"}),)),
+    (
+        "SP140",
+        (
+            ("apps.renderer.env", {"LOG_LEVEL": "info", "API_TOKEN": {"fromEnv": "TOKEN"}}),
+            ("apps.renderer.envFile", ["./render.env", "/etc/sp00ky/render.env"]),
+        ),
+    ),
+    ("SP141", (("apps.renderer.env", {"KEY": {"fromFile": "/run/secrets/key"}}),)),
+    ("SP142", (("apps.renderer.env", {"API_TOKEN": {"fromEnv": "API_TOKEN"}, "TOKENS": 3}),)),
     ("SP110", (("pools.render.max", 1),)),
     ("SP111", (("pools.render.min", 2),)),
     ("SP112", (("pools.render.buffer", 2),)),
@@ -438,6 +471,7 @@ TYPOS: list[tuple[str, str, str, str, str]] = [
         "SP001",
         "unknown key 'environment'; did you mean 'env'?",
     ),
+    ("envFile", "env_file", "env_file", "SP001", "unknown key 'env_file'; did you mean 'envFile'?"),
     ("runOn.pool", "pol", "runOn.pol", "SP001", "unknown key 'pol'; did you mean 'pool'?"),
     # Without `runOn` (or `type`) the app is no pool backend, so its keys are not checked; what
     # names the key instead is the pool left without a backend, or the missing type.
@@ -460,6 +494,7 @@ SAMPLES: dict[str, Any] = {  # values for the keys BASE does not set
     "deploy.command": ["python3", "server.py"],
     "deploy.timeout": 60,
     "env": {"RENDER_QUALITY": "high"},
+    "envFile": "./render.env",
 }
 
 

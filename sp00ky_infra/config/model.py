@@ -100,6 +100,24 @@ class Deploy:
     command: tuple[str, ...] = ()
 
 
+EnvSourceKind = Literal["fromEnv", "fromFile", "vault"]
+ENV_SOURCE_KINDS: tuple[EnvSourceKind, ...] = ("fromEnv", "fromFile", "vault")
+
+
+@dataclass(frozen=True, slots=True)
+class EnvReference:
+    """A value of a backend's env: that is not written in sp00ky.yml but resolved on the
+    controller at deploy (``config.env_sources``): a variable of the controller's environment
+    (``fromEnv``), a file on the controller (``fromFile``), or a vault secret (``vault``,
+    refused until supported). Only the reference is kept here, never the value."""
+
+    kind: EnvSourceKind
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.kind}: {self.source}"
+
+
 @dataclass(frozen=True, slots=True)
 class Backend:
     name: str
@@ -108,7 +126,9 @@ class Backend:
     base_url: str | None = None
     method: OutboxMethod | None = None
     deploy: Deploy = Deploy()
-    env: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
+    env: Mapping[str, str] = field(default_factory=lambda: _frozen({}))  # inline values only
+    env_references: Mapping[str, EnvReference] = field(default_factory=lambda: MappingProxyType({}))
+    env_files: tuple[str, ...] = ()  # envFile: KEY=VALUE files read on the controller
     timeout_overridable: bool = False
 
     def revision(self, pool: Pool, image: str | None = None) -> str:
@@ -133,6 +153,14 @@ class Backend:
             "slots": pool.slots,
             "recycle": pool.recycle,
         }
+        # The references and files, never the values they resolve to: a revision is a label
+        # and a log line (a rotated secret reaches the machines created after the next deploy)
+        if self.env_references:
+            material["envReferences"] = {
+                key: ref.describe() for key, ref in sorted(self.env_references.items())
+            }
+        if self.env_files:
+            material["envFiles"] = list(self.env_files)
         if image is not None:
             material["image"] = image
         digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
@@ -249,7 +277,16 @@ def _backend(name: str, raw: Mapping[str, Any]) -> Backend:
     command = deploy.get("command", ())
     if isinstance(command, str):
         command = shlex.split(command)
-    env = {str(key): _env_value(value) for key, value in (raw.get("env") or {}).items()}
+    raw_env = raw.get("env") or {}
+    env = {str(key): _env_value(value) for key, value in raw_env.items() if not _is_ref(value)}
+    references = {
+        str(key): EnvReference(kind, str(value[kind]))
+        for key, value in raw_env.items()
+        if _is_ref(value)
+        for kind in ENV_SOURCE_KINDS
+        if kind in value
+    }
+    env_file = raw.get("envFile") or ()
     return Backend(
         name=name,
         pool=(raw.get("runOn") or {}).get("pool"),
@@ -272,8 +309,14 @@ def _backend(name: str, raw: Mapping[str, Any]) -> Backend:
             command=tuple(command),
         ),
         env=_frozen(env),
+        env_references=MappingProxyType(references),
+        env_files=(env_file,) if isinstance(env_file, str) else tuple(env_file),
         timeout_overridable=raw.get("timeoutOverridable", False),
     )
+
+
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, Mapping)
 
 
 def _env_value(value: Any) -> str:

@@ -70,6 +70,9 @@ def rule(
     def register(
         check: Callable[[Mapping[str, Any]], Iterator[Finding]],
     ) -> Callable[..., Iterator[Finding]]:
+        taken = next((r for r in RULES if r.code == code), None)
+        if taken is not None:  # two branches picking one free number: caught at import
+            raise AssertionError(f"rule code {code} is both {taken.name} and {name}")
         RULES.append(Rule(code, name, summary, severity, check))
         return check
 
@@ -273,6 +276,60 @@ def pool_backend_ignored_keys(data: Mapping[str, Any]) -> Iterator[Finding]:
                     ("apps", name, *keys),
                     f"`{dotted}` is allowed by the docs but ignored on a pool backend: {why}",
                 )
+
+
+# --- a backend's env (its sources: config/env_sources.py) -------------------------------------
+
+PLATFORM_ENV = (
+    "PORT",
+    "SPKY_ENV",
+    "SPKY_DB_NS",
+    "SPKY_DB_NAME",
+)  # machine-pools.txt, "Environment"
+SECRET_NAME = re.compile(r"(?i)(secret|token|passw(or)?d|api_?key|private_?key|credential)")
+
+
+def _env_entries(data: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
+    for name, backend in backends(data):
+        for key, value in _mapping(backend.get("env")).items():
+            yield name, str(key), value
+
+
+@rule("SP140", "env-name", "a backend's env does not set what the machine sets itself")
+def env_names(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, key, _ in _env_entries(data):
+        if key in PLATFORM_ENV or key.startswith("SPKY_AGENT_"):
+            yield Finding(
+                ("apps", name, "env", key), f"{key} is set by the machine itself; use another name"
+            )
+
+
+@rule("SP141", "env-vault", "vault references are refused until they are supported")
+def env_vault_refused(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, key, value in _env_entries(data):
+        if isinstance(value, Mapping) and "vault" in value:
+            yield Finding(
+                ("apps", name, "env", key, "vault"),
+                "vault references are not supported yet; put the secret in the controller's "
+                "environment ({fromEnv: NAME}) or in a file on it ({fromFile: PATH}), both "
+                "resolved on the controller at deploy",
+            )
+
+
+@rule(
+    "SP142",
+    "env-inline-secret",
+    "a secret-sounding env value is a reference, not written in sp00ky.yml",
+    severity="warning",
+)
+def env_inline_secret(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, key, value in _env_entries(data):
+        if SECRET_NAME.search(key) and isinstance(value, str) and value:
+            yield Finding(
+                ("apps", name, "env", key),
+                f"{key} looks like a secret written in sp00ky.yml; use {{fromEnv: {key}}} "
+                "or {fromFile: PATH} so that it stays on the controller",
+            )
 
 
 # --- sizing ------------------------------------------------------------------------------------

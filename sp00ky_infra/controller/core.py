@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from sp00ky_infra.config import Backend, Config, Pool
+from sp00ky_infra.config.env_sources import resolve_env
 from sp00ky_infra.controller.errors import Gone, NotLeader, Refusal, Unauthorized
 from sp00ky_infra.controller.executor import Executor
 from sp00ky_infra.controller.images import ImageServer, PoolImage, UnknownImage
@@ -248,7 +249,7 @@ class Controller:
                 command=list(backend.deploy.command),
                 image=pool_image(backend.name),
                 image_source=self.image_source(machine.pool),
-                env=machine_env(backend),
+                env=machine_env(backend, self.deployment.config.root),
             ),
             settings=self.agent_settings(pool),
             credential=credential,
@@ -412,10 +413,12 @@ def last_code(job: Job) -> str:
     return str(job.errors[-1].get("code", "")) if job.errors else ""
 
 
-def machine_env(backend: Backend) -> dict[str, str]:
-    """What a machine's backend runs with: its own env, plus SPKY_ENV, SPKY_DB_NS and
-    SPKY_DB_NAME when the controller has them; never the store or the pool secret."""
-    env = dict(backend.env)
+def machine_env(backend: Backend, root: str = ".") -> dict[str, str]:
+    """What a machine's backend runs with: its own env with its sources resolved here, on
+    the controller (``config.env_sources``: env files, inline values, references), plus
+    SPKY_ENV, SPKY_DB_NS and SPKY_DB_NAME when the controller has them; never the store or
+    the pool secret. The values live only in this reply to an authenticated agent."""
+    env = resolve_env(backend, root, os.environ)
     for name in ("SPKY_ENV", "SPKY_DB_NS", "SPKY_DB_NAME"):
         if os.environ.get(name):
             env[name] = os.environ[name]

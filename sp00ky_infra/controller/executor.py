@@ -12,8 +12,11 @@ and never stops the others.
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from sp00ky_infra.config.env_sources import EnvSourceError, resolve_env
 from sp00ky_infra.controller.measures import Measures
 from sp00ky_infra.controller.provisioners import (
     Adopts,
@@ -23,6 +26,11 @@ from sp00ky_infra.controller.provisioners import (
     Reaps,
     Refused,
     ReportsOutcomes,
+)
+from sp00ky_infra.controller.provisioners.output import (
+    ShowsOutput,
+    backend_lines,
+    output_summary,
 )
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.controller.state import Deployment, Event, EventLog, PoolStates, Wake
@@ -57,6 +65,9 @@ class Executor:
         self.pools = pools
         self.events = events
         self.wake = wake
+        # machine -> pool: failed for silence, not yet confirmed gone; its jobs keep their
+        # leases meanwhile (``hold_fenced``). In memory: a new leader sweeps them as usual.
+        self.fenced: dict[str, str] = {}
 
     def event(self, at: float, pool: str, kind: str, message: str) -> None:
         self.events.add(Event(at, pool, kind, message))
@@ -88,7 +99,8 @@ class Executor:
         elif isinstance(action, Drain):
             self.drain(pool, action.machine, action.reason, now)
         elif isinstance(action, Fail):
-            self.fail(pool, action.machine, action.reason, now)
+            detail = self._boot_timeout(deployment, pool, action.machine)
+            self.fail(pool, action.machine, action.reason, now, detail)
             self.destroy(pool, action.machine, now)
         else:
             self.destroy(pool, action.machine, now)
@@ -108,6 +120,7 @@ class Executor:
             now,
         )
         try:
+            self._check_env(deployment, pool)
             live = len(self.store.machines.live())
             if settings.max_machines is not None and live > settings.max_machines:
                 raise Refused(
@@ -137,6 +150,15 @@ class Executor:
         self.event(now, pool, "scale_up", f"{name} requested ({self.provisioner.name})")
         return True
 
+    def _check_env(self, deployment: Deployment, pool: str) -> None:
+        """The backend's env sources resolve here, on the controller, before a machine is
+        made for them: one that does not is a failed boot naming the field (the values are
+        dropped: the agent's join gets them)."""
+        try:
+            resolve_env(deployment.backends[pool], deployment.config.root, os.environ)
+        except EnvSourceError as exc:
+            raise Refused(str(exc)) from exc
+
     def _join_token(self, name: str, now: float) -> str | None:
         """A join token for a provisioner that delivers it; the Pulumi program issues its own."""
         if not self.provisioner.delivers_join_token:
@@ -151,15 +173,41 @@ class Executor:
         self.wake.machine(name)
         return True
 
-    def fail(self, pool: str, name: str, reason: Reason, now: float) -> bool:
+    def fail(
+        self, pool: str, name: str, reason: Reason, now: float, detail: str | None = None
+    ) -> bool:
         """The plan failed it (boot timeout, silence); False when its state no longer allows
-        it. A boot that timed out counts towards the pool's breaker."""
-        if not self.store.machines.move(name, reason, now):
+        it. A boot that timed out counts towards the pool's breaker. ``detail`` (the cause,
+        when known) is its failed reason and the one message of the event and the breaker."""
+        if not self.store.machines.move(name, reason, now, Change(detail=detail)):
             return False
-        self.event(now, pool, "failed", f"{name}: {reason.value}")
+        why = f"{name}: {detail or reason.value}"
+        self.event(now, pool, "failed", why)
         if reason in FAILED_BOOTS:
-            self.boot_failed(pool, f"{name}: {reason.value}", now)
+            self.boot_failed(pool, why, now)
         return True
+
+    def _boot_timeout(self, deployment: Deployment, pool: str, name: str) -> str | None:
+        """Why a machine's boot timed out, from the backend's last lines where its provisioner
+        can read them (redacted: the backend's env values and anything token-like)."""
+        machine = self.store.machines.get(name)
+        settings = deployment.pools.get(pool)
+        if machine.state not in ("requested", "booting") or settings is None:
+            return None
+        why = f"not ready within the boot timeout ({settings.boot_timeout:g}s)"
+        if machine.state == "requested" or not isinstance(self.provisioner, ShowsOutput):
+            return why
+        try:
+            lines = backend_lines(self.provisioner.last_output(name, machine.provider_id))
+        except Exception as exc:  # the output is a help, never a reason to fail otherwise
+            log.warning("output of machine %s: %s", name, exc)
+            return why
+        backend = deployment.backends[pool]
+        try:
+            secrets = list(resolve_env(backend, deployment.config.root, os.environ).values())
+        except EnvSourceError:
+            secrets = list(backend.env.values())
+        return f"{why}; {output_summary(lines, secrets)}"
 
     def boot_failure(self, machine: Machine, why: str, now: float) -> None:
         """Its agent says the backend never became ready: a failed boot."""
@@ -188,6 +236,45 @@ class Executor:
             now, pool, "destroyed", f"{name} destroyed after {now - machine.created_at:.0f}s"
         )
         return True
+
+    # --- fencing: an attempt that may still be working never runs twice ----------------------
+
+    def fence(self, pool: str, fails: Sequence[Fail], now: float) -> None:
+        """Fail the silent machines of ``pool`` (the plan's ``fences``) before the sweep puts
+        their jobs back in the queue; ``hold_fenced`` destroys them."""
+        for action in fails:
+            if self.fail(pool, action.machine, action.reason, now):
+                self.fenced[action.machine] = pool
+
+    def hold_fenced(self, now: float, lease_of: Callable[[str], float]) -> list[str]:
+        """Destroy each fenced machine (again, after a failed destroy) and, until it is
+        confirmed gone, renew the leases of the jobs it ran, so the sweep leaves them be.
+        Gone: destroyed by a synchronous provisioner (local: no process of its session left;
+        docker: its container removed), or reported destroyed by an asynchronous one (the
+        server deleted). Returns what failed."""
+        errors: list[str] = []
+        for name, pool in list(self.fenced.items()):
+            try:
+                self.destroy(pool, name, now)
+            except Exception as exc:  # held below; tried again next tick
+                message = f"destroy of silent machine {name} in pool {pool} failed: {exc}"
+                log.warning(message)
+                errors.append(message)
+            machine = self.store.machines.get(name)
+            if self._gone(machine):
+                del self.fenced[name]
+                continue
+            held = [(job.id, job.attempt) for job in self.store.running_on(name) if job.attempt]
+            if held:
+                self.store.renew(held, now, lease_of(pool))
+        return errors
+
+    def _gone(self, machine: Machine) -> bool:
+        if machine.state != "destroyed":
+            return False
+        return not isinstance(self.provisioner, ReportsOutcomes) or (
+            machine.provider_state == "destroyed"
+        )
 
     # --- the agents --------------------------------------------------------------------------
 
@@ -307,6 +394,10 @@ class Executor:
     def shutdown(self, now: float) -> int:
         """Destroy every live machine, all at once (``dev`` on Ctrl-C leaves no process)."""
         machines = self.store.machines.live()
+        live = {machine.name for machine in machines}
+        machines += [  # failed for silence, their destroy not yet confirmed
+            self.store.machines.get(name) for name in self.fenced if name not in live
+        ]
 
         def destroy(machine: Machine) -> None:
             self.store.machines.move(machine.name, Reason.SHUTDOWN, now)

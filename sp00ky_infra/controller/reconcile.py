@@ -12,11 +12,13 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from sp00ky_infra.config.model import Pool
 from sp00ky_infra.controller.core import Controller, last_code
 from sp00ky_infra.controller.schedules import fire_schedules
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.hetzner.heartbeat import stamp_heartbeat
-from sp00ky_infra.policy.plan import MachineView, Plan, PoolView, plan_pool, pool_view
+from sp00ky_infra.policy.breaker import Breaker
+from sp00ky_infra.policy.plan import MachineView, Plan, PoolView, fences, plan_pool, pool_view
 from sp00ky_infra.policy.sizing import Shape, queue_cap
 from sp00ky_infra.store import JobNotFound, SweepReport
 from sp00ky_infra.store.machines import Machine
@@ -82,16 +84,17 @@ def tick(controller: Controller) -> TickReport:
         return TickReport(leader=False)
     started = time.perf_counter()
     now = controller.clock()
+    executor = controller.executor
+    executor.record_outcomes(now)  # servers an asynchronous provisioner reported gone count
+    fenced = fence(controller, now)
     swept = controller.store.sweep(now)
     for job_id in swept.lease_expired:
         log.info("event=lease_expired job=%s", job_id)
     count_swept(controller, swept)
-    executor = controller.executor
-    executor.record_outcomes(now)
     scheduled = fire_schedules(controller, now)  # before observe: the plan sees their jobs
     plans = [plan_pool(view, now) for view in observe(controller, now)]
     controller.plans = {plan.pool: plan for plan in plans}
-    errors: list[str] = scheduled
+    errors: list[str] = fenced + scheduled
     for plan in plans:
         errors += executor.apply(plan, controller.deployment, now)
     pruned = maybe_prune(controller, now)
@@ -100,6 +103,36 @@ def tick(controller: Controller) -> TickReport:
         controller.wake.pool(plan.pool)  # due jobs (delays, backoffs) reach waiting polls
     controller.measures.tick.observe(time.perf_counter() - started)
     return TickReport(True, tuple(plans), swept.total, pruned, tuple(errors))
+
+
+def fence(controller: Controller, now: float) -> list[str]:
+    """Before the sweep: the machines silent for a whole lease (``policy.plan.fences``) are
+    failed and destroyed, and the jobs of any not yet confirmed gone keep their leases. A
+    dead agent's backend goes on working; its job must not start elsewhere until it ended
+    (issue 17). Reads the machine rows only; the plan that follows sees them gone."""
+    by_pool: dict[str, list[MachineView]] = defaultdict(list)
+    for machine in controller.store.machines.live():
+        if machine.state in ("ready", "draining"):
+            by_pool[machine.pool].append(
+                MachineView(
+                    name=machine.name,
+                    state=machine.state,
+                    created_at=machine.created_at,
+                    revision=machine.revision,
+                    last_seen_at=machine.last_seen_at,
+                )
+            )
+    executor = controller.executor
+    for name, pool in controller.pools.items():
+        if name in by_pool:
+            view = pool_view(name, pool, controller.revisions[name], by_pool[name], 0, Breaker())
+            executor.fence(name, fences(view, now), now)
+    return executor.hold_fenced(now, lambda name: _lease_of(controller, name))
+
+
+def _lease_of(controller: Controller, pool: str) -> float:
+    found = controller.pools.get(pool)
+    return (found or Pool(pool)).lease
 
 
 def count_swept(controller: Controller, swept: SweepReport) -> None:

@@ -24,8 +24,10 @@ __all__ = [
     "Plan",
     "PoolView",
     "Reason",  # the lifecycle's (policy.machines), which every action carries
+    "fences",
     "plan_pool",
     "pool_view",
+    "silent",
 ]
 
 
@@ -149,6 +151,28 @@ class Plan:
         return (*self.idle, *self.fail, *self.destroy, *self.drain, *create)
 
 
+def silent(machine: MachineView, silence: float, now: float) -> bool:
+    """A serving machine whose agent has not polled for a whole lease. Its leases ran out
+    with its last poll: the store's lease expiry is that poll's time plus the lease, the same
+    sum compared the same way, so a machine is silent no later than its jobs are overdue."""
+    return (
+        machine.state in ("ready", "draining")
+        and machine.last_seen_at is not None
+        and machine.last_seen_at + silence < now
+    )
+
+
+def fences(pool: PoolView, now: float) -> tuple[Fail, ...]:
+    """The machines to fail and destroy before the sweep puts their jobs back in the queue:
+    an attempt whose agent is silent may still be working (a dead agent's backend goes on),
+    so it must be confirmed ended before the job runs again elsewhere."""
+    return tuple(
+        Fail(machine.name, Reason.SILENT)
+        for machine in pool.machines
+        if silent(machine, pool.silence, now)
+    )
+
+
 def plan_pool(pool: PoolView, now: float) -> Plan:
     """Decide what happens to one pool at ``now``."""
     fail: list[Fail] = []
@@ -169,7 +193,7 @@ def plan_pool(pool: PoolView, now: float) -> Plan:
             else:
                 serving.append(machine)
         elif machine.state in ("ready", "draining"):
-            if machine.last_seen_at is not None and now - machine.last_seen_at > pool.silence:
+            if silent(machine, pool.silence, now):
                 fail.append(Fail(machine.name, Reason.SILENT))
             elif machine.state == "draining":
                 if machine.drained:

@@ -16,16 +16,19 @@ keeps none: it removes every leftover of an earlier session.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import docker
 from docker.errors import APIError, BuildError, ImageNotFound, NotFound
 
 from sp00ky_infra import engine
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
+from sp00ky_infra.controller.provisioners.output import TAIL_LINES
 from sp00ky_infra.shared import labels
-from sp00ky_infra.shared.names import container_name, network_name
+from sp00ky_infra.shared.names import container_name, network_name, pool_image
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,7 @@ class DockerProvisioner:
         self.project = project
         self.network = network or network_name(project)
         self.commands: dict[str, list[str]] = {}  # backend -> its image's command
+        self.image_env: dict[str, list[str]] = {}  # backend -> the names of its image's ENV
 
     def prepare(self, backends: Mapping[str, Build | Pull]) -> None:
         """Each backend's images, built or pulled; make the network."""
@@ -74,11 +78,18 @@ class DockerProvisioner:
                     self.commands[backend] = engine.build_images(
                         self.client, self.project, backend, source.dockerfile, source.context
                     )
+                self.image_env[backend] = self._image_env(backend)
             except ImageNotFound as exc:
                 raise Refused(f"the image of backend {backend} was not found: {exc}") from exc
             except (BuildError, APIError) as exc:
                 how = "pulling" if isinstance(source, Pull) else "building"
                 raise Refused(f"{how} the image of backend {backend} failed: {exc}") from exc
+
+    def _image_env(self, backend: str) -> list[str]:
+        """The names the backend's own image sets (its ENV, not the agent layer's): what its
+        agent passes on to it."""
+        config = self.client.images.get(pool_image(backend)).attrs.get("Config") or {}
+        return [entry.split("=", 1)[0] for entry in config.get("Env") or []]
 
     def gateway(self) -> str:
         """The address the network's containers reach this host at."""
@@ -90,7 +101,8 @@ class DockerProvisioner:
         command = self.commands.get(spec.backend)
         if command is None:
             raise Refused(f"backend {spec.backend}'s image was not built; is it a pool backend?")
-        run = engine.MachineRun(
+        run = _MachineRun(
+            self.image_env.get(spec.backend, []),
             project=self.project, pool=spec.pool, machine=spec.name, revision=spec.revision,
             backend=spec.backend, controller_url=spec.controller_url, join_token=spec.join_token,
             command=command, network=self.network,
@@ -103,6 +115,15 @@ class DockerProvisioner:
 
     def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
         engine.remove_container(self.client, provider_id or container_name(name))
+
+    def last_output(self, name: str, provider_id: str | None) -> list[str]:
+        """The end of the machine container's log (its agent's lines and its backend's)."""
+        try:
+            container = self.client.containers.get(provider_id or container_name(name))
+            raw = container.logs(tail=TAIL_LINES * 4)
+        except (NotFound, APIError):
+            return []
+        return bytes(raw).decode(errors="replace").splitlines()
 
     def reap(self, keep: Collection[str] = ()) -> list[str]:
         """Remove this project's machine containers but those of the machines in ``keep`` (the
@@ -119,3 +140,15 @@ class DockerProvisioner:
 
     def close(self) -> None:
         self.client.close()
+
+
+class _MachineRun(engine.MachineRun):
+    """A machine container whose agent passes the image's ENV on to the backend (and nothing
+    else of its environment: the agent's settings and join token stay the agent's)."""
+
+    def __init__(self, image_env: list[str], **fields: Any) -> None:
+        super().__init__(**fields)
+        self.image_env = image_env
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), "SPKY_AGENT_INHERIT_ENV": json.dumps(self.image_env)}

@@ -2,8 +2,12 @@
 ``deploy.command`` as its child. The embedded default, and the workhorse of the tests.
 
 Agents run in sessions of their own, so that a restarted controller finds them still
-working (they reconnect), and so that destroying a machine ends its whole process group.
-The process's start time is kept beside its pid, so a recycled pid is never signalled.
+working (they reconnect), and so that destroying a machine ends everything it ran: every
+process of the agent's session, whether the agent is alive or not (a kill -9 of the agent
+leaves its backend running in that session). The agent's start time is kept beside its pid,
+so a recycled pid is never mistaken for it. A process that leaves the session (setsid)
+escapes; a cgroup per machine would hold it, but needs a delegated cgroup tree, which an
+unprivileged controller does not have.
 """
 
 from __future__ import annotations
@@ -14,11 +18,34 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
-from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
+from sp00ky_infra.controller.provisioners.base import (
+    MachineSpec,
+    Provisioned,
+    ProvisionerError,
+    Refused,
+)
+from sp00ky_infra.controller.provisioners.output import tail_of_file
 
 STOP_GRACE_SECONDS = 3.0  # a destroyed machine was drained (or failed): no long goodbye
+# What a local machine's agent inherits of the controller's environment: what a process needs
+# to exist (agent/runtime.py, PROCESS_BASICS, says why each), where Python finds the agent
+# (PYTHONPATH, a checkout run without installing), and the agent's own settings (SPKY_AGENT_*,
+# e.g. SPKY_AGENT_POWEROFF). Nothing else: the controller's environment holds its secrets
+# (HCLOUD_TOKEN, the store's URL, the pool secret) and its own settings.
+AGENT_BASICS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH")
+AGENT_SETTINGS_PREFIX = "SPKY_AGENT_"
+
+
+def agent_environment(controller_env: Mapping[str, str]) -> dict[str, str]:
+    """The part of the controller's environment a local agent starts with: an allow-list."""
+    return {
+        name: value
+        for name, value in controller_env.items()
+        if name in AGENT_BASICS or name.startswith(AGENT_SETTINGS_PREFIX)
+    }
 
 
 def session_members(session: int) -> list[int]:
@@ -36,6 +63,35 @@ def session_members(session: int) -> list[int]:
     return members
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that still runs (a zombie has ended its work)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def machine_processes(session: int, agent_started: str | None) -> list[int]:
+    """The processes of the machine whose agent led session ``session`` and started at
+    ``agent_started``: its session's members, whether the agent is alive or not (its
+    backend outlives a kill -9 of the agent, in the same session).
+
+    A session id outlives its leader; should the pid be reused by a process that leads a
+    session of its own, only the members started before that process are the machine's.
+    """
+    members = session_members(session)
+    holder = process_start_time(session)
+    if holder is None or not agent_started or holder == agent_started:
+        return members
+    if session not in members:
+        return members  # the pid is another process's, outside this session
+    newer = int(holder)
+    return [
+        pid for pid in members if pid != session and int(process_start_time(pid) or newer) < newer
+    ]
+
+
 def process_start_time(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (clock ticks since boot), or None if it is gone."""
     try:
@@ -43,6 +99,18 @@ def process_start_time(pid: int) -> str | None:
     except OSError:
         return None
     return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _signal(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def _wait_gone(pids: list[int], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 class LocalProvisioner:
@@ -60,7 +128,7 @@ class LocalProvisioner:
         self._reap()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {
-            **os.environ,
+            **agent_environment(os.environ),
             **self.agent_env,
             "SPKY_AGENT_CONTROLLER_URL": spec.controller_url,
             "SPKY_AGENT_MACHINE": spec.name,
@@ -72,8 +140,6 @@ class LocalProvisioner:
             "SPKY_AGENT_CREDENTIAL_FILE": str(self._credential_file(spec.name).resolve()),
             "PYTHONUNBUFFERED": "1",
         }
-        for secret in ("SPKY_POOL_SECRET", "SPKY_STORE", "SPKY_ADMIN_TOKEN"):
-            env.pop(secret, None)  # the machine gets none of the controller's secrets
         log = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 (the child keeps it)
         try:
             proc = subprocess.Popen(
@@ -92,34 +158,47 @@ class LocalProvisioner:
         self._children[spec.name] = proc
         return Provisioned(str(proc.pid), process_start_time(proc.pid) or "")
 
+    def last_output(self, name: str, provider_id: str | None) -> list[str]:
+        """The end of the machine's log file (its agent's lines and its backend's)."""
+        return tail_of_file(str(self.log_dir / f"{name}.log"))
+
     def _credential_file(self, name: str) -> Path:
         return self.log_dir / f"{name}.credential"
 
     def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
+        """End everything the machine ran, whether or not its agent is alive: every process of
+        the agent's session (the agent, its backend, whatever that started). A live agent
+        gets SIGTERM and STOP_GRACE_SECONDS to stop its backend itself, as before; what is
+        left then (everything, when the agent is dead) gets SIGTERM (the example backend logs
+        what it had in flight), then SIGKILL. Returns once none is left; ProvisionerError when
+        some survive, so the machine is not counted as destroyed and its jobs are not run
+        again elsewhere meanwhile."""
         self._credential_file(name).unlink(missing_ok=True)
         if not provider_id:
             return
-        pid = int(provider_id)
-        started = process_start_time(pid)
-        if started is None or (provider_state and started != provider_state):
-            self._children.pop(name, None)
-            return  # gone already, or the pid now belongs to another process
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while time.monotonic() < deadline and process_start_time(pid) == started:
-            child = self._children.get(name)
-            if child is not None and child.poll() is not None:
-                break
-            time.sleep(0.05)
-        for member in session_members(pid):  # the agent's group and its backend's
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(member, signal.SIGKILL)
+        session = int(provider_id)
         child = self._children.pop(name, None)
+        agent_alive = running(session) and (
+            not provider_state or process_start_time(session) == provider_state
+        )
+        if agent_alive:
+            _signal([session], signal.SIGTERM)
+            _wait_gone([session], STOP_GRACE_SECONDS)
+        members = [pid for pid in machine_processes(session, provider_state) if running(pid)]
+        _signal(members, signal.SIGTERM)
+        _wait_gone(members, STOP_GRACE_SECONDS if not agent_alive else 0.5)
+        for _ in range(3):  # whatever is left, and what it forked meanwhile
+            members = [pid for pid in machine_processes(session, provider_state) if running(pid)]
+            if not members:
+                break
+            _signal(members, signal.SIGKILL)
+            time.sleep(0.05)
         if child is not None:
-            child.wait(timeout=5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
+        left = [pid for pid in machine_processes(session, provider_state) if running(pid)]
+        if left:
+            raise ProvisionerError(f"machine {name}: processes {left} survived SIGKILL")
 
     def close(self) -> None:
         self._reap()
