@@ -20,8 +20,9 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from sp00ky_infra.config import Backend, Config
-from sp00ky_infra.config.durations import format_duration
+from sp00ky_infra.config.durations import DurationError, format_duration
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.config.model import queue_timeout_seconds
 from sp00ky_infra.policy.jobs import RetryStrategy
 from sp00ky_infra.store import InvalidJob, Job, NewJob, SqlStore, open_store
 
@@ -62,8 +63,12 @@ class Client:
         now: float | None = None,
         queue_priority: int | None = None,
         pool_slots: int | None = None,
+        queue_timeout: float | str | None = None,
     ) -> Job:
         """Write a pending job; ``timeout`` in seconds, ``delay`` in milliseconds.
+
+        ``queue_timeout`` (the docs' ``queueTimeout``: seconds, or a duration such as ``30m``)
+        is how long the job may wait for a slot; it wins over its pool's ``queueTimeout``.
 
         ``queue_priority`` and ``pool_slots`` are the docs' names (``queuePriority``,
         ``poolSlots``) for ``priority`` (default 0) and ``slots`` (default 1): give either.
@@ -72,6 +77,7 @@ class Client:
         slots = either(("slots", "pool_slots"), slots, pool_slots, default=1)
         if slots < 1:
             raise InvalidJob(f"slots: a job takes at least 1 slot, not {slots}")
+        own_wait = None if queue_timeout is None else job_queue_timeout(queue_timeout)
         target = self._backend(backend)
         if target.method is None:
             raise InvalidJob(
@@ -103,6 +109,7 @@ class Client:
                 f"slots: the job asks for {slots} slots but a machine of pool {pool.name!r} "
                 f"has {pool.slots}; a job must fit on one machine"
             )
+        pool_wait = pool.queue_timeout if pool else None  # the job's own wins
         new = NewJob(
             backend=backend,
             table=target.method.table,
@@ -116,7 +123,7 @@ class Client:
             slots=slots,
             pool=pool.name if pool else None,
             assigned_to=assigned_to,
-            queue_timeout=pool.queue_timeout if pool else None,
+            queue_timeout=own_wait if own_wait is not None else pool_wait,
             max_job_duration=pool.max_job_duration if pool else None,
         )
         return self.store.enqueue(
@@ -129,6 +136,14 @@ class Client:
             known = ", ".join(sorted(self.config.backends)) or "none"
             raise InvalidJob(f"backend: no backend {name!r} in sp00ky.yml (backends: {known})")
         return backend
+
+
+def job_queue_timeout(value: float | str) -> float:
+    """A job's own queueTimeout in seconds, or InvalidJob saying how to write one."""
+    try:
+        return queue_timeout_seconds(value)
+    except DurationError as exc:
+        raise InvalidJob(f"queue_timeout: {exc}") from exc
 
 
 def either(names: tuple[str, str], first: int | None, second: int | None, default: int) -> int:

@@ -96,6 +96,11 @@ def _when(at: float | None) -> str:
     "--pool-slots", type=click.IntRange(min=1), help="The docs' name (poolSlots) for --slots."
 )
 @click.option("--assigned-to", help="The record the job is for (e.g. thread:abc).")
+@click.option(
+    "--queue-timeout",
+    help="How long the job may wait for a slot: seconds (1800) or a duration (30m); "
+    "wins over the pool's queueTimeout.",
+)
 @json_option
 @config_option
 @store_option
@@ -112,6 +117,7 @@ def run(
     slots: int | None,
     pool_slots: int | None,
     assigned_to: str | None,
+    queue_timeout: str | None,
     as_json: bool,
     config_file: str | None,
     store_url: str | None,
@@ -133,6 +139,7 @@ def run(
                 priority=priority,
                 slots=slots,
                 assigned_to=assigned_to,
+                queue_timeout=queue_timeout,
             )
     click.echo(json.dumps(job.as_json()) if as_json else job.id)
 

@@ -23,6 +23,7 @@ from sp00ky_infra.config.model import (
     DEFAULT_RETENTION,
     Provider,
     Recycle,
+    queue_timeout_seconds,
 )
 
 Path = tuple[str | int, ...]
@@ -39,8 +40,7 @@ POOL_DURATIONS = (
     "maxJobDuration",
     "maxLifetime",
     "bootTimeout",
-    "queueTimeout",
-)
+)  # queueTimeout also takes a number of seconds: rule SP123
 RETENTION_DURATIONS = tuple(DEFAULT_RETENTION)
 
 
@@ -398,6 +398,18 @@ def lifetime_covers_a_job(data: Mapping[str, Any]) -> Iterator[Finding]:
                 "machine must be able to finish its longest job. Raise maxLifetime or lower "
                 "maxJobDuration",
             )
+
+
+@rule("SP123", "queue-timeout", "queueTimeout is a positive number of seconds or a duration")
+def queue_timeout_is_positive(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        value = pool.get("queueTimeout")
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            continue  # absent, or of a wrong type: the schema says so
+        try:
+            queue_timeout_seconds(pool["queueTimeout"])
+        except DurationError as exc:
+            yield Finding(("pools", name, "queueTimeout"), str(exc))
 
 
 # --- limitations, machine shape, providers --------------------------------------------------

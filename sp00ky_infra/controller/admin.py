@@ -132,6 +132,8 @@ def start_job(controller: Controller, name: str, body: dict[str, Any]) -> Job:
         for key in ("max_retries", "retry_strategy", "timeout", "delay", "assigned_to")
         if body.get(key) is not None
     }
+    if body.get("queueTimeout") is not None:  # the docs' name; the job's wins over the pool's
+        options["queue_timeout"] = body["queueTimeout"]
     job = client.run(
         controller.backends[name].name,
         body["path"],

@@ -45,6 +45,8 @@ class StartJob(BaseModel):
     delay: int = Field(default=0, ge=0)
     timeout: float | None = Field(default=None, gt=0)
     assigned_to: str | None = None
+    # seconds or a duration (30m), checked by Client.run like `run --queue-timeout`
+    queueTimeout: float | str | None = None
 
 
 def admin_app(controller: Controller) -> FastAPI:
