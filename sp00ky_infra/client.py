@@ -22,9 +22,9 @@ from jsonschema.exceptions import ValidationError
 from sp00ky_infra.config import Backend, Config
 from sp00ky_infra.config.durations import DurationError, format_duration
 from sp00ky_infra.config.loader import load_config
-from sp00ky_infra.config.model import queue_timeout_seconds
+from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE, queue_timeout_seconds
 from sp00ky_infra.policy.jobs import RetryStrategy
-from sp00ky_infra.store import InvalidJob, Job, NewJob, SqlStore, open_store
+from sp00ky_infra.store import InvalidJob, Job, NewJob, SqlStore, open_store, store_url
 
 
 class Client:
@@ -36,7 +36,9 @@ class Client:
         config: str | Path | Config | None = None,
     ) -> None:
         self.config = config if isinstance(config, Config) else load_config(config)
-        self.store = store if isinstance(store, SqlStore) else open_store(store)
+        # the project's own store by default: .sp00ky/ next to its sp00ky.yml
+        beside = Path(self.config.root) / DEFAULT_CONFIG_FILE
+        self.store = store if isinstance(store, SqlStore) else open_store(store_url(store, beside))
 
     def close(self) -> None:
         self.store.close()

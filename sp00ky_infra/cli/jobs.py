@@ -17,9 +17,12 @@ from rich.table import Table
 
 from sp00ky_infra.client import Client, either, payload_from_text
 from sp00ky_infra.config import ConfigError
-from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.config.loader import config_path, load_config
+from sp00ky_infra.config.project import default_store_url
 from sp00ky_infra.simulate.workload import Arrival, write_trace
 from sp00ky_infra.store import STATUSES, Job, SqlStore, StoreError, open_store
+from sp00ky_infra.store import store_url as resolve_store_url
+from sp00ky_infra.store.postgres import redact
 
 EXIT_REFUSED = 1
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,7 +33,7 @@ def store_option(func: F) -> F:
         "--store",
         "store_url",
         envvar="SPKY_STORE",
-        help="Store URL (default: $SPKY_STORE or sqlite:///.sp00ky/state.db).",
+        help="Store URL (default: $SPKY_STORE, else .sp00ky/state.db next to sp00ky.yml).",
     )(func)
 
 
@@ -39,8 +42,18 @@ def config_option(func: F) -> F:
         "--config",
         "config_file",
         envvar="SPKY_CONFIG",
-        help="sp00ky.yml to read (default: $SPKY_CONFIG or ./sp00ky.yml).",
+        help="sp00ky.yml to read; the project's store is next to it "
+        "(default: $SPKY_CONFIG or ./sp00ky.yml).",
     )(func)
+
+
+CONFIG_HINT = "pass the path of your sp00ky.yml"
+CONFIG_FLAG = "with --config FILE (or set SPKY_CONFIG)"
+
+
+def with_flag(message: str, flag: str = CONFIG_FLAG) -> str:
+    """A config error's hint, naming the way this command takes the file."""
+    return message.replace(CONFIG_HINT, f"{CONFIG_HINT} {flag}")
 
 
 def json_option(func: F) -> F:
@@ -53,18 +66,49 @@ def refusals() -> Iterator[None]:
     try:
         yield
     except (StoreError, ConfigError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {with_flag(str(exc))}", err=True)
         sys.exit(EXIT_REFUSED)
 
 
 @contextmanager
-def opened(store_url: str | None) -> Iterator[SqlStore]:
+def opened(store_url: str | None, config_file: str | None = None) -> Iterator[SqlStore]:
+    """The store: ``--store`` / $SPKY_STORE, else the project's, next to its sp00ky.yml."""
     with refusals():
-        store = open_store(store_url)
+        store = open_store(resolve_store(store_url, config_file))
     try:
         yield store
     finally:
         store.close()
+
+
+def resolve_store(store_url: str | None, config_file: str | None) -> str:
+    return resolve_store_url(store_url, config_file or None)
+
+
+def controller_running(store: SqlStore) -> bool:
+    """Whether a controller serves ``store``: its leader holds the store's leader lock (a
+    file lock beside a SQLite store, an advisory lock on PostgreSQL), freed when it dies."""
+    lock = store.leader_lock()
+    try:
+        if lock.try_acquire():
+            lock.release()
+            return False
+    except Exception:  # cannot tell: say nothing rather than something false
+        return True
+    return True
+
+
+def no_controller_hint(store: SqlStore, store_url: str, config_file: str | None) -> str | None:
+    """What to say when nothing serves ``store``: jobs written there would wait for good."""
+    if controller_running(store):
+        return None
+    config = str(config_path(config_file or None))
+    start = f"sp00ky-infra dev {config}"
+    if store_url != default_store_url(config_file or None):
+        start += f" --store '{redact(store_url)}'"
+    return (
+        f"no controller is running for this store ({redact(store_url)}): start one with `{start}`"
+    )
 
 
 def _when(at: float | None) -> str:
@@ -127,7 +171,8 @@ def run(
         body = payload_from_text(payload)
         priority = either(("--priority", "--queue-priority"), priority, queue_priority, default=0)
         slots = either(("--slots", "--pool-slots"), slots, pool_slots, default=1)
-        with Client(store_url, config_file) as client:
+        url = resolve_store(store_url, config_file)
+        with Client(url, config_file) as client:
             job = client.run(
                 backend,
                 path,
@@ -141,7 +186,10 @@ def run(
                 assigned_to=assigned_to,
                 queue_timeout=queue_timeout,
             )
+            hint = no_controller_hint(client.store, url, config_file)
     click.echo(json.dumps(job.as_json()) if as_json else job.id)
+    if hint:
+        click.echo(f"queued; {hint}", err=True)
 
 
 # --- jobs --------------------------------------------------------------------------------------
@@ -149,13 +197,26 @@ def run(
 
 @click.group(invoke_without_command=True)
 @click.option("--refresh", type=click.FloatRange(min=0.1), default=1.0, show_default=True)
+@config_option
 @store_option
 @click.pass_context
-def jobs(ctx: click.Context, refresh: float, store_url: str | None) -> None:
+def jobs(
+    ctx: click.Context, refresh: float, config_file: str | None, store_url: str | None
+) -> None:
     """Watch and manage jobs. Without a subcommand: a live dashboard until Ctrl-C."""
     if ctx.invoked_subcommand is None:
-        with opened(store_url) as store:
+        with opened(store_url, config_file) as store:
+            note_unserved(store, store_url, config_file)
             dashboard(store, refresh)
+
+
+def note_unserved(store: SqlStore, store_url: str | None, config_file: str | None) -> None:
+    """On stderr, when jobs wait in a store that no controller serves."""
+    if store.counts()["pending"] == 0:
+        return
+    hint = no_controller_hint(store, resolve_store(store_url, config_file), config_file)
+    if hint:
+        click.echo(f"note: jobs are pending and {hint}", err=True)
 
 
 def dashboard(store: SqlStore, refresh: float) -> None:
@@ -203,6 +264,7 @@ def _table(found: list[Job], title: str | None = None) -> Table:
 @click.option("--table", "table_name", help="Only this outbox table's jobs.")
 @click.option("--pool", help="Only this pool's jobs.")
 @json_option
+@config_option
 @store_option
 def list_(
     status: Any,
@@ -210,11 +272,13 @@ def list_(
     table_name: str | None,
     pool: str | None,
     as_json: bool,
+    config_file: str | None,
     store_url: str | None,
 ) -> None:
     """Jobs, newest first."""
-    with opened(store_url) as store, refusals():
+    with opened(store_url, config_file) as store, refusals():
         found = store.list_jobs(status=status, limit=limit, table=table_name, pool=pool)
+        note_unserved(store, store_url, config_file)
     if as_json:
         click.echo(json.dumps([job.as_json() for job in found], indent=2))
     elif found:
@@ -229,11 +293,14 @@ jobs.add_command(list_, "ls")  # the docs' alias
 @jobs.command()
 @click.argument("job_id")
 @json_option
+@config_option
 @store_option
-def get(job_id: str, as_json: bool, store_url: str | None) -> None:
+def get(job_id: str, as_json: bool, config_file: str | None, store_url: str | None) -> None:
     """One job in full: payload, result, every error and attempt."""
-    with opened(store_url) as store, refusals():
+    with opened(store_url, config_file) as store, refusals():
         job = store.get(job_id)
+        if job.status == "pending":
+            note_unserved(store, store_url, config_file)
     if as_json:
         click.echo(json.dumps(job.as_json(), indent=2))
         return
@@ -264,10 +331,11 @@ def get(job_id: str, as_json: bool, store_url: str | None) -> None:
 @jobs.command()
 @click.argument("job_id")
 @json_option
+@config_option
 @store_option
-def kill(job_id: str, as_json: bool, store_url: str | None) -> None:
+def kill(job_id: str, as_json: bool, config_file: str | None, store_url: str | None) -> None:
     """Cancel a job: a waiting one fails at once, a running one is stopped on its machine."""
-    with opened(store_url) as store, refusals():
+    with opened(store_url, config_file) as store, refusals():
         job = store.kill(job_id, time.time())
     if as_json:
         click.echo(json.dumps(job.as_json(), indent=2))
@@ -280,11 +348,13 @@ def kill(job_id: str, as_json: bool, store_url: str | None) -> None:
 @jobs.command()
 @click.argument("job_id")
 @json_option
+@config_option
 @store_option
-def retry(job_id: str, as_json: bool, store_url: str | None) -> None:
+def retry(job_id: str, as_json: bool, config_file: str | None, store_url: str | None) -> None:
     """Run a finished job again as a new attempt (its history stays)."""
-    with opened(store_url) as store, refusals():
+    with opened(store_url, config_file) as store, refusals():
         job = store.retry(job_id, time.time())
+        note_unserved(store, store_url, config_file)
     if as_json:
         click.echo(json.dumps(job.as_json(), indent=2))
         return
@@ -297,10 +367,13 @@ def retry(job_id: str, as_json: bool, store_url: str | None) -> None:
     "--limit", type=click.IntRange(min=1), help="Delete at most this many (oldest finished first)."
 )
 @json_option
+@config_option
 @store_option
-def clear(status: Any, limit: int | None, as_json: bool, store_url: str | None) -> None:
+def clear(
+    status: Any, limit: int | None, as_json: bool, config_file: str | None, store_url: str | None
+) -> None:
     """Delete finished (success/failed) jobs in batches; they stay counted in the counters."""
-    with opened(store_url) as store, refusals():
+    with opened(store_url, config_file) as store, refusals():
         if as_json:
             deleted = store.clear_jobs(status=status, limit=limit)
             click.echo(json.dumps([job.as_json() for job in deleted], indent=2))
@@ -316,7 +389,7 @@ def prune(config_file: str | None, store_url: str | None) -> None:
     """Apply sp00ky.yml's retention now (the controller also does this on its own)."""
     with refusals():
         retention = load_config(config_file).retention
-    with opened(store_url) as store, refusals():
+    with opened(store_url, config_file) as store, refusals():
         report = store.prune(
             time.time(), retention.success, retention.failed, max_rows=retention.max_rows
         )
@@ -331,16 +404,22 @@ def prune(config_file: str | None, store_url: str | None) -> None:
     "--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True
 )
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Write here, not stdout.")
+@config_option
 @store_option
 def export(
-    backend: str | None, limit: int, fmt: str, out_file: str | None, store_url: str | None
+    backend: str | None,
+    limit: int,
+    fmt: str,
+    out_file: str | None,
+    config_file: str | None,
+    store_url: str | None,
 ) -> None:
     """Write the retained jobs that ran as a trace for `sp00ky-infra simulate --trace`.
 
     Each job is one arrival: its created_at, the run time of its last attempt, its backend,
     priority, slots and delay. Jobs that never started have no run time and are left out.
     """
-    with opened(store_url) as store:
+    with opened(store_url, config_file) as store:
         found = store.list_jobs(limit=limit)
     arrivals = []
     for job in reversed(found):  # oldest first
