@@ -205,6 +205,11 @@ def check_payload(spec_path: str, backend: str, path: str, payload: Any) -> None
     body = (operation.get("requestBody") or {}).get("content", {}).get("application/json")
     if body is None or "schema" not in body:
         return
+    if payload is None and (operation.get("requestBody") or {}).get("required"):
+        raise InvalidJob(
+            f"payload: refused by backend {backend}'s spec (POST {path}): a payload is "
+            "required and none was given; pass one (run --payload JSON)"
+        )
     # Validate against the whole spec as the root resource so that $refs into
     # #/components/... resolve; unknown top-level keys (openapi, paths) are ignored.
     pointer = _pointer(

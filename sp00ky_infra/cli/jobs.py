@@ -366,14 +366,39 @@ def retry(job_id: str, as_json: bool, config_file: str | None, store_url: str | 
 @click.option(
     "--limit", type=click.IntRange(min=1), help="Delete at most this many (oldest finished first)."
 )
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask on a terminal; delete.")
 @json_option
 @config_option
 @store_option
 def clear(
-    status: Any, limit: int | None, as_json: bool, config_file: str | None, store_url: str | None
+    status: Any,
+    limit: int | None,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+    config_file: str | None,
+    store_url: str | None,
 ) -> None:
-    """Delete finished (success/failed) jobs in batches; they stay counted in the counters."""
+    """Delete finished (success/failed) jobs in batches; they stay counted in the counters.
+
+    They are counted first; on a terminal it asks before deleting (--yes does not ask)."""
     with opened(store_url, config_file) as store, refusals():
+        counts = store.counts()
+        outcomes = [status] if status else ["success", "failed"]
+        found = sum(counts[outcome] for outcome in outcomes)
+        count = found if limit is None else min(found, limit)
+        what = f"{count} finished job(s)" + (f" ({status})" if status else "")
+        if dry_run:
+            if as_json:
+                click.echo(json.dumps({"would_delete": count, "outcomes": outcomes}, indent=2))
+            else:
+                click.echo(f"would delete {what}; nothing deleted (--dry-run)")
+            return
+        asks = count and not yes and sys.stdin.isatty()
+        if asks and not click.confirm(f"delete {what}?", default=False, err=True):
+            click.echo("nothing deleted", err=True)
+            sys.exit(EXIT_REFUSED)
         if as_json:
             deleted = store.clear_jobs(status=status, limit=limit)
             click.echo(json.dumps([job.as_json() for job in deleted], indent=2))

@@ -113,6 +113,14 @@ def _autoscale(pool: Mapping[str, Any]) -> bool:
     return pool.get("autoscale") is True
 
 
+def sized_pools(data: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Pools whose sizing mode is known: an ``autoscale`` that is not true or false (``yes
+    please``) is the schema's one error, not a cascade of rules that assumed a fixed pool."""
+    for name, pool in pools(data):
+        if isinstance(pool.get("autoscale", False), bool):
+            yield name, pool
+
+
 # --- references between pools and backends ----------------------------------------------
 
 
@@ -278,7 +286,7 @@ def pool_backend_ignored_keys(data: Mapping[str, Any]) -> Iterator[Finding]:
 
 @rule("SP110", "autoscale-max", "autoscale: true has a max of at least 1")
 def autoscale_has_max(data: Mapping[str, Any]) -> Iterator[Finding]:
-    for name, pool in pools(data):
+    for name, pool in sized_pools(data):
         if not _autoscale(pool):
             continue
         if "max" not in pool:
@@ -296,7 +304,7 @@ def autoscale_has_max(data: Mapping[str, Any]) -> Iterator[Finding]:
 
 @rule("SP111", "min-above-max", "min is not above max")
 def min_not_above_max(data: Mapping[str, Any]) -> Iterator[Finding]:
-    for name, pool in pools(data):
+    for name, pool in sized_pools(data):
         low, top = _int(pool.get("min", 0)), _int(pool.get("max"))
         if _autoscale(pool) and low is not None and top is not None and low > top:
             yield Finding(
@@ -307,7 +315,7 @@ def min_not_above_max(data: Mapping[str, Any]) -> Iterator[Finding]:
 
 @rule("SP112", "buffer-above-max", "buffer is not above max")
 def buffer_not_above_max(data: Mapping[str, Any]) -> Iterator[Finding]:
-    for name, pool in pools(data):
+    for name, pool in sized_pools(data):
         buffer, top = _int(pool.get("buffer", 0)), _int(pool.get("max"))
         if _autoscale(pool) and buffer is not None and top is not None and buffer > top:
             yield Finding(
@@ -319,7 +327,7 @@ def buffer_not_above_max(data: Mapping[str, Any]) -> Iterator[Finding]:
 
 @rule("SP113", "fixed-pool-min", "a fixed pool has min of at least 1")
 def fixed_pool_has_min(data: Mapping[str, Any]) -> Iterator[Finding]:
-    for name, pool in pools(data):
+    for name, pool in sized_pools(data):
         low = _int(pool.get("min", 0))
         if not _autoscale(pool) and low is not None and low < 1:
             yield Finding(
@@ -332,7 +340,7 @@ def fixed_pool_has_min(data: Mapping[str, Any]) -> Iterator[Finding]:
 
 @rule("SP114", "fixed-pool-max-buffer", "a fixed pool has no max or buffer")
 def fixed_pool_has_no_max_or_buffer(data: Mapping[str, Any]) -> Iterator[Finding]:
-    for name, pool in pools(data):
+    for name, pool in sized_pools(data):
         if _autoscale(pool):
             continue
         for key in ("max", "buffer"):
