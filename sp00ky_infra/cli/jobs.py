@@ -7,22 +7,22 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Console
 from rich.table import Table
 
+from sp00ky_infra.cli.dashboard import dashboard, jobs_table, when
 from sp00ky_infra.client import Client, either, payload_from_text
-from sp00ky_infra.config import ConfigError
+from sp00ky_infra.config import Config, ConfigError
 from sp00ky_infra.config.loader import config_path, load_config
 from sp00ky_infra.config.project import default_store_url
 from sp00ky_infra.simulate.workload import Arrival, write_trace
-from sp00ky_infra.store import STATUSES, Job, SqlStore, StoreError, open_store
+from sp00ky_infra.store import STATUSES, SqlStore, StoreError, open_store
 from sp00ky_infra.store import store_url as resolve_store_url
 from sp00ky_infra.store.postgres import redact
+from sp00ky_infra.store.retention import counters_json, since_time
 
 EXIT_REFUSED = 1
 F = TypeVar("F", bound=Callable[..., Any])
@@ -109,12 +109,6 @@ def no_controller_hint(store: SqlStore, store_url: str, config_file: str | None)
     return (
         f"no controller is running for this store ({redact(store_url)}): start one with `{start}`"
     )
-
-
-def _when(at: float | None) -> str:
-    if at is None:
-        return "-"
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 # --- run ---------------------------------------------------------------------------------------
@@ -205,9 +199,13 @@ def jobs(
 ) -> None:
     """Watch and manage jobs. Without a subcommand: a live dashboard until Ctrl-C."""
     if ctx.invoked_subcommand is None:
+        try:
+            config: Config | None = load_config(config_file or None)
+        except ConfigError:
+            config = None  # the jobs are still worth watching; the pool tables need the file
         with opened(store_url, config_file) as store:
             note_unserved(store, store_url, config_file)
-            dashboard(store, refresh)
+            dashboard(store, config, refresh)
 
 
 def note_unserved(store: SqlStore, store_url: str | None, config_file: str | None) -> None:
@@ -217,45 +215,6 @@ def note_unserved(store: SqlStore, store_url: str | None, config_file: str | Non
     hint = no_controller_hint(store, resolve_store(store_url, config_file), config_file)
     if hint:
         click.echo(f"note: jobs are pending and {hint}", err=True)
-
-
-def dashboard(store: SqlStore, refresh: float) -> None:
-    console = Console()
-    try:
-        with Live(_dashboard(store), console=console, refresh_per_second=4, screen=False) as live:
-            while True:
-                time.sleep(refresh)
-                live.update(_dashboard(store))
-    except KeyboardInterrupt:
-        pass
-
-
-def _dashboard(store: SqlStore) -> Group:
-    counts = store.counts()
-    summary = Table(title="jobs by status", show_edge=False)
-    for status in STATUSES:
-        summary.add_column(status, justify="right")
-    summary.add_row(*(str(counts[status]) for status in STATUSES))
-    recent = _table(store.list_jobs(limit=15), title="recent jobs")
-    stamp = datetime.now(UTC).strftime("%H:%M:%S")
-    return Group(summary, recent, f"[dim]{stamp} UTC · Ctrl-C to leave[/dim]")
-
-
-def _table(found: list[Job], title: str | None = None) -> Table:
-    table = Table(title=title, show_edge=False)
-    for column in ("id", "backend", "path", "status", "retries", "machine", "created"):
-        table.add_column(column, no_wrap=column in ("id", "created"))
-    for job in found:
-        table.add_row(
-            job.id,
-            job.backend,
-            job.path,
-            job.status + (" (killing)" if job.cancel_requested else ""),
-            f"{job.retries}/{job.max_retries}",
-            job.machine or "-",
-            _when(job.created_at),
-        )
-    return table
 
 
 @jobs.command("list")
@@ -282,7 +241,7 @@ def list_(
     if as_json:
         click.echo(json.dumps([job.as_json() for job in found], indent=2))
     elif found:
-        Console(width=200 if not sys.stdout.isatty() else None).print(_table(found))
+        Console(width=200 if not sys.stdout.isatty() else None).print(jobs_table(found))
     else:
         click.echo("no jobs" + (f" with status {status}" if status else ""))
 
@@ -310,20 +269,20 @@ def get(job_id: str, as_json: bool, config_file: str | None, store_url: str | No
         f"status      : {job.status}" + ("  (kill requested)" if job.cancel_requested else ""),
         f"retries     : {job.retries} of {job.max_retries} ({job.retry_strategy})",
         f"priority    : {job.priority}, slots {job.slots}",
-        f"created     : {_when(job.created_at)}   updated {_when(job.updated_at)}",
+        f"created     : {when(job.created_at)}   updated {when(job.updated_at)}",
         f"payload     : {json.dumps(job.payload)}",
         f"result      : {json.dumps(job.result)}",
     ]
     for attempt in job.attempts:
         lines.append(
             f"attempt {attempt.get('number')}   : {attempt.get('id')} on "
-            f"{attempt.get('machine') or '-'} from {_when(attempt.get('started_at'))} "
+            f"{attempt.get('machine') or '-'} from {when(attempt.get('started_at'))} "
             f"-> {attempt.get('outcome') or 'running'}"
         )
     for error in job.errors:
         lines.append(
             f"error       : [{error.get('code')}] {error.get('reason')} "
-            f"(attempt {error.get('attempt')}, {_when(error.get('at'))})"
+            f"(attempt {error.get('attempt')}, {when(error.get('at'))})"
         )
     click.echo("\n".join(lines))
 
@@ -405,6 +364,51 @@ def clear(
             return
         removed = store.clear(status=status, limit=limit)
     click.echo(f"deleted {removed} finished job(s)")
+
+
+@jobs.command()
+@click.option("--since", help="Only hours from then: a duration back (24h, 7d) or a UTC date/time.")
+@click.option("--table", "table_name", help="Only this outbox table's counters.")
+@json_option
+@config_option
+@store_option
+def stats(
+    since: str | None,
+    table_name: str | None,
+    as_json: bool,
+    config_file: str | None,
+    store_url: str | None,
+) -> None:
+    """The hourly counters retention folds finished rows into, per table and outcome.
+
+    Rows not yet pruned are not in them (`jobs list` shows those)."""
+    with opened(store_url, config_file) as store, refusals():
+        try:
+            start = since_time(since, time.time())
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--since") from exc
+        found = counters_json(store.counters(table=table_name, since=start), start)
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+        return
+    if not found["hours"]:
+        click.echo(
+            "no counters"
+            + (f" since {when(start)} UTC" if start is not None else "")
+            + ": retention folds finished rows into them as it deletes them "
+            "(jobs prune, jobs clear, or the controller's own pruning)"
+        )
+        return
+    table = Table(title="jobs folded by retention, per hour (UTC)", show_edge=False)
+    for column in ("hour", "table", "outcome", "count"):
+        table.add_column(column, justify="right" if column == "count" else "left")
+    for hour in found["hours"]:
+        table.add_row(when(hour["hour"])[:-3], hour["table"], hour["outcome"], str(hour["count"]))
+    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    totals = ", ".join(
+        f"{total['table']} {total['outcome']} {total['count']}" for total in found["totals"]
+    )
+    click.echo(f"totals: {totals}")
 
 
 @jobs.command()

@@ -8,9 +8,11 @@ directory's ``admin-token``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ import requests
 from rich.console import Console
 from rich.table import Table
 
+from sp00ky_infra.cli.dashboard import when
 from sp00ky_infra.cli.jobs import config_option, json_option
 from sp00ky_infra.config.project import state_dir
 from sp00ky_infra.controller.settings import DEFAULT_ADMIN_PORT
@@ -170,6 +173,55 @@ def get(name: str, as_json: bool) -> None:
         )
     for incident in pool["incidents"]:
         click.echo(f"  incident {incident['kind']}: {incident['message']}")
+    waiting = pool.get("waiting", [])
+    click.echo(
+        f"  waiting, in admission order ({len(waiting)} shown of {pool['queue']['pending']}; "
+        f"cancel one with `sp00ky-infra pools cancel {pool['name']} KEY`):"
+        if waiting
+        else "  waiting: none"
+    )
+    if waiting:
+        click.echo(_entries(waiting, ("key", "priority", "slots", "due", "queue deadline")))
+    recent = pool.get("recent", [])
+    if recent:
+        click.echo("  recent terminal entries, last finished first:")
+        click.echo(_entries(recent, ("key", "status", "code", "slots", "finished")))
+
+
+def _entries(entries: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    """Entries as an indented table, one per line (wide enough for ids: never wrapped)."""
+    table = Table(show_edge=False, box=None, padding=(0, 2, 0, 0))
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    cells: dict[str, Callable[[dict[str, Any]], str]] = {
+        "key": lambda e: str(e["key"]),
+        "priority": lambda e: str(e["priority"]),
+        "slots": lambda e: str(e["slots"]),
+        "status": lambda e: str(e["status"]),
+        "code": lambda e: str(e.get("code") or "-"),
+        "due": lambda e: when(e["due_at"]),
+        "queue deadline": lambda e: when(e["queue_deadline"]),
+        "finished": lambda e: when(e["finished_at"]),
+    }
+    for entry in entries:
+        table.add_row(*(cells[column](entry) for column in columns))
+    console = Console(width=200, file=io.StringIO(), color_system=None)
+    console.print(table)
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    return "\n".join("    " + line.rstrip() for line in output.splitlines() if line.strip())
+
+
+@pools.command()
+@click.argument("name")
+@click.argument("key")
+@json_option
+def cancel(name: str, key: str, as_json: bool) -> None:
+    """Cancel the waiting entry KEY of pool NAME (its job fails with code cancelled)."""
+    job = call("POST", f"/pools/{name}/queue/{key}/cancel")
+    if as_json:
+        click.echo(json.dumps(job, indent=2))
+        return
+    click.echo(f"{key}: cancelled (failed with code cancelled)")
 
 
 @pools.command()

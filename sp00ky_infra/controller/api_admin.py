@@ -111,6 +111,12 @@ def admin_app(controller: Controller) -> FastAPI:
         """Prometheus' text format (README, "Metrics")."""
         return Response(exposition(controller), media_type=CONTENT_TYPE)
 
+    @app.get("/stats")
+    def stats(since: str | None = None, table: str | None = None) -> dict[str, Any]:
+        """The hourly counters retention folds rows into (`jobs stats`): each hour's count
+        per table and outcome, and the totals. ``since``: 24h, 2026-11-30 or a unix time."""
+        return admin.stats_view(controller, since, table)
+
     @app.get("/incidents")
     def incidents() -> list[dict[str, Any]]:
         return [incident.as_json() for incident in controller.store.pools.incidents()]

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+from sp00ky_infra.config.durations import DurationError, parse_duration
 from sp00ky_infra.store.dialect import DEFAULT_BATCH, Cursor, Dialect
 from sp00ky_infra.store.model import TERMINAL, Conflict, Job, JobStatus
 from sp00ky_infra.store.rows import COLUMNS, filters, job_from_row
@@ -32,16 +34,71 @@ class Counter:
     outcome: str
     count: int
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "hour": self.hour,
+            "hour_utc": datetime.fromtimestamp(self.hour, UTC).strftime("%Y-%m-%dT%H:00Z"),
+            "outcome": self.outcome,
+            "count": self.count,
+        }
+
+
+def counters_json(counters: Sequence[Counter], since: float | None) -> dict[str, Any]:
+    """The counters as ``jobs stats --json`` and the admin API's ``GET /stats`` give them:
+    each hour's, and the totals per table and outcome."""
+    totals: dict[tuple[str, str], int] = {}
+    for counter in counters:
+        key = (counter.table, counter.outcome)
+        totals[key] = totals.get(key, 0) + counter.count
+    return {
+        "since": since,
+        "hours": [counter.as_json() for counter in counters],
+        "totals": [
+            {"table": table, "outcome": outcome, "count": count}
+            for (table, outcome), count in sorted(totals.items())
+        ],
+    }
+
 
 def _hour(at: float) -> int:
     return int(at // 3600) * 3600
 
 
+def since_time(text: str | None, now: float) -> float | None:
+    """``jobs stats --since`` / ``GET /stats?since=``: a duration back from now (``24h``), a
+    UTC date or time (``2026-11-30``, ``2026-11-30T10:00``) or a unix time; None for all.
+    Raises ValueError saying how to write one."""
+    if not text:
+        return None
+    try:
+        return now - parse_duration(text)
+    except DurationError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"since: {text!r} is neither a duration (24h, 7d) nor a date or time "
+            "(2026-11-30, 2026-11-30T10:00, UTC)"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
 class Retention(Dialect):
     """The hourly counters, and the deletes that feed them."""
 
-    def counters(self, table: str | None = None) -> list[Counter]:
+    def counters(self, table: str | None = None, since: float | None = None) -> list[Counter]:
+        """The hourly counters, by table, hour and outcome; with ``since``, the hours that
+        end after it (the hour ``since`` falls in counts)."""
         where, params = filters(tbl=table)
+        if since is not None:
+            where += (" AND" if where else " WHERE") + " hour > ?"
+            params = (*params, since - 3600)
         with self._cursor() as cur:
             self._x(
                 cur,
