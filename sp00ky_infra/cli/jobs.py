@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sp00ky_infra.cli.dashboard import dashboard, jobs_table, when
+from sp00ky_infra.cli.progress import progress
 from sp00ky_infra.client import Client, either, payload_from_text
 from sp00ky_infra.config import Config, ConfigError
 from sp00ky_infra.config.loader import config_path, load_config
@@ -362,7 +363,8 @@ def clear(
             deleted = store.clear_jobs(status=status, limit=limit)
             click.echo(json.dumps([job.as_json() for job in deleted], indent=2))
             return
-        removed = store.clear(status=status, limit=limit)
+        with progress("deleting finished jobs", count) as advance:
+            removed = store.clear(status=status, limit=limit, progress=advance)
     click.echo(f"deleted {removed} finished job(s)")
 
 
@@ -418,9 +420,17 @@ def prune(config_file: str | None, store_url: str | None) -> None:
     """Apply sp00ky.yml's retention now (the controller also does this on its own)."""
     with refusals():
         retention = load_config(config_file).retention
-    with opened(store_url, config_file) as store, refusals():
+    with (
+        opened(store_url, config_file) as store,
+        refusals(),
+        progress("pruning finished jobs", None) as advance,
+    ):
         report = store.prune(
-            time.time(), retention.success, retention.failed, max_rows=retention.max_rows
+            time.time(),
+            retention.success,
+            retention.failed,
+            max_rows=retention.max_rows,
+            progress=advance,
         )
     parts = ", ".join(f"{count} {outcome}" for outcome, count in report.deleted.items())
     click.echo(f"pruned {report.total} job(s)" + (f" ({parts})" if parts else ""))

@@ -5,7 +5,7 @@ Pending and processing rows are never touched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -59,6 +59,9 @@ def counters_json(counters: Sequence[Counter], since: float | None) -> dict[str,
             for (table, outcome), count in sorted(totals.items())
         ],
     }
+
+
+Progress = Callable[[int], None]  # told the rows each batch deleted, once it is committed
 
 
 def _hour(at: float) -> int:
@@ -115,6 +118,7 @@ class Retention(Dialect):
         failed_window: float,
         max_rows: int = 0,
         batch: int = DEFAULT_BATCH,
+        progress: Progress | None = None,
     ) -> PruneReport:
         """Delete finished rows older than their window, and successful rows beyond
         ``max_rows`` per table (oldest first), folding each into the hourly counters first.
@@ -122,10 +126,15 @@ class Retention(Dialect):
         deleted = {"success": 0, "failed": 0}
         for status, window in (("success", success_window), ("failed", failed_window)):
             deleted[status] += len(
-                self._delete_where("status = ? AND finished_at < ?", (status, now - window), batch)
+                self._delete_where(
+                    "status = ? AND finished_at < ?",
+                    (status, now - window),
+                    batch,
+                    progress=progress,
+                )
             )
         if max_rows > 0:
-            deleted["success"] += self._trim_to(max_rows, batch)
+            deleted["success"] += self._trim_to(max_rows, batch, progress)
         return PruneReport({key: value for key, value in deleted.items() if value})
 
     def clear(
@@ -133,24 +142,31 @@ class Retention(Dialect):
         status: JobStatus | None = None,
         batch: int = DEFAULT_BATCH,
         limit: int | None = None,
+        progress: Progress | None = None,
     ) -> int:
         """Delete terminal jobs (all, or those of one terminal status) in batches; with
-        ``limit``, at most that many, the oldest finished first."""
-        return len(self._clear(status, batch, limit, whole=False))
+        ``limit``, at most that many, the oldest finished first. ``progress(n)`` is told
+        after each batch."""
+        return len(self._clear(status, batch, limit, whole=False, progress=progress))
 
     def clear_jobs(
         self,
         status: JobStatus | None = None,
         batch: int = DEFAULT_BATCH,
         limit: int | None = None,
+        progress: Progress | None = None,
     ) -> list[Job]:
         """``clear``, answering the deleted jobs as they were (``jobs clear --json``)."""
-        return [
-            row for row in self._clear(status, batch, limit, whole=True) if isinstance(row, Job)
-        ]
+        cleared = self._clear(status, batch, limit, whole=True, progress=progress)
+        return [row for row in cleared if isinstance(row, Job)]
 
     def _clear(
-        self, status: JobStatus | None, batch: int, limit: int | None, whole: bool
+        self,
+        status: JobStatus | None,
+        batch: int,
+        limit: int | None,
+        whole: bool,
+        progress: Progress | None = None,
     ) -> list[Job | str]:
         if status is not None and status not in TERMINAL:
             raise Conflict(f"clear deletes finished jobs only (success or failed), not {status}")
@@ -158,10 +174,15 @@ class Retention(Dialect):
             raise Conflict(f"clear --limit is at least 1, not {limit}")
         condition = "status = ?" if status else "status IN (?, ?)"
         return self._delete_where(
-            condition, (status,) if status else TERMINAL, batch, limit=limit, whole=whole
+            condition,
+            (status,) if status else TERMINAL,
+            batch,
+            limit=limit,
+            whole=whole,
+            progress=progress,
         )
 
-    def _trim_to(self, max_rows: int, batch: int) -> int:
+    def _trim_to(self, max_rows: int, batch: int, progress: Progress | None = None) -> int:
         with self._cursor() as cur:
             self._x(
                 cur,
@@ -183,6 +204,8 @@ class Retention(Dialect):
                     self._fold_and_delete(cur, rows)
                 removed += len(rows)
                 excess -= len(rows)
+                if progress is not None and rows:
+                    progress(len(rows))
                 if not rows:
                     break
         return removed
@@ -194,6 +217,7 @@ class Retention(Dialect):
         batch: int,
         limit: int | None = None,
         whole: bool = False,
+        progress: Progress | None = None,
     ) -> list[Job | str]:
         """Delete the matching rows batch by batch, each folded into the counters first; the
         deleted jobs (``whole``) or their ids. With ``limit``, the oldest finished first."""
@@ -225,6 +249,8 @@ class Retention(Dialect):
                     rows = [tuple(row) for row in cur.fetchall()]
                     removed.extend(row[0] for row in rows)
                 self._fold_and_delete(cur, rows)
+            if progress is not None and rows:
+                progress(len(rows))  # after the batch's commit: these rows are gone
             if len(rows) < take:
                 return removed
 
