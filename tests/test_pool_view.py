@@ -70,6 +70,22 @@ def test_the_pool_view_lists_the_queue_and_cancels_from_it(tmp_path: Path, store
         assert again.returncode == 1
         assert f"job {low} is failed, not waiting" in again.stderr
 
+        # the manual start takes the job's own queueTimeout (seconds or a duration) too
+        started = controller.admin(
+            "POST",
+            "/pools/render/jobs",
+            json={"path": "/render", "payload": {"gameId": "g"}, "queueTimeout": "30m"},
+        )
+        assert started.status_code == 202, started.text
+        own = json.loads(cli("jobs", "get", started.json()["queueId"], "--json", env=user).stdout)
+        assert own["queue_timeout"] == 1800
+        refused = controller.admin(
+            "POST", "/pools/render/jobs", json={"path": "/render", "payload": {"gameId": "g"},
+                                               "queueTimeout": 0},
+        )  # fmt: skip
+        assert refused.status_code == 409
+        assert "queueTimeout is 0, but a job must be able to wait" in refused.json()["error"]
+
         screen = _dashboard(tmp_path, user)
         assert "pools" in screen and "waiting, in admission order" in screen
         assert "paused" in screen and high in screen

@@ -132,3 +132,18 @@ def test_jobs_written_from_the_project_run_under_dev_started_from_the_root(
         assert time.monotonic() < deadline, shown
         time.sleep(0.3)
     assert not (repo / ".sp00ky" / "state.db").exists()
+
+
+def test_the_hint_for_a_store_named_elsewhere_keeps_its_password(
+    repo: Path, postgres_url: str
+) -> None:
+    password = postgres_url.split("//", 1)[1].split("@", 1)[0].partition(":")[2]
+    done = cli("run", "renderer", "/render", "--payload", PAYLOAD, "--store", postgres_url,
+               cwd=repo / "examples", env=CLEAN)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("queued; no controller is running for this store (postgresql://")
+    assert done.stderr.strip().endswith(
+        "start one with `sp00ky-infra dev sp00ky.yml` with --store (or SPKY_STORE) naming "
+        "this store"
+    )
+    assert ":***@" in done.stderr and f":{password}@" not in done.stderr

@@ -104,12 +104,10 @@ def no_controller_hint(store: SqlStore, store_url: str, config_file: str | None)
     if controller_running(store):
         return None
     config = str(config_path(config_file or None))
-    start = f"sp00ky-infra dev {config}"
+    start = f"start one with `sp00ky-infra dev {config}`"
     if store_url != default_store_url(config_file or None):
-        start += f" --store '{redact(store_url)}'"
-    return (
-        f"no controller is running for this store ({redact(store_url)}): start one with `{start}`"
-    )
+        start += " with --store (or SPKY_STORE) naming this store"
+    return f"no controller is running for this store ({redact(store_url)}): {start}"
 
 
 # --- run ---------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ class StartJob(BaseModel):
     timeout: float | None = Field(default=None, gt=0)
     assigned_to: str | None = None
     # seconds or a duration (30m), checked by Client.run like `run --queue-timeout`
-    queueTimeout: float | str | None = None
+    queueTimeout: int | float | str | None = None  # 1800 stays 1800 in messages
 
 
 def admin_app(controller: Controller) -> FastAPI:
