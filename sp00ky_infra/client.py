@@ -20,8 +20,9 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from sp00ky_infra.config import Backend, Config
-from sp00ky_infra.config.durations import format_duration
+from sp00ky_infra.config.durations import DurationError, format_duration
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE, queue_timeout_seconds
 from sp00ky_infra.policy.jobs import (
     MAX_JSON_DEPTH,
     MAX_PAYLOAD_BYTES,
@@ -29,7 +30,7 @@ from sp00ky_infra.policy.jobs import (
     bound_problem,
     json_problem,
 )
-from sp00ky_infra.store import InvalidJob, Job, NewJob, SqlStore, open_store
+from sp00ky_infra.store import InvalidJob, Job, NewJob, SqlStore, open_store, store_url
 
 
 class PayloadTooLarge(InvalidJob):
@@ -45,7 +46,9 @@ class Client:
         config: str | Path | Config | None = None,
     ) -> None:
         self.config = config if isinstance(config, Config) else load_config(config)
-        self.store = store if isinstance(store, SqlStore) else open_store(store)
+        # the project's own store by default: .sp00ky/ next to its sp00ky.yml
+        beside = Path(self.config.root) / DEFAULT_CONFIG_FILE
+        self.store = store if isinstance(store, SqlStore) else open_store(store_url(store, beside))
 
     def close(self) -> None:
         self.store.close()
@@ -72,8 +75,12 @@ class Client:
         now: float | None = None,
         queue_priority: int | None = None,
         pool_slots: int | None = None,
+        queue_timeout: float | str | None = None,
     ) -> Job:
         """Write a pending job; ``timeout`` in seconds, ``delay`` in milliseconds.
+
+        ``queue_timeout`` (the docs' ``queueTimeout``: seconds, or a duration such as ``30m``)
+        is how long the job may wait for a slot; it wins over its pool's ``queueTimeout``.
 
         ``queue_priority`` and ``pool_slots`` are the docs' names (``queuePriority``,
         ``poolSlots``) for ``priority`` (default 0) and ``slots`` (default 1): give either.
@@ -101,6 +108,7 @@ class Client:
                 f"payload: {size} bytes as JSON, more than the limit of {MAX_PAYLOAD_BYTES} "
                 "(1 MiB); store large inputs elsewhere and pass a reference"
             )
+        own_wait = None if queue_timeout is None else job_queue_timeout(queue_timeout)
         target = self._backend(backend)
         if target.method is None:
             raise InvalidJob(
@@ -132,6 +140,7 @@ class Client:
                 f"slots: the job asks for {slots} slots but a machine of pool {pool.name!r} "
                 f"has {pool.slots}; a job must fit on one machine"
             )
+        pool_wait = pool.queue_timeout if pool else None  # the job's own wins
         new = NewJob(
             backend=backend,
             table=target.method.table,
@@ -145,7 +154,7 @@ class Client:
             slots=slots,
             pool=pool.name if pool else None,
             assigned_to=assigned_to,
-            queue_timeout=pool.queue_timeout if pool else None,
+            queue_timeout=own_wait if own_wait is not None else pool_wait,
             max_job_duration=pool.max_job_duration if pool else None,
         )
         return self.store.enqueue(
@@ -191,6 +200,14 @@ def check_options(
     )
     if problem is not None:
         raise InvalidJob(problem)
+
+
+def job_queue_timeout(value: float | str) -> float:
+    """A job's own queueTimeout in seconds, or InvalidJob saying how to write one."""
+    try:
+        return queue_timeout_seconds(value)
+    except DurationError as exc:
+        raise InvalidJob(f"queue_timeout: {exc}") from exc
 
 
 def either(names: tuple[str, str], first: int | None, second: int | None, default: int) -> int:
@@ -250,6 +267,11 @@ def check_payload(spec_path: str, backend: str, path: str, payload: Any) -> None
     body = (operation.get("requestBody") or {}).get("content", {}).get("application/json")
     if body is None or "schema" not in body:
         return
+    if payload is None and (operation.get("requestBody") or {}).get("required"):
+        raise InvalidJob(
+            f"payload: refused by backend {backend}'s spec (POST {path}): a payload is "
+            "required and none was given; pass one (run --payload JSON)"
+        )
     # Validate against the whole spec as the root resource so that $refs into
     # #/components/... resolve; unknown top-level keys (openapi, paths) are ignored.
     pointer = _pointer(

@@ -46,7 +46,7 @@ def test_run_writes_a_pending_job_with_the_pools_settings(client: Client) -> Non
         ({"gameId": "g", "seconds": "slow"}, "payload.seconds: 'slow' is not of type 'number'"),
         ({"gameId": "g", "format": "avi"}, "payload.format: 'avi' is not one of"),
         ({"gameId": "g", "colour": "red"}, "payload.colour is not a field of this route"),
-        (None, "payload: None is not of type 'object'"),
+        (None, "a payload is required and none was given; pass one (run --payload JSON)"),
     ],
 )
 def test_a_payload_the_spec_refuses_writes_nothing(

@@ -195,6 +195,18 @@ FAILING: list[tuple[str, tuple[tuple[str, Any], ...], str, str]] = [
         "pools.render.maxLifetime",
         "maxLifetime (24h) is shorter than maxJobDuration (2d)",
     ),
+    (
+        "SP123",
+        (("pools.render.queueTimeout", "0s"),),
+        "pools.render.queueTimeout",
+        "queueTimeout is '0s', but a job must be able to wait for a slot",
+    ),
+    (
+        "SP123",
+        (("pools.render.queueTimeout", -1),),
+        "pools.render.queueTimeout",
+        "give a positive number of seconds (1800) or a duration (30m)",
+    ),
     ("SP130", (("mode", "single"),), "mode", "needs `mode: cluster` (mode is 'single')"),
     ("SP130", (("mode", DELETE),), "mode", "(mode is 'unset')"),
     (
@@ -293,6 +305,7 @@ PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ),
     ("SP121", (("pools.render.lease", "30s"),)),
     ("SP122", (("pools.render.maxLifetime", "8h"),)),
+    ("SP123", (("pools.render.queueTimeout", 1800),)),
     ("SP130", (("mode", "cluster"),)),
     ("SP131", (("pools.render.machine.type", "ccx23"), ("pools.render.machine.types", ["cpx42"]))),
     ("SP132", (("pools.render.machine.locations", ["fsn1", "nbg1", "hel1", "ash", "hil", "sin"]),)),

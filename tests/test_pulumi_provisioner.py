@@ -48,7 +48,7 @@ class FakeStack:
         self.written.append(written)
         self.config.append({pool: sorted(names) for pool, names in written.items()})
 
-    def up(self, *, on_output: Any = None) -> Any:
+    def up(self, *, on_output: Any = None, on_event: Any = None) -> Any:
         self.running += 1
         self.most_at_once = max(self.most_at_once, self.running)
         try:

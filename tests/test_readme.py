@@ -35,3 +35,32 @@ def test_configuration_reference_is_generated_from_the_schema() -> None:
 def test_every_rule_is_documented() -> None:
     for each in RULES:
         assert f"| {each.code} | {each.summary} |" in README
+
+
+# Paths a reader may find named in the README that are made at run time, not files in the repo.
+RUNTIME_PATHS = ("./.sp00ky/", ".sp00ky/", "/openapi.json", "/v1/openapi.json", "/var/log/")
+TOP_LEVEL = (
+    *sorted(
+        entry.name + "/" for entry in ROOT.iterdir() if entry.is_dir() and entry.name[0] != "."
+    ),
+    ".ci/",
+)
+
+
+def test_the_readme_stands_alone() -> None:
+    """No pointer to a file outside the repository: the product documents are not shipped, so
+    none is named as a file (`machine-pools.txt`), no path leaves the repository, and every
+    link and every path under a top-level directory names a file that is here."""
+    assert not re.findall(r"[\w-]+\.txt\b", README.replace("constraints.txt", "")), "a .txt"
+    assert "/work/" not in README and "../shared" not in README
+    for target in re.findall(r"\]\(([^)#]+)\)", README):
+        if not target.startswith(("http://", "https://")):
+            assert (ROOT / target).exists(), target
+    for quoted in re.findall(r"`([^`\s]+)`", README):
+        path = quoted.rstrip(".,:;")
+        if path.startswith(RUNTIME_PATHS) or any(c in path for c in "<>*{}$"):
+            continue
+        if path.startswith("../") and not path.startswith("../.venv/"):
+            raise AssertionError(f"{path} points outside the repository")
+        if path.startswith(TOP_LEVEL):
+            assert (ROOT / path.split(":")[0]).exists(), path

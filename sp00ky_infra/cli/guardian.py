@@ -14,6 +14,7 @@ import time
 
 import click
 
+from sp00ky_infra.cli.progress import pass_progress
 from sp00ky_infra.guardian import Incomplete, PassReport, destroy_project, iter_plan_lines, run_pass
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI
 
@@ -55,8 +56,10 @@ def guardian(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
+    api = _api()
     try:
-        report = run_pass(_api(), time.time(), dry_run=dry_run)
+        with pass_progress(quiet=as_json) as told:
+            report = run_pass(api, time.time(), dry_run=dry_run, progress=told)
     except Incomplete as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_INCOMPLETE)

@@ -8,20 +8,24 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Console
 from rich.table import Table
 
+from sp00ky_infra.cli.dashboard import dashboard, jobs_table, when
+from sp00ky_infra.cli.progress import progress
 from sp00ky_infra.client import Client, either, payload_from_text
-from sp00ky_infra.config import ConfigError
-from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.config import Config, ConfigError
+from sp00ky_infra.config.loader import config_path, load_config
+from sp00ky_infra.config.project import default_store_url
 from sp00ky_infra.policy import jobs as limits
 from sp00ky_infra.simulate.workload import Arrival, write_trace
-from sp00ky_infra.store import STATUSES, Job, SqlStore, StoreError, open_store
+from sp00ky_infra.store import STATUSES, SqlStore, StoreError, open_store
+from sp00ky_infra.store import store_url as resolve_store_url
+from sp00ky_infra.store.postgres import redact
+from sp00ky_infra.store.retention import counters_json, since_time
 
 EXIT_REFUSED = 1
 F = TypeVar("F", bound=Callable[..., Any])
@@ -32,7 +36,7 @@ def store_option(func: F) -> F:
         "--store",
         "store_url",
         envvar="SPKY_STORE",
-        help="Store URL (default: $SPKY_STORE or sqlite:///.sp00ky/state.db).",
+        help="Store URL (default: $SPKY_STORE, else .sp00ky/state.db next to sp00ky.yml).",
     )(func)
 
 
@@ -41,8 +45,18 @@ def config_option(func: F) -> F:
         "--config",
         "config_file",
         envvar="SPKY_CONFIG",
-        help="sp00ky.yml to read (default: $SPKY_CONFIG or ./sp00ky.yml).",
+        help="sp00ky.yml to read; the project's store is next to it "
+        "(default: $SPKY_CONFIG or ./sp00ky.yml).",
     )(func)
+
+
+CONFIG_HINT = "pass the path of your sp00ky.yml"
+CONFIG_FLAG = "with --config FILE (or set SPKY_CONFIG)"
+
+
+def with_flag(message: str, flag: str = CONFIG_FLAG) -> str:
+    """A config error's hint, naming the way this command takes the file."""
+    return message.replace(CONFIG_HINT, f"{CONFIG_HINT} {flag}")
 
 
 def json_option(func: F) -> F:
@@ -55,24 +69,47 @@ def refusals() -> Iterator[None]:
     try:
         yield
     except (StoreError, ConfigError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {with_flag(str(exc))}", err=True)
         sys.exit(EXIT_REFUSED)
 
 
 @contextmanager
-def opened(store_url: str | None) -> Iterator[SqlStore]:
+def opened(store_url: str | None, config_file: str | None = None) -> Iterator[SqlStore]:
+    """The store: ``--store`` / $SPKY_STORE, else the project's, next to its sp00ky.yml."""
     with refusals():
-        store = open_store(store_url)
+        store = open_store(resolve_store(store_url, config_file))
     try:
         yield store
     finally:
         store.close()
 
 
-def _when(at: float | None) -> str:
-    if at is None:
-        return "-"
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+def resolve_store(store_url: str | None, config_file: str | None) -> str:
+    return resolve_store_url(store_url, config_file or None)
+
+
+def controller_running(store: SqlStore) -> bool:
+    """Whether a controller serves ``store``: its leader holds the store's leader lock (a
+    file lock beside a SQLite store, an advisory lock on PostgreSQL), freed when it dies."""
+    lock = store.leader_lock()
+    try:
+        if lock.try_acquire():
+            lock.release()
+            return False
+    except Exception:  # cannot tell: say nothing rather than something false
+        return True
+    return True
+
+
+def no_controller_hint(store: SqlStore, store_url: str, config_file: str | None) -> str | None:
+    """What to say when nothing serves ``store``: jobs written there would wait for good."""
+    if controller_running(store):
+        return None
+    config = str(config_path(config_file or None))
+    start = f"start one with `sp00ky-infra dev {config}`"
+    if store_url != default_store_url(config_file or None):
+        start += " with --store (or SPKY_STORE) naming this store"
+    return f"no controller is running for this store ({redact(store_url)}): {start}"
 
 
 # --- run ---------------------------------------------------------------------------------------
@@ -125,6 +162,11 @@ def _finite(param: click.Parameter, value: float | None) -> float | None:
     help="The docs' name (poolSlots) for --slots.",
 )
 @click.option("--assigned-to", help="The record the job is for (e.g. thread:abc).")
+@click.option(
+    "--queue-timeout",
+    help="How long the job may wait for a slot: seconds (1800) or a duration (30m); "
+    "wins over the pool's queueTimeout.",
+)
 @json_option
 @config_option
 @store_option
@@ -141,6 +183,7 @@ def run(
     slots: int | None,
     pool_slots: int | None,
     assigned_to: str | None,
+    queue_timeout: str | None,
     as_json: bool,
     config_file: str | None,
     store_url: str | None,
@@ -150,7 +193,8 @@ def run(
         body = payload_from_text(payload)
         priority = either(("--priority", "--queue-priority"), priority, queue_priority, default=0)
         slots = either(("--slots", "--pool-slots"), slots, pool_slots, default=1)
-        with Client(store_url, config_file) as client:
+        url = resolve_store(store_url, config_file)
+        with Client(url, config_file) as client:
             job = client.run(
                 backend,
                 path,
@@ -162,8 +206,12 @@ def run(
                 priority=priority,
                 slots=slots,
                 assigned_to=assigned_to,
+                queue_timeout=queue_timeout,
             )
+            hint = no_controller_hint(client.store, url, config_file)
     click.echo(json.dumps(job.as_json()) if as_json else job.id)
+    if hint:
+        click.echo(f"queued; {hint}", err=True)
 
 
 # --- jobs --------------------------------------------------------------------------------------
@@ -171,52 +219,30 @@ def run(
 
 @click.group(invoke_without_command=True)
 @click.option("--refresh", type=click.FloatRange(min=0.1), default=1.0, show_default=True)
+@config_option
 @store_option
 @click.pass_context
-def jobs(ctx: click.Context, refresh: float, store_url: str | None) -> None:
+def jobs(
+    ctx: click.Context, refresh: float, config_file: str | None, store_url: str | None
+) -> None:
     """Watch and manage jobs. Without a subcommand: a live dashboard until Ctrl-C."""
     if ctx.invoked_subcommand is None:
-        with opened(store_url) as store:
-            dashboard(store, refresh)
+        try:
+            config: Config | None = load_config(config_file or None)
+        except ConfigError:
+            config = None  # the jobs are still worth watching; the pool tables need the file
+        with opened(store_url, config_file) as store:
+            note_unserved(store, store_url, config_file)
+            dashboard(store, config, refresh)
 
 
-def dashboard(store: SqlStore, refresh: float) -> None:
-    console = Console()
-    try:
-        with Live(_dashboard(store), console=console, refresh_per_second=4, screen=False) as live:
-            while True:
-                time.sleep(refresh)
-                live.update(_dashboard(store))
-    except KeyboardInterrupt:
-        pass
-
-
-def _dashboard(store: SqlStore) -> Group:
-    counts = store.counts()
-    summary = Table(title="jobs by status", show_edge=False)
-    for status in STATUSES:
-        summary.add_column(status, justify="right")
-    summary.add_row(*(str(counts[status]) for status in STATUSES))
-    recent = _table(store.list_jobs(limit=15), title="recent jobs")
-    stamp = datetime.now(UTC).strftime("%H:%M:%S")
-    return Group(summary, recent, f"[dim]{stamp} UTC · Ctrl-C to leave[/dim]")
-
-
-def _table(found: list[Job], title: str | None = None) -> Table:
-    table = Table(title=title, show_edge=False)
-    for column in ("id", "backend", "path", "status", "retries", "machine", "created"):
-        table.add_column(column, no_wrap=column in ("id", "created"))
-    for job in found:
-        table.add_row(
-            job.id,
-            job.backend,
-            job.path,
-            job.status + (" (killing)" if job.cancel_requested else ""),
-            f"{job.retries}/{job.max_retries}",
-            job.machine or "-",
-            _when(job.created_at),
-        )
-    return table
+def note_unserved(store: SqlStore, store_url: str | None, config_file: str | None) -> None:
+    """On stderr, when jobs wait in a store that no controller serves."""
+    if store.counts()["pending"] == 0:
+        return
+    hint = no_controller_hint(store, resolve_store(store_url, config_file), config_file)
+    if hint:
+        click.echo(f"note: jobs are pending and {hint}", err=True)
 
 
 @jobs.command("list")
@@ -225,6 +251,7 @@ def _table(found: list[Job], title: str | None = None) -> Table:
 @click.option("--table", "table_name", help="Only this outbox table's jobs.")
 @click.option("--pool", help="Only this pool's jobs.")
 @json_option
+@config_option
 @store_option
 def list_(
     status: Any,
@@ -232,15 +259,17 @@ def list_(
     table_name: str | None,
     pool: str | None,
     as_json: bool,
+    config_file: str | None,
     store_url: str | None,
 ) -> None:
     """Jobs, newest first."""
-    with opened(store_url) as store, refusals():
+    with opened(store_url, config_file) as store, refusals():
         found = store.list_jobs(status=status, limit=limit, table=table_name, pool=pool)
+        note_unserved(store, store_url, config_file)
     if as_json:
         click.echo(json.dumps([job.as_json() for job in found], indent=2))
     elif found:
-        Console(width=200 if not sys.stdout.isatty() else None).print(_table(found))
+        Console(width=200 if not sys.stdout.isatty() else None).print(jobs_table(found))
     else:
         click.echo("no jobs" + (f" with status {status}" if status else ""))
 
@@ -251,11 +280,14 @@ jobs.add_command(list_, "ls")  # the docs' alias
 @jobs.command()
 @click.argument("job_id")
 @json_option
+@config_option
 @store_option
-def get(job_id: str, as_json: bool, store_url: str | None) -> None:
+def get(job_id: str, as_json: bool, config_file: str | None, store_url: str | None) -> None:
     """One job in full: payload, result, every error and attempt."""
-    with opened(store_url) as store, refusals():
+    with opened(store_url, config_file) as store, refusals():
         job = store.get(job_id)
+        if job.status == "pending":
+            note_unserved(store, store_url, config_file)
     if as_json:
         click.echo(json.dumps(job.as_json(), indent=2))
         return
@@ -265,20 +297,20 @@ def get(job_id: str, as_json: bool, store_url: str | None) -> None:
         f"status      : {job.status}" + ("  (kill requested)" if job.cancel_requested else ""),
         f"retries     : {job.retries} of {job.max_retries} ({job.retry_strategy})",
         f"priority    : {job.priority}, slots {job.slots}",
-        f"created     : {_when(job.created_at)}   updated {_when(job.updated_at)}",
+        f"created     : {when(job.created_at)}   updated {when(job.updated_at)}",
         f"payload     : {json.dumps(job.payload)}",
         f"result      : {json.dumps(job.result)}",
     ]
     for attempt in job.attempts:
         lines.append(
             f"attempt {attempt.get('number')}   : {attempt.get('id')} on "
-            f"{attempt.get('machine') or '-'} from {_when(attempt.get('started_at'))} "
+            f"{attempt.get('machine') or '-'} from {when(attempt.get('started_at'))} "
             f"-> {attempt.get('outcome') or 'running'}"
         )
     for error in job.errors:
         lines.append(
             f"error       : [{error.get('code')}] {error.get('reason')} "
-            f"(attempt {error.get('attempt')}, {_when(error.get('at'))})"
+            f"(attempt {error.get('attempt')}, {when(error.get('at'))})"
         )
     click.echo("\n".join(lines))
 
@@ -286,10 +318,11 @@ def get(job_id: str, as_json: bool, store_url: str | None) -> None:
 @jobs.command()
 @click.argument("job_id")
 @json_option
+@config_option
 @store_option
-def kill(job_id: str, as_json: bool, store_url: str | None) -> None:
+def kill(job_id: str, as_json: bool, config_file: str | None, store_url: str | None) -> None:
     """Cancel a job: a waiting one fails at once, a running one is stopped on its machine."""
-    with opened(store_url) as store, refusals():
+    with opened(store_url, config_file) as store, refusals():
         job = store.kill(job_id, time.time())
     if as_json:
         click.echo(json.dumps(job.as_json(), indent=2))
@@ -302,11 +335,13 @@ def kill(job_id: str, as_json: bool, store_url: str | None) -> None:
 @jobs.command()
 @click.argument("job_id")
 @json_option
+@config_option
 @store_option
-def retry(job_id: str, as_json: bool, store_url: str | None) -> None:
+def retry(job_id: str, as_json: bool, config_file: str | None, store_url: str | None) -> None:
     """Run a finished job again as a new attempt (its history stays)."""
-    with opened(store_url) as store, refusals():
+    with opened(store_url, config_file) as store, refusals():
         job = store.retry(job_id, time.time())
+        note_unserved(store, store_url, config_file)
     if as_json:
         click.echo(json.dumps(job.as_json(), indent=2))
         return
@@ -318,17 +353,91 @@ def retry(job_id: str, as_json: bool, store_url: str | None) -> None:
 @click.option(
     "--limit", type=click.IntRange(min=1), help="Delete at most this many (oldest finished first)."
 )
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask on a terminal; delete.")
 @json_option
+@config_option
 @store_option
-def clear(status: Any, limit: int | None, as_json: bool, store_url: str | None) -> None:
-    """Delete finished (success/failed) jobs in batches; they stay counted in the counters."""
-    with opened(store_url) as store, refusals():
+def clear(
+    status: Any,
+    limit: int | None,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+    config_file: str | None,
+    store_url: str | None,
+) -> None:
+    """Delete finished (success/failed) jobs in batches; they stay counted in the counters.
+
+    They are counted first; on a terminal it asks before deleting (--yes does not ask)."""
+    with opened(store_url, config_file) as store, refusals():
+        counts = store.counts()
+        outcomes = [status] if status else ["success", "failed"]
+        found = sum(counts[outcome] for outcome in outcomes)
+        count = found if limit is None else min(found, limit)
+        what = f"{count} finished job(s)" + (f" ({status})" if status else "")
+        if dry_run:
+            if as_json:
+                click.echo(json.dumps({"would_delete": count, "outcomes": outcomes}, indent=2))
+            else:
+                click.echo(f"would delete {what}; nothing deleted (--dry-run)")
+            return
+        asks = count and not yes and sys.stdin.isatty()
+        if asks and not click.confirm(f"delete {what}?", default=False, err=True):
+            click.echo("nothing deleted", err=True)
+            sys.exit(EXIT_REFUSED)
         if as_json:
             deleted = store.clear_jobs(status=status, limit=limit)
             click.echo(json.dumps([job.as_json() for job in deleted], indent=2))
             return
-        removed = store.clear(status=status, limit=limit)
+        with progress("deleting finished jobs", count) as advance:
+            removed = store.clear(status=status, limit=limit, progress=advance)
     click.echo(f"deleted {removed} finished job(s)")
+
+
+@jobs.command()
+@click.option("--since", help="Only hours from then: a duration back (24h, 7d) or a UTC date/time.")
+@click.option("--table", "table_name", help="Only this outbox table's counters.")
+@json_option
+@config_option
+@store_option
+def stats(
+    since: str | None,
+    table_name: str | None,
+    as_json: bool,
+    config_file: str | None,
+    store_url: str | None,
+) -> None:
+    """The hourly counters retention folds finished rows into, per table and outcome.
+
+    Rows not yet pruned are not in them (`jobs list` shows those)."""
+    with opened(store_url, config_file) as store, refusals():
+        try:
+            start = since_time(since, time.time())
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--since") from exc
+        found = counters_json(store.counters(table=table_name, since=start), start)
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+        return
+    if not found["hours"]:
+        click.echo(
+            "no counters"
+            + (f" since {when(start)} UTC" if start is not None else "")
+            + ": retention folds finished rows into them as it deletes them "
+            "(jobs prune, jobs clear, or the controller's own pruning)"
+        )
+        return
+    table = Table(title="jobs folded by retention, per hour (UTC)", show_edge=False)
+    for column in ("hour", "table", "outcome", "count"):
+        table.add_column(column, justify="right" if column == "count" else "left")
+    for hour in found["hours"]:
+        table.add_row(when(hour["hour"])[:-3], hour["table"], hour["outcome"], str(hour["count"]))
+    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    totals = ", ".join(
+        f"{total['table']} {total['outcome']} {total['count']}" for total in found["totals"]
+    )
+    click.echo(f"totals: {totals}")
 
 
 @jobs.command()
@@ -338,9 +447,17 @@ def prune(config_file: str | None, store_url: str | None) -> None:
     """Apply sp00ky.yml's retention now (the controller also does this on its own)."""
     with refusals():
         retention = load_config(config_file).retention
-    with opened(store_url) as store, refusals():
+    with (
+        opened(store_url, config_file) as store,
+        refusals(),
+        progress("pruning finished jobs", None) as advance,
+    ):
         report = store.prune(
-            time.time(), retention.success, retention.failed, max_rows=retention.max_rows
+            time.time(),
+            retention.success,
+            retention.failed,
+            max_rows=retention.max_rows,
+            progress=advance,
         )
     parts = ", ".join(f"{count} {outcome}" for outcome, count in report.deleted.items())
     click.echo(f"pruned {report.total} job(s)" + (f" ({parts})" if parts else ""))
@@ -353,16 +470,22 @@ def prune(config_file: str | None, store_url: str | None) -> None:
     "--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True
 )
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Write here, not stdout.")
+@config_option
 @store_option
 def export(
-    backend: str | None, limit: int, fmt: str, out_file: str | None, store_url: str | None
+    backend: str | None,
+    limit: int,
+    fmt: str,
+    out_file: str | None,
+    config_file: str | None,
+    store_url: str | None,
 ) -> None:
     """Write the retained jobs that ran as a trace for `sp00ky-infra simulate --trace`.
 
     Each job is one arrival: its created_at, the run time of its last attempt, its backend,
     priority, slots and delay. Jobs that never started have no run time and are left out.
     """
-    with opened(store_url) as store:
+    with opened(store_url, config_file) as store:
         found = store.list_jobs(limit=limit)
     arrivals = []
     for job in reversed(found):  # oldest first

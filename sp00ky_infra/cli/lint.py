@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from sp00ky_infra.config import Config, ConfigFileError
+from sp00ky_infra.cli.jobs import with_flag
+from sp00ky_infra.config import Config, ConfigFileError, Issue
 from sp00ky_infra.config.document import read_document
 from sp00ky_infra.config.loader import config_path, lint_document
 from sp00ky_infra.config.model import build_config
@@ -33,9 +34,10 @@ def lint(file: str | None, as_json: bool) -> None:
     try:
         doc = read_document(path)
     except ConfigFileError as exc:
+        message = with_flag(str(exc), "as FILE: sp00ky-infra lint FILE")
         if as_json:
-            click.echo(json.dumps([{"path": "", "code": "SP000", "message": str(exc), "line": 0}]))
-        click.echo(f"error: {exc}", err=True)
+            click.echo(json.dumps([unreadable(message)], indent=2))
+        click.echo(f"error: {message}", err=True)
         sys.exit(EXIT_UNREADABLE)
     issues = lint_document(doc)
     errors = [issue for issue in issues if issue.severity == "error"]
@@ -50,6 +52,14 @@ def lint(file: str | None, as_json: bool) -> None:
             config = build_config(doc.data, root=str(path.parent))
             click.echo(_summary(str(path), config, warnings=len(issues)))
     sys.exit(EXIT_INVALID if errors else EXIT_VALID)
+
+
+UNREADABLE_CODE = "SP000"  # the file cannot be read or is not YAML (README, "Quick tour")
+
+
+def unreadable(message: str) -> dict[str, object]:
+    """``lint --json``'s one entry for a file it could not read: code SP000, an error."""
+    return Issue("", UNREADABLE_CODE, message, 0, "error").as_json()
 
 
 def _summary(path: str, config: Config, warnings: int) -> str:

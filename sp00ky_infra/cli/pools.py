@@ -1,16 +1,19 @@
-"""``sp00ky-infra pools list|get|pause|resume|drain``: a client of the admin API.
+"""``sp00ky-infra pools list|get|pause|resume|drain|cancel``: a client of the admin API.
 
-The API is found at $SPKY_ADMIN_URL, else where the local controller wrote it
-(``.sp00ky/controller.json``), else http://127.0.0.1:9670; the token is $SPKY_ADMIN_TOKEN,
-else ``.sp00ky/admin-token``.
+The API is found at ``--admin-url`` / $SPKY_ADMIN_URL, else where the project's controller
+wrote it (``.sp00ky/controller.json`` next to sp00ky.yml: ``--config`` / $SPKY_CONFIG /
+./sp00ky.yml), else http://127.0.0.1:9670; the token is $SPKY_ADMIN_TOKEN, else that state
+directory's ``admin-token``.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -18,23 +21,32 @@ import requests
 from rich.console import Console
 from rich.table import Table
 
-from sp00ky_infra.cli.jobs import json_option
+from sp00ky_infra.cli.dashboard import when
+from sp00ky_infra.cli.jobs import config_option, json_option
+from sp00ky_infra.config.project import state_dir
 from sp00ky_infra.controller.settings import DEFAULT_ADMIN_PORT
 
-STATE_DIR = Path(".sp00ky")
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Where the admin API is: an explicit URL, and the sp00ky.yml whose state says more."""
+
+    admin_url: str | None = None
+    config_file: str | None = None
 
 
-def _admin() -> tuple[str, str]:
-    url = os.environ.get("SPKY_ADMIN_URL", "")
+def _admin(where: Where = Where()) -> tuple[str, str]:
+    directory = state_dir(where.config_file or None)
+    url = where.admin_url or os.environ.get("SPKY_ADMIN_URL", "")
     if not url:
         try:
-            url = json.loads((STATE_DIR / "controller.json").read_text())["admin_url"]
+            url = json.loads((directory / "controller.json").read_text())["admin_url"]
         except (OSError, ValueError, KeyError):
             url = f"http://127.0.0.1:{DEFAULT_ADMIN_PORT}"
     token = os.environ.get("SPKY_ADMIN_TOKEN", "")
     if not token:
         try:
-            token = (STATE_DIR / "admin-token").read_text().strip()
+            token = (directory / "admin-token").read_text().strip()
         except OSError:
             token = ""
     return url.rstrip("/"), token
@@ -44,9 +56,9 @@ class AdminError(Exception):
     """The admin API could not be reached, or refused; the message says what to do."""
 
 
-def admin_request(method: str, path: str) -> Any:
+def admin_request(method: str, path: str, where: Where = Where()) -> Any:
     """One admin API call: its JSON answer, or AdminError."""
-    url, token = _admin()
+    url, token = _admin(where)
     try:
         answer = requests.request(
             method, f"{url}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=30
@@ -54,7 +66,8 @@ def admin_request(method: str, path: str) -> Any:
     except requests.RequestException as exc:
         raise AdminError(
             f"cannot reach the admin API at {url} ({exc.__class__.__name__}); is the "
-            "controller running? Set SPKY_ADMIN_URL to point at it"
+            "controller running? Point at it with --admin-url URL (or SPKY_ADMIN_URL), or "
+            "at its project with --config FILE"
         ) from exc
     if answer.status_code >= 400:
         try:
@@ -67,16 +80,27 @@ def admin_request(method: str, path: str) -> Any:
 
 def call(method: str, path: str) -> Any:
     """``admin_request`` for the command line: a refusal is printed, and exits 1."""
+    context = click.get_current_context(silent=True)
+    where = context.find_object(Where) if context is not None else None
     try:
-        return admin_request(method, path)
+        return admin_request(method, path, where or Where())
     except AdminError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
 
 
 @click.group()
-def pools() -> None:
-    """Machine pools: capacity, machines, queue, breaker; pause, resume, drain."""
+@click.option(
+    "--admin-url",
+    envvar="SPKY_ADMIN_URL",
+    help="The admin API (default: $SPKY_ADMIN_URL, else the one the project's controller "
+    "wrote next to sp00ky.yml, else http://127.0.0.1:9670).",
+)
+@config_option
+@click.pass_context
+def pools(ctx: click.Context, admin_url: str | None, config_file: str | None) -> None:
+    """Machine pools: capacity, machines, queue, breaker; pause, resume, drain, cancel."""
+    ctx.obj = Where(admin_url or None, config_file or None)
 
 
 @pools.command("list")
@@ -149,6 +173,55 @@ def get(name: str, as_json: bool) -> None:
         )
     for incident in pool["incidents"]:
         click.echo(f"  incident {incident['kind']}: {incident['message']}")
+    waiting = pool.get("waiting", [])
+    click.echo(
+        f"  waiting, in admission order ({len(waiting)} shown of {pool['queue']['pending']}; "
+        f"cancel one with `sp00ky-infra pools cancel {pool['name']} KEY`):"
+        if waiting
+        else "  waiting: none"
+    )
+    if waiting:
+        click.echo(_entries(waiting, ("key", "priority", "slots", "due", "queue deadline")))
+    recent = pool.get("recent", [])
+    if recent:
+        click.echo("  recent terminal entries, last finished first:")
+        click.echo(_entries(recent, ("key", "status", "code", "slots", "finished")))
+
+
+def _entries(entries: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    """Entries as an indented table, one per line (wide enough for ids: never wrapped)."""
+    table = Table(show_edge=False, box=None, padding=(0, 2, 0, 0))
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    cells: dict[str, Callable[[dict[str, Any]], str]] = {
+        "key": lambda e: str(e["key"]),
+        "priority": lambda e: str(e["priority"]),
+        "slots": lambda e: str(e["slots"]),
+        "status": lambda e: str(e["status"]),
+        "code": lambda e: str(e.get("code") or "-"),
+        "due": lambda e: when(e["due_at"]),
+        "queue deadline": lambda e: when(e["queue_deadline"]),
+        "finished": lambda e: when(e["finished_at"]),
+    }
+    for entry in entries:
+        table.add_row(*(cells[column](entry) for column in columns))
+    console = Console(width=200, file=io.StringIO(), color_system=None)
+    console.print(table)
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    return "\n".join("    " + line.rstrip() for line in output.splitlines() if line.strip())
+
+
+@pools.command()
+@click.argument("name")
+@click.argument("key")
+@json_option
+def cancel(name: str, key: str, as_json: bool) -> None:
+    """Cancel the waiting entry KEY of pool NAME (its job fails with code cancelled)."""
+    job = call("POST", f"/pools/{name}/queue/{key}/cancel")
+    if as_json:
+        click.echo(json.dumps(job, indent=2))
+        return
+    click.echo(f"{key}: cancelled (failed with code cancelled)")
 
 
 @pools.command()

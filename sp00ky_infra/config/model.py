@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -16,7 +17,7 @@ from pathlib import PurePath
 from types import MappingProxyType
 from typing import Any, Literal
 
-from sp00ky_infra.config.durations import format_duration, parse_duration
+from sp00ky_infra.config.durations import DurationError, format_duration, parse_duration
 from sp00ky_infra.policy.cost import Price
 from sp00ky_infra.policy.schedules import (
     DEFAULT_POLICY,
@@ -46,6 +47,33 @@ DEFAULT_BOOT_TIMEOUT = "10m"  # no default in the docs; a boot takes about a min
 DEFAULT_MAX_QUEUED = 1000  # resource-pools.txt
 DEFAULT_QUEUE_TIMEOUT = "1h"  # resource-pools.txt: queueTimeout 3600
 DEFAULT_RETENTION = {"success": "6h", "failed": "14d", "runSuccess": "24h", "runFailed": "30d"}
+
+
+def queue_timeout_seconds(value: Any) -> float:
+    """A queueTimeout as the docs write it, in seconds: a number of seconds (``1800``, or
+    ``"1800"`` as a command line gives it) or a duration (``30m``); finite and above zero
+    (resource-pools.txt: "Maximum wait in seconds; a finite positive number"). Raises
+    DurationError saying how to write one."""
+    how = "give a positive number of seconds (1800) or a duration (30m)"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise DurationError(f"queueTimeout {value!r} is not a wait; {how}")
+    seconds: float
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            try:
+                seconds = parse_duration(text)
+            except DurationError:
+                raise DurationError(f"queueTimeout {value!r} is not a wait; {how}") from None
+    else:
+        seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise DurationError(
+            f"queueTimeout is {value!r}, but a job must be able to wait for a slot; {how}"
+        )
+    return seconds
 
 
 def _frozen(mapping: Mapping[str, str]) -> Mapping[str, str]:
@@ -267,7 +295,7 @@ def _pool(name: str, raw: Mapping[str, Any]) -> Pool:
         recycle=raw.get("recycle", DEFAULT_RECYCLE),
         boot_timeout=parse_duration(raw.get("bootTimeout", DEFAULT_BOOT_TIMEOUT)),
         max_queued=raw.get("maxQueued", DEFAULT_MAX_QUEUED),
-        queue_timeout=parse_duration(raw.get("queueTimeout", DEFAULT_QUEUE_TIMEOUT)),
+        queue_timeout=queue_timeout_seconds(raw.get("queueTimeout", DEFAULT_QUEUE_TIMEOUT)),
     )
 
 

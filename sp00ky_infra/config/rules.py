@@ -24,6 +24,7 @@ from sp00ky_infra.config.model import (
     DEFAULT_RETENTION,
     Provider,
     Recycle,
+    queue_timeout_seconds,
 )
 from sp00ky_infra.policy.schedules import POLICIES, CronError, parse_cron
 
@@ -41,8 +42,7 @@ POOL_DURATIONS = (
     "maxJobDuration",
     "maxLifetime",
     "bootTimeout",
-    "queueTimeout",
-)
+)  # queueTimeout also takes a number of seconds: rule SP123
 RETENTION_DURATIONS = tuple(DEFAULT_RETENTION)
 
 
@@ -116,6 +116,14 @@ def _seconds(value: Any) -> float | None:
 
 def _autoscale(pool: Mapping[str, Any]) -> bool:
     return pool.get("autoscale") is True
+
+
+def sized_pools(data: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Pools whose sizing mode is known: an ``autoscale`` that is not true or false (``yes
+    please``) is the schema's one error, not a cascade of rules that assumed a fixed pool."""
+    for name, pool in pools(data):
+        if isinstance(pool.get("autoscale", False), bool):
+            yield name, pool
 
 
 # --- references between pools and backends ----------------------------------------------
@@ -337,7 +345,7 @@ def env_inline_secret(data: Mapping[str, Any]) -> Iterator[Finding]:
 
 @rule("SP110", "autoscale-max", "autoscale: true has a max of at least 1")
 def autoscale_has_max(data: Mapping[str, Any]) -> Iterator[Finding]:
-    for name, pool in pools(data):
+    for name, pool in sized_pools(data):
         if not _autoscale(pool):
             continue
         if "max" not in pool:
@@ -355,7 +363,7 @@ def autoscale_has_max(data: Mapping[str, Any]) -> Iterator[Finding]:
 
 @rule("SP111", "min-above-max", "min is not above max")
 def min_not_above_max(data: Mapping[str, Any]) -> Iterator[Finding]:
-    for name, pool in pools(data):
+    for name, pool in sized_pools(data):
         low, top = _int(pool.get("min", 0)), _int(pool.get("max"))
         if _autoscale(pool) and low is not None and top is not None and low > top:
             yield Finding(
@@ -366,7 +374,7 @@ def min_not_above_max(data: Mapping[str, Any]) -> Iterator[Finding]:
 
 @rule("SP112", "buffer-above-max", "buffer is not above max")
 def buffer_not_above_max(data: Mapping[str, Any]) -> Iterator[Finding]:
-    for name, pool in pools(data):
+    for name, pool in sized_pools(data):
         buffer, top = _int(pool.get("buffer", 0)), _int(pool.get("max"))
         if _autoscale(pool) and buffer is not None and top is not None and buffer > top:
             yield Finding(
@@ -378,7 +386,7 @@ def buffer_not_above_max(data: Mapping[str, Any]) -> Iterator[Finding]:
 
 @rule("SP113", "fixed-pool-min", "a fixed pool has min of at least 1")
 def fixed_pool_has_min(data: Mapping[str, Any]) -> Iterator[Finding]:
-    for name, pool in pools(data):
+    for name, pool in sized_pools(data):
         low = _int(pool.get("min", 0))
         if not _autoscale(pool) and low is not None and low < 1:
             yield Finding(
@@ -391,7 +399,7 @@ def fixed_pool_has_min(data: Mapping[str, Any]) -> Iterator[Finding]:
 
 @rule("SP114", "fixed-pool-max-buffer", "a fixed pool has no max or buffer")
 def fixed_pool_has_no_max_or_buffer(data: Mapping[str, Any]) -> Iterator[Finding]:
-    for name, pool in pools(data):
+    for name, pool in sized_pools(data):
         if _autoscale(pool):
             continue
         for key in ("max", "buffer"):
@@ -457,6 +465,18 @@ def lifetime_covers_a_job(data: Mapping[str, Any]) -> Iterator[Finding]:
                 "machine must be able to finish its longest job. Raise maxLifetime or lower "
                 "maxJobDuration",
             )
+
+
+@rule("SP123", "queue-timeout", "queueTimeout is a positive number of seconds or a duration")
+def queue_timeout_is_positive(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        value = pool.get("queueTimeout")
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            continue  # absent, or of a wrong type: the schema says so
+        try:
+            queue_timeout_seconds(pool["queueTimeout"])
+        except DurationError as exc:
+            yield Finding(("pools", name, "queueTimeout"), str(exc))
 
 
 # --- limitations, machine shape, providers --------------------------------------------------

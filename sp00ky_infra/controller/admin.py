@@ -15,6 +15,7 @@ from sp00ky_infra.policy.machines import LIVE_STATES, Reason
 from sp00ky_infra.policy.sizing import capacity, desired_machines, queue_cap
 from sp00ky_infra.store import Job
 from sp00ky_infra.store.machines import MachineNotFound
+from sp00ky_infra.store.retention import counters_json, since_time
 
 
 class NotFound(Refusal):
@@ -82,7 +83,65 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
     }
     if machines:
         view["machine_list"] = [{**m.as_json(), "busy_slots": busy.get(m.name, 0)} for m in live]
+        view["waiting"] = waiting_entries(controller, name, now)
+        view["recent"] = recent_entries(controller, name)
     return view
+
+
+WAITING_SHOWN = 50  # the head of the queue; `queue.queued` counts them all
+RECENT_SHOWN = 10
+
+
+def waiting_entries(controller: Controller, name: str, now: float) -> list[dict[str, Any]]:
+    """The pool's waiting entries in admission order (resource-pools.txt's pool view: "capacity,
+    priorities, deadlines, and cancellation controls"): due jobs first, in the order the claim
+    takes them, then delayed ones by due time. ``key`` is what cancels one."""
+    store = controller.store
+    table = controller.table_of(name)
+    due = store.queue(table, now, WAITING_SHOWN)
+    delayed = [
+        job
+        for job in store.list_jobs(status="pending", table=table, limit=WAITING_SHOWN)
+        if job.run_after > now
+    ]
+    delayed.sort(key=lambda job: (job.run_after, -job.priority, job.created_at, job.id))
+    return [
+        {
+            "key": job.id,
+            "job": job.id,
+            "priority": job.priority,
+            "slots": job.slots,
+            "queued_at": job.created_at,
+            "due_at": job.run_after,
+            "queue_deadline": job.queue_deadline,
+            "retries": job.retries,
+            "cancel": f"POST /pools/{name}/queue/{job.id}/cancel",
+        }
+        for job in [*due, *delayed][:WAITING_SHOWN]
+    ]
+
+
+def recent_entries(controller: Controller, name: str) -> list[dict[str, Any]]:
+    """The pool's most recent terminal entries, the last finished first, with the error code
+    a failed one ended with."""
+    table = controller.table_of(name)
+    ended = [
+        job
+        for status in ("success", "failed")
+        for job in controller.store.list_jobs(status=status, table=table, limit=RECENT_SHOWN)
+    ]
+    ended.sort(key=lambda job: (job.finished_at or 0.0, job.id), reverse=True)
+    return [
+        {
+            "key": job.id,
+            "status": job.status,
+            "priority": job.priority,
+            "slots": job.slots,
+            "finished_at": job.finished_at,
+            "code": job.errors[-1].get("code") if job.status == "failed" and job.errors else None,
+        }
+        for job in ended[:RECENT_SHOWN]
+    ]
 
 
 def cost_view(controller: Controller, name: str, now: float) -> dict[str, Any]:
@@ -150,6 +209,8 @@ def start_job(controller: Controller, name: str, body: dict[str, Any]) -> Job:
         for key in ("max_retries", "retry_strategy", "timeout", "delay", "assigned_to")
         if body.get(key) is not None
     }
+    if body.get("queueTimeout") is not None:  # the docs' name; the job's wins over the pool's
+        options["queue_timeout"] = body["queueTimeout"]
     job = client.run(
         controller.backends[name].name,
         body["path"],
@@ -160,3 +221,12 @@ def start_job(controller: Controller, name: str, body: dict[str, Any]) -> Job:
     )
     controller.wake.pool(name)
     return job
+
+
+def stats_view(controller: Controller, since: str | None, table: str | None) -> dict[str, Any]:
+    """The hourly counters retention folds rows into, per table and outcome (GET /stats)."""
+    try:
+        start = since_time(since, controller.clock())
+    except ValueError as exc:
+        raise Refusal(str(exc)) from exc
+    return counters_json(controller.store.counters(table=table, since=start), start)

@@ -59,6 +59,8 @@ class StartJob(BaseModel):
         default=None, gt=0, le=limits.MAX_TIMEOUT_SECONDS, description="seconds"
     )
     assigned_to: str | None = None
+    # seconds or a duration (30m), checked by Client.run like `run --queue-timeout`
+    queueTimeout: int | float | str | None = None  # 1800 stays 1800 in messages
 
 
 def admin_app(controller: Controller) -> FastAPI:
@@ -125,6 +127,12 @@ def admin_app(controller: Controller) -> FastAPI:
     def metrics() -> Response:
         """Prometheus' text format (README, "Metrics")."""
         return Response(exposition(controller), media_type=CONTENT_TYPE)
+
+    @app.get("/stats")
+    def stats(since: str | None = None, table: str | None = None) -> dict[str, Any]:
+        """The hourly counters retention folds rows into (`jobs stats`): each hour's count
+        per table and outcome, and the totals. ``since``: 24h, 2026-11-30 or a unix time."""
+        return admin.stats_view(controller, since, table)
 
     @app.get("/incidents")
     def incidents() -> list[dict[str, Any]]:

@@ -15,11 +15,13 @@ from pathlib import Path
 
 from sp00ky_infra.config.durations import DurationError, parse_duration
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE, Pool
+from sp00ky_infra.config.project import default_store_url
+from sp00ky_infra.config.project import state_dir as project_state_dir
 from sp00ky_infra.controller.errors import ControllerError
 from sp00ky_infra.controller.registry import default_auth_file
 from sp00ky_infra.policy.breaker import FIRST_PAUSE_SECONDS, MAX_PAUSE_SECONDS
 from sp00ky_infra.shared.tokens import JOIN_TTL_SECONDS
-from sp00ky_infra.store import DEFAULT_STORE_URL, store_url
+from sp00ky_infra.store import store_url
 
 DEFAULT_POOL_PORT = 9669  # the docs' example
 DEFAULT_ADMIN_PORT = 9670
@@ -95,7 +97,7 @@ class ControllerSettings:
     prune_every: float = PRUNE_EVERY_SECONDS
     timings: Timings = field(default_factory=Timings)
     controller_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
-    state_dir: str = ".sp00ky"
+    state_dir: str = ".sp00ky"  # from_env: .sp00ky next to config_path (config/project.py)
     project: str = ""  # SPKY_PROJECT: with HCLOUD_TOKEN set, the guardian's heartbeat is stamped
     heartbeat_every: float = 60.0  # SPKY_HEARTBEAT: how often (the guardian allows 30 minutes)
     pulumi_stack: str = "prod"  # SPKY_PULUMI_STACK: the stack the pulumi provisioner updates
@@ -128,7 +130,7 @@ class ControllerSettings:
         env = os.environ if env is None else env
         values: dict[str, object] = {
             "config_path": env.get("SPKY_CONFIG") or DEFAULT_CONFIG_FILE,
-            "store_url": env.get("SPKY_STORE") or DEFAULT_STORE_URL,
+            "store_url": env.get("SPKY_STORE") or "",
             "pool_host": env.get("SPKY_POOL_HOST", "127.0.0.1"),
             "pool_port": _int(env, "SPKY_POOL_PORT", DEFAULT_POOL_PORT),
             "public_url": env.get("SPKY_POOL_PUBLIC_URL", ""),
@@ -153,6 +155,9 @@ class ControllerSettings:
             "registry_auth": default_auth_file(env),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
+        # one store per project: its state directory is next to its sp00ky.yml
+        values["store_url"] = values["store_url"] or default_store_url(str(values["config_path"]))
+        values.setdefault("state_dir", str(project_state_dir(str(values["config_path"]))))
         settings = cls(**values)  # type: ignore[arg-type]
         if settings.provider not in ("local", "docker", "pulumi"):
             raise SettingsError(

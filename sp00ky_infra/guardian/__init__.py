@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI, Server
 from sp00ky_infra.hetzner.heartbeat import heartbeats
@@ -88,18 +88,39 @@ def listing(
     return [_machine(s) for s in servers if s.labels.get(labels.PROJECT)], beats
 
 
-def run_pass(api: HetznerAPI, now: float, dry_run: bool = False) -> PassReport:
+class Progress(Protocol):
+    """Told how a pass goes (a bar on a terminal, ``cli/progress.py``): the servers seen once
+    listed, then each destroy as it ends."""
+
+    def listed(self, servers: int, to_destroy: int) -> None: ...
+    def destroyed(self, server: int) -> None: ...
+
+
+class _Quiet:
+    def listed(self, servers: int, to_destroy: int) -> None:
+        return None
+
+    def destroyed(self, server: int) -> None:
+        return None
+
+
+def run_pass(
+    api: HetznerAPI, now: float, dry_run: bool = False, progress: Progress | None = None
+) -> PassReport:
     """One guardian pass. Idempotent: a second pass finds nothing more to do."""
+    told = progress or _Quiet()
     machines, beats = listing(api)
     report = PassReport(
         dry_run=dry_run, servers=len(machines), verdicts=verdicts(machines, beats, now)
     )
+    told.listed(len(machines), 0 if dry_run else len(report.verdicts))
     if not dry_run:
-        _destroy(api, report)
+        _destroy(api, report, told)
     return report
 
 
-def _destroy(api: HetznerAPI, report: PassReport) -> None:
+def _destroy(api: HetznerAPI, report: PassReport, told: Progress | None = None) -> None:
+    told = told or _Quiet()
     for verdict in report.verdicts:
         machine = verdict.machine
         try:
@@ -107,6 +128,7 @@ def _destroy(api: HetznerAPI, report: PassReport) -> None:
         except HcloudError as exc:
             log.error("server=%s name=%s destroy failed: %s", machine.id, machine.name, exc)
             report.failed.append((machine.id, str(exc)))
+            told.destroyed(machine.id)
             continue
         where = f"{machine.project}/{machine.pool}"
         log.warning(
@@ -114,6 +136,7 @@ def _destroy(api: HetznerAPI, report: PassReport) -> None:
             machine.id, machine.name, where, verdict.why.value, verdict.detail,
         )  # fmt: skip
         report.destroyed.append(machine.id)
+        told.destroyed(machine.id)
 
 
 def destroy_project(api: HetznerAPI, project: str, dry_run: bool = False) -> PassReport:

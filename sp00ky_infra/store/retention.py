@@ -5,10 +5,12 @@ Pending and processing rows are never touched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+from sp00ky_infra.config.durations import DurationError, parse_duration
 from sp00ky_infra.store.dialect import DEFAULT_BATCH, Cursor, Dialect
 from sp00ky_infra.store.model import TERMINAL, Conflict, Job, JobStatus
 from sp00ky_infra.store.rows import COLUMNS, filters, job_from_row
@@ -32,16 +34,74 @@ class Counter:
     outcome: str
     count: int
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "hour": self.hour,
+            "hour_utc": datetime.fromtimestamp(self.hour, UTC).strftime("%Y-%m-%dT%H:00Z"),
+            "outcome": self.outcome,
+            "count": self.count,
+        }
+
+
+def counters_json(counters: Sequence[Counter], since: float | None) -> dict[str, Any]:
+    """The counters as ``jobs stats --json`` and the admin API's ``GET /stats`` give them:
+    each hour's, and the totals per table and outcome."""
+    totals: dict[tuple[str, str], int] = {}
+    for counter in counters:
+        key = (counter.table, counter.outcome)
+        totals[key] = totals.get(key, 0) + counter.count
+    return {
+        "since": since,
+        "hours": [counter.as_json() for counter in counters],
+        "totals": [
+            {"table": table, "outcome": outcome, "count": count}
+            for (table, outcome), count in sorted(totals.items())
+        ],
+    }
+
+
+Progress = Callable[[int], None]  # told the rows each batch deleted, once it is committed
+
 
 def _hour(at: float) -> int:
     return int(at // 3600) * 3600
 
 
+def since_time(text: str | None, now: float) -> float | None:
+    """``jobs stats --since`` / ``GET /stats?since=``: a duration back from now (``24h``), a
+    UTC date or time (``2026-11-30``, ``2026-11-30T10:00``) or a unix time; None for all.
+    Raises ValueError saying how to write one."""
+    if not text:
+        return None
+    try:
+        return now - parse_duration(text)
+    except DurationError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"since: {text!r} is neither a duration (24h, 7d) nor a date or time "
+            "(2026-11-30, 2026-11-30T10:00, UTC)"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
 class Retention(Dialect):
     """The hourly counters, and the deletes that feed them."""
 
-    def counters(self, table: str | None = None) -> list[Counter]:
+    def counters(self, table: str | None = None, since: float | None = None) -> list[Counter]:
+        """The hourly counters, by table, hour and outcome; with ``since``, the hours that
+        end after it (the hour ``since`` falls in counts)."""
         where, params = filters(tbl=table)
+        if since is not None:
+            where += (" AND" if where else " WHERE") + " hour > ?"
+            params = (*params, since - 3600)
         with self._cursor() as cur:
             self._x(
                 cur,
@@ -58,6 +118,7 @@ class Retention(Dialect):
         failed_window: float,
         max_rows: int = 0,
         batch: int = DEFAULT_BATCH,
+        progress: Progress | None = None,
     ) -> PruneReport:
         """Delete finished rows older than their window, and successful rows beyond
         ``max_rows`` per table (oldest first), folding each into the hourly counters first.
@@ -65,10 +126,15 @@ class Retention(Dialect):
         deleted = {"success": 0, "failed": 0}
         for status, window in (("success", success_window), ("failed", failed_window)):
             deleted[status] += len(
-                self._delete_where("status = ? AND finished_at < ?", (status, now - window), batch)
+                self._delete_where(
+                    "status = ? AND finished_at < ?",
+                    (status, now - window),
+                    batch,
+                    progress=progress,
+                )
             )
         if max_rows > 0:
-            deleted["success"] += self._trim_to(max_rows, batch)
+            deleted["success"] += self._trim_to(max_rows, batch, progress)
         return PruneReport({key: value for key, value in deleted.items() if value})
 
     def clear(
@@ -76,24 +142,31 @@ class Retention(Dialect):
         status: JobStatus | None = None,
         batch: int = DEFAULT_BATCH,
         limit: int | None = None,
+        progress: Progress | None = None,
     ) -> int:
         """Delete terminal jobs (all, or those of one terminal status) in batches; with
-        ``limit``, at most that many, the oldest finished first."""
-        return len(self._clear(status, batch, limit, whole=False))
+        ``limit``, at most that many, the oldest finished first. ``progress(n)`` is told
+        after each batch."""
+        return len(self._clear(status, batch, limit, whole=False, progress=progress))
 
     def clear_jobs(
         self,
         status: JobStatus | None = None,
         batch: int = DEFAULT_BATCH,
         limit: int | None = None,
+        progress: Progress | None = None,
     ) -> list[Job]:
         """``clear``, answering the deleted jobs as they were (``jobs clear --json``)."""
-        return [
-            row for row in self._clear(status, batch, limit, whole=True) if isinstance(row, Job)
-        ]
+        cleared = self._clear(status, batch, limit, whole=True, progress=progress)
+        return [row for row in cleared if isinstance(row, Job)]
 
     def _clear(
-        self, status: JobStatus | None, batch: int, limit: int | None, whole: bool
+        self,
+        status: JobStatus | None,
+        batch: int,
+        limit: int | None,
+        whole: bool,
+        progress: Progress | None = None,
     ) -> list[Job | str]:
         if status is not None and status not in TERMINAL:
             raise Conflict(f"clear deletes finished jobs only (success or failed), not {status}")
@@ -101,10 +174,15 @@ class Retention(Dialect):
             raise Conflict(f"clear --limit is at least 1, not {limit}")
         condition = "status = ?" if status else "status IN (?, ?)"
         return self._delete_where(
-            condition, (status,) if status else TERMINAL, batch, limit=limit, whole=whole
+            condition,
+            (status,) if status else TERMINAL,
+            batch,
+            limit=limit,
+            whole=whole,
+            progress=progress,
         )
 
-    def _trim_to(self, max_rows: int, batch: int) -> int:
+    def _trim_to(self, max_rows: int, batch: int, progress: Progress | None = None) -> int:
         with self._cursor() as cur:
             self._x(
                 cur,
@@ -126,6 +204,8 @@ class Retention(Dialect):
                     self._fold_and_delete(cur, rows)
                 removed += len(rows)
                 excess -= len(rows)
+                if progress is not None and rows:
+                    progress(len(rows))
                 if not rows:
                     break
         return removed
@@ -137,6 +217,7 @@ class Retention(Dialect):
         batch: int,
         limit: int | None = None,
         whole: bool = False,
+        progress: Progress | None = None,
     ) -> list[Job | str]:
         """Delete the matching rows batch by batch, each folded into the counters first; the
         deleted jobs (``whole``) or their ids. With ``limit``, the oldest finished first."""
@@ -168,6 +249,8 @@ class Retention(Dialect):
                     rows = [tuple(row) for row in cur.fetchall()]
                     removed.extend(row[0] for row in rows)
                 self._fold_and_delete(cur, rows)
+            if progress is not None and rows:
+                progress(len(rows))  # after the batch's commit: these rows are gone
             if len(rows) < take:
                 return removed
 

@@ -15,6 +15,7 @@ from sp00ky_infra.policy.jobs import (
     RETRY_STRATEGIES,
     backoff,
     job_deadline_seconds,
+    queue_deadline,
     retry_or_fail,
 )
 from sp00ky_infra.store.model import (
@@ -135,22 +136,31 @@ def finish(
     )
 
 
-def after_failure(job: Job, error: ErrorEntry, now: float, retryable: bool) -> Job:
+def after_failure(
+    job: Job, error: ErrorEntry, now: float, retryable: bool, claim_expired: bool = False
+) -> Job:
     """The current attempt failed with ``error``: retry after backoff while retries remain,
-    else fail. A killed job fails with ``cancelled`` whatever the error."""
+    else fail. A killed job fails with ``cancelled`` whatever the error. An expired claim
+    (``claim_expired``: its lease ran out) keeps the queue deadline it was first given
+    (resource-pools.txt: "an expired claim can be admitted again before its queue deadline");
+    a retry after a reported failure waits anew."""
     error = {**error, "at": now, "attempt": job.attempt_number}
     if job.cancel_requested:
         cancelled = error_entry(CANCELLED, f"killed while it ran ({error['code']})", job, now)
         return finish(job, "failed", now, error=cancelled)
     if retryable and retry_or_fail(job.retries, job.max_retries):
         retry_number = job.retries + 1
+        run_after = now + backoff(job.retry_strategy, retry_number)
         return requeued(
             job,
             now,
-            now + backoff(job.retry_strategy, retry_number),
+            run_after,
             retries=retry_number,
             errors=(*job.errors, error),
             attempts=end_attempt(job, now, error["code"]),
+            queue_deadline=job.queue_deadline
+            if claim_expired
+            else queue_deadline(run_after, job.queue_timeout),
         )
     return finish(job, "failed", now, error=error)
 
@@ -166,7 +176,7 @@ def overdue(job: Job, now: float) -> tuple[str, Job] | None:
         if job.lease_expires_at is not None and job.lease_expires_at < now:
             reason = f"no renewal within the lease{where}"
             return LEASE_EXPIRED, after_failure(
-                job, error_entry(LEASE_EXPIRED, reason, job, now), now, True
+                job, error_entry(LEASE_EXPIRED, reason, job, now), now, True, claim_expired=True
             )
         if job.deadline is not None and job.deadline < now:
             reason = f"ran past its deadline{where}"
@@ -186,16 +196,18 @@ def rerun(job: Job, now: float) -> Job:
 
 def requeued(job: Job, now: float, run_after: float, **changes: Any) -> Job:
     """Back in the queue, due at ``run_after``: no attempt, machine, lease or deadline, and a
-    fresh queue deadline counted from when it is due."""
+    fresh queue deadline counted from when it is due unless ``changes`` keeps the old one."""
     return replace(
         job,
-        status="pending",
-        run_after=run_after,
-        queue_deadline=None if job.queue_timeout is None else run_after + job.queue_timeout,
-        attempt=None,
-        machine=None,
-        lease_expires_at=None,
-        deadline=None,
-        updated_at=now,
-        **changes,
+        **{
+            "status": "pending",
+            "run_after": run_after,
+            "queue_deadline": queue_deadline(run_after, job.queue_timeout),
+            "attempt": None,
+            "machine": None,
+            "lease_expires_at": None,
+            "deadline": None,
+            "updated_at": now,
+            **changes,
+        },
     )

@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Outcome, Provisioned, Refused
 from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV, Desired
@@ -38,7 +38,12 @@ class Stack(Protocol):
 
     def get_all_config(self) -> Mapping[str, Any]: ...
     def set_config(self, key: str, value: Any, *, path: bool = False) -> None: ...
-    def up(self, *, on_output: Callable[[str], Any] | None = ...) -> Any: ...
+    def up(
+        self,
+        *,
+        on_output: Callable[[str], Any] | None = ...,
+        on_event: Callable[[Any], Any] | None = ...,
+    ) -> Any: ...
     def outputs(self) -> MutableMapping[str, Any]: ...
 
 
@@ -104,6 +109,8 @@ class PulumiProvisioner:
         self._closing = False
         self._busy = False
         self._lock_tries = 0
+        # each resource step of an update as it happens (UpProgress): logged, and kept
+        self.progress: deque[str] = deque(maxlen=200)
         self._thread = threading.Thread(target=self._run, name="pulumi-updates", daemon=True)
         self._thread.start()
 
@@ -214,7 +221,11 @@ class PulumiProvisioner:
         try:
             stack = self._get_stack()
             stack.set_config("sp00ky:machines", _config_value(json.dumps(machines)))
-            result = stack.up(on_output=lambda line: log.debug("pulumi: %s", line.rstrip()))
+            steps = UpProgress(self.on_progress)
+            result = stack.up(
+                on_output=lambda line: log.debug("pulumi: %s", line.rstrip()),
+                on_event=steps.event,
+            )
             outputs = stack.outputs()
         except Exception as exc:  # CommandError and friends: the message names the machines
             if _locked(exc):
@@ -250,6 +261,12 @@ class PulumiProvisioner:
         log.info("pulumi up took %.1fs (%s)", elapsed, getattr(summary, "result", "succeeded"))
         return True
 
+    def on_progress(self, line: str) -> None:
+        """One resource step of the running update, forwarded: the controller's log says
+        what `pulumi up` is doing while it runs (a server's create takes about a minute)."""
+        self.progress.append(line)
+        log.info("pulumi up: %s", line)
+
     def _unlocked(self) -> None:
         with self._changed:
             self.locked_since, self.lock_message, self._lock_tries = None, "", 0
@@ -281,6 +298,67 @@ class PulumiProvisioner:
             except Exception as exc:
                 raise Refused(f"cannot open the Pulumi stack: {exc}") from exc
         return self._stack
+
+
+class UpProgress:
+    """Turns the Automation API's engine events into one line per resource step: when a step
+    starts (``create machine render-3f2a1c``) and how it ended (``... created in 41.2s`` or
+    ``... failed``). Only steps that change something are told; the stack's unchanged
+    resources (``same``) and reads stay quiet. Times come from the events' own clock."""
+
+    QUIET: ClassVar[frozenset[str]] = frozenset({"same", "read", "refresh"})
+    DONE: ClassVar[Mapping[str, str]] = {
+        "create": "created",
+        "update": "updated",
+        "delete": "deleted",
+        "replace": "replaced",
+        "create-replacement": "created (replacement)",
+        "delete-replaced": "deleted (replaced)",
+    }
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self.emit = emit
+        self.started: dict[str, int] = {}  # urn -> the step's start (event timestamp, seconds)
+
+    def event(self, event: Any) -> None:
+        try:
+            self._event(event)
+        except Exception as exc:  # progress must never fail an update
+            log.debug("pulumi progress: %s", exc)
+
+    def _event(self, event: Any) -> None:
+        for attribute, phase in (
+            ("resource_pre_event", "start"),
+            ("res_outputs_event", "done"),
+            ("res_op_failed_event", "failed"),
+        ):
+            found = getattr(event, attribute, None)
+            if found is None or getattr(found, "metadata", None) is None:
+                continue
+            meta = found.metadata
+            op = str(getattr(meta.op, "value", meta.op))
+            if op in self.QUIET or getattr(found, "planning", False):
+                return
+            kind = _kind(meta.type)
+            what = _resource_name(meta.urn) + (f" ({kind})" if kind != "Resource" else "")
+            if phase == "start":
+                self.started[meta.urn] = int(event.timestamp)
+                self.emit(f"{op} {what} ...")
+            else:
+                took = int(event.timestamp) - self.started.pop(meta.urn, int(event.timestamp))
+                ended = self.DONE.get(op, op) if phase == "done" else f"{op} failed"
+                self.emit(f"{what} {ended} in {took}s")
+            return
+
+
+def _resource_name(urn: str) -> str:
+    return urn.rsplit("::", 1)[-1]
+
+
+def _kind(resource_type: str) -> str:
+    """The type's last part: ``Resource`` for every dynamic resource (then the name says
+    what it is: the program names servers after their machines)."""
+    return resource_type.rsplit(":", 1)[-1] if resource_type else "resource"
 
 
 def _config_value(text: str, secret: bool = False) -> Any:
