@@ -91,7 +91,8 @@ def test_a_typo_in_the_command_shows_the_backends_own_words(tmp_path: Path) -> N
     }
     env.pop("SPKY_STORE", None)
     dev = subprocess.Popen(
-        [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml", "--plain"],
+        [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml",
+         "--plain", "--machines", "local"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     assert dev.stdout is not None
@@ -165,7 +166,8 @@ def test_a_boot_timeout_is_one_message_with_the_backends_last_words(tmp_path: Pa
     env = {**os.environ, "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms"}
     env.pop("SPKY_STORE", None)
     dev = subprocess.Popen(
-        [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml", "--plain",
+        [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml",
+         "--plain", "--machines", "local",
          "--timings", "bootTimeout=3s"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

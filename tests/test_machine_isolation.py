@@ -114,7 +114,8 @@ def test_nothing_of_a_dead_agent_outlives_dev_ctrl_c(tmp_path: Path) -> None:
     env = {**os.environ, "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms"}
     env.pop("SPKY_STORE", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sp00ky_infra", "dev", str(config), "--plain",
+        [sys.executable, "-m", "sp00ky_infra", "dev", str(config),
+         "--plain", "--machines", "local",
          "--timings", "lease=30s,idleTimeout=30s,bootTimeout=15s"],
         cwd=tmp_path, env=env, stdin=follower, stdout=follower, stderr=follower, close_fds=True,
     )  # fmt: skip

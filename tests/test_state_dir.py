@@ -87,7 +87,8 @@ def dev_from_the_root(repo: Path) -> Iterator[subprocess.Popen[str]]:
     env = {**os.environ, **CLEAN, "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0",
            "SPKY_TICK": "200ms"}  # fmt: skip
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sp00ky_infra", "dev", "examples/sp00ky.yml", "--plain",
+        [sys.executable, "-m", "sp00ky_infra", "dev", "examples/sp00ky.yml",
+         "--plain", "--machines", "local",
          "--timings", "idleTimeout=1s"],
         cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
