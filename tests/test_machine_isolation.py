@@ -149,7 +149,9 @@ def test_nothing_of_a_dead_agent_outlives_dev_ctrl_c(tmp_path: Path) -> None:
         client.run("renderer", "/render", {"gameId": "short", "seconds": 20})
         wait_for(lambda: read() or len(client.store.machines.live()) == 2, timeout=30)
         time.sleep(0.5)  # the second machine's create reaps the dead agent
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)  # the first Ctrl-C drains (it would wait for the jobs)
+        wait_for(lambda: read() or b"stopping:" in seen, what="dev draining")
+        proc.send_signal(signal.SIGINT)  # the second aborts: every machine destroyed at once
         deadline = time.monotonic() + 30
         while proc.poll() is None and time.monotonic() < deadline:
             read()
