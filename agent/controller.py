@@ -4,9 +4,11 @@ messages of ``agent.protocol``."""
 from __future__ import annotations
 
 import random
+import socket
 from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
 
 from agent.errors import ControllerError, Gone, ProtocolError, Refused
 from agent.protocol import (
@@ -25,12 +27,26 @@ from agent.protocol import (
 HTTP_SLACK_SECONDS = 10.0  # beyond a long-poll's wait, before a request counts as lost
 
 
+class _NoDelay(HTTPAdapter):
+    """Keep-alive connections (one per thread that talks to the controller) with Nagle's
+    algorithm off: a request's headers and body leave at once, not after a delayed ACK."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["socket_options"] = [
+            (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),
+            (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        ]
+        super().init_poolmanager(*args, **kwargs)
+
+
 class Controller:
     def __init__(self, url: str, machine: str) -> None:
         self.url = url.rstrip("/")
         self.machine = machine
         self.session_token: str | None = None
         self.http = requests.Session()
+        for scheme in ("http://", "https://"):
+            self.http.mount(scheme, _NoDelay(pool_connections=1, pool_maxsize=2))
 
     def _post(self, path: str, body: dict[str, Any], timeout: float = HTTP_SLACK_SECONDS) -> Any:
         headers = {}
@@ -72,13 +88,18 @@ class Controller:
         body = ReadyRequest(ok=ok, reason=reason)
         return Ack.from_json(self._post(f"/v1/machines/{self.machine}/ready", body.to_json()))
 
-    def poll(self, body: PollRequest) -> PollReply:
-        path, timeout = f"/v1/machines/{self.machine}/poll", body.wait + HTTP_SLACK_SECONDS
-        return PollReply.from_json(self._post(path, body.to_json(), timeout=timeout))
+    def poll(self, body: PollRequest, timeout: float | None = None) -> PollReply:
+        """``timeout``: the caller's bound (the time left before a lease is given up); at
+        most the wait plus HTTP_SLACK_SECONDS."""
+        path, longest = f"/v1/machines/{self.machine}/poll", body.wait + HTTP_SLACK_SECONDS
+        bound = longest if timeout is None else min(timeout, longest)
+        return PollReply.from_json(self._post(path, body.to_json(), timeout=bound))
 
-    def result(self, job: str, attempt: str, body: ResultRequest) -> ResultReply:
+    def result(
+        self, job: str, attempt: str, body: ResultRequest, timeout: float = HTTP_SLACK_SECONDS
+    ) -> ResultReply:
         path = f"/v1/machines/{self.machine}/jobs/{job}/attempts/{attempt}/result"
-        return ResultReply.from_json(self._post(path, body.to_json()))
+        return ResultReply.from_json(self._post(path, body.to_json(), timeout=timeout))
 
     def image(self, image_id: str, read_timeout: float = 60.0) -> requests.Response:
         """The controller's stream of a served image (a ``docker save`` tar), still unread:

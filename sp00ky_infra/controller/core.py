@@ -22,11 +22,13 @@ from sp00ky_infra.controller.protocol import (
     AgentSettings,
     Assignment,
     BackendInfo,
+    FinishedAttempt,
     ImageSource,
     JoinReply,
     PollReply,
     PollRequest,
     RegistryCredentials,
+    ResultAck,
     ResultRequest,
     Stop,
 )
@@ -296,7 +298,16 @@ class Controller:
         for each in request.running:
             self.measures.posted(each.attempt, each.posted)
         stop: list[Stop] = []
+        acks: list[ResultAck] = []
         if renew:
+            # Results first: their slots are free for the work this same poll claims.
+            for done in request.results:
+                try:
+                    status = self._record(machine, done.job, done.attempt, done, now)
+                except Refusal as exc:
+                    acks.append(ResultAck(job=done.job, attempt=done.attempt, refused=str(exc)))
+                else:
+                    acks.append(ResultAck(job=done.job, attempt=done.attempt, job_status=status))
             self.store.machines.seen(name, now)
             renewed = self.store.renew(reported, now, pool.lease)
             stop = [
@@ -310,7 +321,7 @@ class Controller:
         ]
         assignments: list[Assignment] = []
         if machine.state == "ready" and self.leader:
-            known = {job for job, _ in reported}
+            known = {job for job, _ in reported} | {done.job for done in request.results}
             running = self.store.running_on(name)
             # Jobs bound to this machine that it does not know of: a poll answer that never
             # arrived (a dropped connection, a controller restart). They are its own: resend.
@@ -342,6 +353,7 @@ class Controller:
             drain=machine.state == "draining",
             lease=pool.lease,
             now=now,
+            results=acks,
         )
 
     def result(
@@ -349,7 +361,20 @@ class Controller:
     ) -> str:
         """Record what the backend answered (or why it could not), for the current attempt."""
         machine = self._authenticate(name, session)
-        now = self.clock()
+        status = self._record(machine, job_id, attempt, report, self.clock())
+        self.wake.machine(name)  # a slot is free again
+        return status
+
+    def _record(
+        self,
+        machine: Machine,
+        job_id: str,
+        attempt: str,
+        report: ResultRequest | FinishedAttempt,
+        now: float,
+    ) -> str:
+        """One attempt's result, posted alone or carried on a poll: Refusal if stale."""
+        name = machine.name
         self.measures.posted(attempt, report.posted)
         self.measures.forget(attempt)
         try:
@@ -380,7 +405,6 @@ class Controller:
             )
         if done.status in ("success", "failed"):
             self.measures.job_finished(machine.pool, done.status, last_code(done))
-        self.wake.machine(name)  # a slot is free again
         return done.status
 
     def drained(self, name: str, session: str) -> None:
