@@ -396,8 +396,15 @@ class Agent:
                 self.holding = False
             self.acknowledged(reply, carried)
             self.handle(reply, sent)
-            if free == 0 and not reply.assignments and not carried:
-                # busy: poll again soon for kills and renewals, or at once when a job ends
+            with self.lock:
+                finished = any(
+                    run.done.is_set() and run.report is not None and not run.sending
+                    for run in self.runs.values()
+                )
+                room = alive and not self.draining and self.config.slots > len(self.runs)
+            if not finished and not (room and (reply.assignments or wait > 0)):
+                # busy (or just filled up): poll again soon for kills and renewals, or at
+                # once when a job ends; not straight away for nothing
                 self.wake.wait(min(1.0, self.config.lease / 6))
             self.wake.clear()
 
