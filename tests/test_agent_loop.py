@@ -53,7 +53,9 @@ SERVER = ROOT / "examples" / "backend" / "server.py"
 def setup(tmp_path: Path) -> Iterator[tuple[ControllerProcess, Client]]:
     store_url = f"sqlite:///{tmp_path}/state.db"
     app = backend_app("render", "render_job", tmp_path / "backend.jsonl")
-    config = project(tmp_path, {"render": {"min": 0, "autoscale": True, "max": 2}}, {"renderer": app})
+    config = project(
+        tmp_path, {"render": {"min": 0, "autoscale": True, "max": 2}}, {"renderer": app}
+    )
     client = Client(store_url, config)
     with running_controller(tmp_path, config, store_url) as controller:
         wait_for(controller.leader, what="leadership")

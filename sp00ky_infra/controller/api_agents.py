@@ -83,6 +83,8 @@ def agents_app(controller: Controller, hub: Hub) -> FastAPI:
         controller.ready(name, _session(authorization), body.ok, body.reason)
         return Ack(ok=True)
 
+    pools_of: dict[str, str] = {}  # machine -> pool, for the long-polls' wake-ups
+
     @app.post("/v1/machines/{name}/poll", responses=ERRORS)
     async def poll(
         name: str, body: PollRequest, authorization: Annotated[str | None, Header()] = None
@@ -91,7 +93,13 @@ def agents_app(controller: Controller, hub: Hub) -> FastAPI:
         (at most a third of the lease) when there is nothing to say yet."""
         session = _session(authorization)
         loop = asyncio.get_running_loop()
-        pool = await run_in_threadpool(controller.pool_of, name) if body.wait > 0 else ""
+        pool = ""
+        if body.wait > 0:  # a machine's pool never changes: looked up once, not every poll
+            pool = pools_of.get(name, "") or await run_in_threadpool(controller.pool_of, name)
+            if pool:  # known machines only, and a bounded memory of them
+                if len(pools_of) >= 10_000:
+                    pools_of.clear()
+                pools_of[name] = pool
         limit = controller.poll_wait(controller.pools[pool]) if pool in controller.pools else 0.0
         deadline = loop.time() + min(body.wait, limit)
         renew = True  # leases and the machine's last sighting: once a request

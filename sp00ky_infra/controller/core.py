@@ -286,11 +286,16 @@ class Controller:
             self.executor.boot_failure(machine, reason or "the backend did not become ready", now)
 
     def poll(self, name: str, session: str, request: PollRequest, renew: bool = True) -> PollReply:
-        """Renew the leases the machine reports, then hand it cancels, work and drain.
+        """Record the results the poll carries, renew the leases the machine reports, then
+        hand it cancels, work and drain: in one store transaction (one commit a poll).
 
         A long-poll renews once, when the request arrives (``renew``); the passes after each
         wake-up only look for kills, drain and work.
         """
+        with self.store.transaction():
+            return self._poll(name, session, request, renew)
+
+    def _poll(self, name: str, session: str, request: PollRequest, renew: bool) -> PollReply:
         machine = self._authenticate(name, session)
         now = self.clock()
         pool = self.pools[machine.pool]

@@ -112,15 +112,21 @@ class SqliteStore(SqlStore):
 
     @contextmanager
     def _write(self) -> Iterator[Cursor]:
-        cur = self._connection().cursor()
-        cur.execute("BEGIN IMMEDIATE")
+        conn = self._connection()
+        cur = conn.cursor()
+        nested = conn.in_transaction  # inside transaction(): a savepoint of it
+        cur.execute("SAVEPOINT nested" if nested else "BEGIN IMMEDIATE")
         try:
             yield cur
         except BaseException:
-            cur.execute("ROLLBACK")
+            if nested:
+                cur.execute("ROLLBACK TO nested")
+                cur.execute("RELEASE nested")
+            else:
+                cur.execute("ROLLBACK")
             raise
         else:
-            cur.execute("COMMIT")
+            cur.execute("RELEASE nested" if nested else "COMMIT")
         finally:
             cur.close()
 
