@@ -7,7 +7,8 @@ The same --jobs no-op jobs (10,000) are enqueued, then claimed and completed by 
 by four (processes; procrastinate: one worker process with that concurrency, its own model),
 through:
 
-- this store on SQLite (claims of 16 at a time) and huey's SqliteHuey (one at a time, as its
+- this store as the controller's poll uses it (one transaction completes the last batch and
+  claims the next) on SQLite (claims of 16 at a time) and huey's SqliteHuey (one at a time, as its
   consumer takes them), both with ``synchronous=NORMAL`` in WAL mode: equal durability;
 - this store on PostgreSQL (claims of 1 and of 16), pgqueuer (batched dequeue of 16, completions
   logged in one statement a batch, as its QueueManager does) and procrastinate.
@@ -39,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sp00ky_infra.store import NewJob, open_store
+from sp00ky_infra.store.model import Job
 
 TABLE = "bench_job"
 
@@ -74,18 +76,21 @@ def _wait(start: float) -> None:
 
 
 def _ours_worker(url: str, batch: int, start: float) -> int:
+    """As the controller's poll does: the last batch's results and the next claim commit in
+    one transaction."""
     store = open_store(url, migrate=False)
     _wait(start)
-    done = 0
+    done, jobs = 0, list[Job]()
     while True:
         now = time.time()
-        jobs = store.claim(TABLE, batch, f"w{os.getpid()}", now, lease=90, machine="m1")
+        with store.transaction():
+            for job in jobs:
+                assert job.attempt is not None
+                store.complete(job.id, job.attempt, None, now)
+            done += len(jobs)
+            jobs = store.claim(TABLE, batch, f"w{os.getpid()}", now, lease=90, machine="m1")
         if not jobs:
             break
-        for job in jobs:
-            assert job.attempt is not None
-            store.complete(job.id, job.attempt, None, now)
-        done += len(jobs)
     store.close()
     return done
 
