@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import functools
 import importlib
+import logging
 import multiprocessing
 import os
 import secrets
@@ -210,6 +211,7 @@ def pgqueuer(url: str, jobs: int, workers: int, batch: int) -> float:
 
 def procrastinate(url: str, jobs: int, workers: int) -> float:
     pc = _peer("procrastinate")
+    logging.getLogger("procrastinate").setLevel(logging.ERROR)  # its advice on app placement
     app = pc.App(connector=pc.SyncPsycopgConnector(conninfo=url))
 
     @app.task(name="noop")  # type: ignore[untyped-decorator]
