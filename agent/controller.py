@@ -1,12 +1,24 @@
 """The agent's connection to the controller: it only ever dials out, and speaks the typed
-messages of ``agent.protocol``."""
+messages of ``agent.protocol``.
+
+The JSON calls go over one keep-alive HTTP/1.1 connection of the standard library per
+Controller (each thread that talks to the controller has its own Controller), with Nagle's
+algorithm off: a poll costs a write and a read, not a request library's machinery. The
+image stream, large and rare, goes through requests.
+"""
 
 from __future__ import annotations
 
+import http.client
+import json
 import random
+import socket
+import ssl
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
+from requests.adapters import HTTPAdapter
 
 from agent.errors import ControllerError, Gone, ProtocolError, Refused
 from agent.protocol import (
@@ -25,31 +37,105 @@ from agent.protocol import (
 HTTP_SLACK_SECONDS = 10.0  # beyond a long-poll's wait, before a request counts as lost
 
 
+class _NoDelay(HTTPAdapter):
+    """For the image stream: Nagle's algorithm off, TCP keep-alive on."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["socket_options"] = [
+            (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),
+            (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        ]
+        super().init_poolmanager(*args, **kwargs)
+
+
+# The server closed a kept-alive connection while it was idle: the request never reached it.
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+class Link:
+    """One keep-alive connection to the controller, opened on first use and again after any
+    error; not shared between threads."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if self.https else 80)
+        self.prefix = parts.path.rstrip("/")
+        self.conn: http.client.HTTPConnection | None = None
+
+    def _open(self, timeout: float) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection
+        if self.https:
+            context = ssl.create_default_context()
+            conn = http.client.HTTPSConnection(
+                self.host, self.port, timeout=timeout, context=context
+            )
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        conn.connect()
+        assert conn.sock is not None
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        return conn
+
+    def post(
+        self, path: str, data: bytes, headers: dict[str, str], timeout: float
+    ) -> tuple[int, bytes]:
+        """(status, body); OSError or HTTPException when there is no answer in ``timeout``."""
+        for _ in range(2):
+            fresh = self.conn is None
+            conn = self.conn = self.conn or self._open(timeout)
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            try:
+                conn.request("POST", self.prefix + path, body=data, headers=headers)
+                answer = conn.getresponse()
+                body = answer.read()
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                if not fresh and isinstance(exc, _STALE):
+                    continue  # an idle connection the server had closed: once more, anew
+                raise
+            if answer.will_close:
+                self.close()
+            return answer.status, body
+        raise ConnectionError("the controller closed the connection twice")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
 class Controller:
     def __init__(self, url: str, machine: str) -> None:
         self.url = url.rstrip("/")
         self.machine = machine
         self.session_token: str | None = None
-        self.http = requests.Session()
+        self.link = Link(self.url)
+        self.http = requests.Session()  # the image stream only
+        for scheme in ("http://", "https://"):
+            self.http.mount(scheme, _NoDelay(pool_connections=1, pool_maxsize=1))
 
     def _post(self, path: str, body: dict[str, Any], timeout: float = HTTP_SLACK_SECONDS) -> Any:
-        headers = {}
+        headers = {"Content-Type": "application/json"}
         if self.session_token:
             headers["Authorization"] = f"Bearer {self.session_token}"
+        data = json.dumps(body, separators=(",", ":")).encode()
         try:
-            answer = self.http.post(
-                f"{self.url}{path}", json=body, headers=headers, timeout=timeout
-            )
-        except requests.RequestException as exc:
-            raise ControllerError(f"cannot reach the controller: {exc}") from exc
-        if answer.status_code == 410:
-            raise Gone(_error(answer), 410)
-        if answer.status_code in (401, 403, 404, 409, 422):
-            raise Refused(_error(answer), answer.status_code)
-        if answer.status_code >= 400:
-            raise ControllerError(_error(answer), answer.status_code)
+            status, raw = self.link.post(path, data, headers, timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            reason = str(exc) or type(exc).__name__
+            raise ControllerError(f"cannot reach the controller: {reason}") from exc
+        if status == 410:
+            raise Gone(_problem(status, raw), 410)
+        if status in (401, 403, 404, 409, 422):
+            raise Refused(_problem(status, raw), status)
+        if status >= 400:
+            raise ControllerError(_problem(status, raw), status)
         try:
-            return answer.json()
+            return json.loads(raw)
         except ValueError as exc:
             raise ProtocolError(f"POST {path}: the answer is not JSON ({exc})") from exc
 
@@ -72,13 +158,18 @@ class Controller:
         body = ReadyRequest(ok=ok, reason=reason)
         return Ack.from_json(self._post(f"/v1/machines/{self.machine}/ready", body.to_json()))
 
-    def poll(self, body: PollRequest) -> PollReply:
-        path, timeout = f"/v1/machines/{self.machine}/poll", body.wait + HTTP_SLACK_SECONDS
-        return PollReply.from_json(self._post(path, body.to_json(), timeout=timeout))
+    def poll(self, body: PollRequest, timeout: float | None = None) -> PollReply:
+        """``timeout``: the caller's bound (the time left before a lease is given up); at
+        most the wait plus HTTP_SLACK_SECONDS."""
+        path, longest = f"/v1/machines/{self.machine}/poll", body.wait + HTTP_SLACK_SECONDS
+        bound = longest if timeout is None else min(timeout, longest)
+        return PollReply.from_json(self._post(path, body.to_json(), timeout=bound))
 
-    def result(self, job: str, attempt: str, body: ResultRequest) -> ResultReply:
+    def result(
+        self, job: str, attempt: str, body: ResultRequest, timeout: float = HTTP_SLACK_SECONDS
+    ) -> ResultReply:
         path = f"/v1/machines/{self.machine}/jobs/{job}/attempts/{attempt}/result"
-        return ResultReply.from_json(self._post(path, body.to_json()))
+        return ResultReply.from_json(self._post(path, body.to_json(), timeout=timeout))
 
     def image(self, image_id: str, read_timeout: float = 60.0) -> requests.Response:
         """The controller's stream of a served image (a ``docker save`` tar), still unread:
@@ -105,14 +196,19 @@ class Controller:
 
 def _error(answer: requests.Response) -> str:
     """The status and the controller's Problem, or whatever else answered."""
+    return _problem(answer.status_code, answer.content)
+
+
+def _problem(status: int, raw: bytes) -> str:
+    text = raw.decode(errors="replace")
     try:
-        data = answer.json()
+        data = json.loads(raw)
     except ValueError:
-        return f"{answer.status_code}: {answer.text[:200]}"
+        return f"{status}: {text[:200]}"
     try:
-        return f"{answer.status_code}: {Problem.from_json(data).error or answer.text}"
+        return f"{status}: {Problem.from_json(data).error or text}"
     except ProtocolError:  # JSON but no Problem: a validation error's detail, say
-        return f"{answer.status_code}: {answer.text}"
+        return f"{status}: {text}"
 
 
 def backoff(attempt: int, base: float = 0.2, cap: float = 10.0) -> float:

@@ -31,6 +31,7 @@ class JobRun:
     posted_at: float | None = None  # monotonic: its POST was sent
     report: ResultRequest | None = None  # what to tell the controller, once done
     stopped: str | None = None  # cancelled, stale, abandoned, shutdown
+    sending: bool = False  # its result is on its way (on a poll, or by the courier)
     done: threading.Event = field(default_factory=threading.Event)
     _conn: http.client.HTTPConnection | None = None
 

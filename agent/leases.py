@@ -5,11 +5,16 @@ agent counts from when it *sent* that poll, which is never later. Giving the job
 margin before (send time + lease) therefore stops it before the controller can count the
 lease as expired and hand the attempt to another machine, whatever the network's delay; the
 margin also absorbs the two clocks running at slightly different rates.
+
+The agent enforces that point on its own clock (a watchdog thread, ``agent.main``), never
+only between network calls: a poll blocked by a silent partition cannot delay it. Every call
+is also given a timeout that ends by then (``bounded_timeout``).
 """
 
 from __future__ import annotations
 
 MIN_MARGIN_SECONDS = 2.0
+MIN_CALL_SECONDS = 0.05  # a call gets at least this long, even with no time left
 
 
 def safety_margin(lease: float) -> float:
@@ -20,3 +25,13 @@ def safety_margin(lease: float) -> float:
 def abandon_at(renewal_sent_at: float, lease: float, margin: float) -> float:
     """When a job whose last successful renewal was sent at ``renewal_sent_at`` is given up."""
     return renewal_sent_at + lease - margin
+
+
+def bounded_timeout(wanted: float, now: float, give_up_at: float | None) -> float:
+    """A network call's timeout: what it wants, but never past the point of giving a job up
+    (``give_up_at``, on the same clock as ``now``; None when no job holds a lease). A
+    blocked call then returns in time for the loop to act on it; the watchdog gives the job
+    up on its own clock whether or not the call returns."""
+    if give_up_at is None:
+        return wanted
+    return max(MIN_CALL_SECONDS, min(wanted, give_up_at - now))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import signal
 import subprocess
@@ -40,10 +41,11 @@ from agent.errors import (
 )
 from agent.images import Transient, ensure_image
 from agent.jobs import JobRun
-from agent.leases import abandon_at, safety_margin
+from agent.leases import abandon_at, bounded_timeout, safety_margin
 from agent.protocol import (
     AgentSettings,
     BackendInfo,
+    FinishedAttempt,
     JoinReply,
     PollReply,
     PollRequest,
@@ -77,6 +79,14 @@ class Agent:
         self.last_contact = time.monotonic()
         self.runtime: Runtime | None = None
         self.runtime_factory = runtime_factory or self._process_runtime
+        self.lock = threading.Condition()  # the runs, their renewals, who sends a result
+        self.holding = False  # a long-poll is out: a result that ends now goes by courier
+        self.courier = remote.Controller(settings.controller_url, settings.machine)
+        self.courier_queue: list[JobRun] = []
+        self.courier_wake = threading.Event()
+        self.backend_lock = threading.RLock()  # the watchdog may stop it; the loop starts it
+        self.finished = threading.Event()
+        self.gone: str | None = None  # the courier was told the machine is gone
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -120,10 +130,12 @@ class Agent:
             return 4
         self.call(lambda: self.remote.ready(True))
         self.log("ready", backend=self.runtime.describe() if self.runtime else None)
+        self.start_threads()
         try:
             return self.loop()
         finally:
-            for run in self.runs.values():
+            self.stop_threads()
+            for run in list(self.runs.values()):
                 run.stop("shutdown")
             self.stop_backend()
 
@@ -249,19 +261,22 @@ class Agent:
             raise Transient(str(exc)) from exc
 
     def start_backend(self) -> str | None:
-        if self.runtime is None:
-            self.runtime = self.runtime_factory(self.backend)
-        assert self.runtime is not None
-        self.runtime.start()
-        deadline = time.monotonic() + self.config.boot_timeout
-        return wait_ready(self.runtime, self.backend.healthcheck, deadline)
+        with self.backend_lock:
+            if self.runtime is None:
+                self.runtime = self.runtime_factory(self.backend)
+            assert self.runtime is not None
+            self.runtime.start()
+            deadline = time.monotonic() + self.config.boot_timeout
+            return wait_ready(self.runtime, self.backend.healthcheck, deadline)
 
     def stop_backend(self) -> None:
-        if self.runtime is not None:
-            self.runtime.stop()
+        with self.backend_lock:
+            if self.runtime is not None:
+                self.runtime.stop()
 
     def runtime_alive(self) -> bool:
-        return self.runtime is not None and self.runtime.alive()
+        with self.backend_lock:
+            return self.runtime is not None and self.runtime.alive()
 
     def restart_backend(self, why: str) -> bool:
         self.log("backend_restart", reason=why)
@@ -276,9 +291,37 @@ class Agent:
         return True
 
     # --- the loop --------------------------------------------------------------------------
+    #
+    # Three threads talk to the controller or act on leases; ``self.lock`` guards the runs,
+    # their renewals and which sender owns a result:
+    # - the loop polls: it carries finished results, renews every lease and takes new work in
+    #   one round trip (a held long-poll when slots are free, a quick one when busy);
+    # - the courier posts a result at once when the job ends while a long-poll is held, so a
+    #   result never waits for the poll to return (milliseconds, whatever the slots and lease);
+    # - the watchdog gives a job up on its own clock, before the controller can count its
+    #   lease as expired, whatever any network call is doing (a silent partition blocks
+    #   calls; it cannot delay the watchdog).
 
     def running(self) -> list[JobRun]:
         return [run for run in self.runs.values() if not run.done.is_set()]
+
+    def give_up_at(self) -> float | None:
+        """The monotonic time the first running job is given up, if any runs (under lock)."""
+        points = [
+            abandon_at(run.renewed_at, self.config.lease, self.margin) for run in self.running()
+        ]
+        return min(points, default=None)
+
+    def start_threads(self) -> None:
+        self.courier.session_token = self.remote.session_token
+        for target, name in ((self.watch, "watchdog"), (self.deliver, "courier")):
+            threading.Thread(target=target, name=name, daemon=True).start()
+
+    def stop_threads(self) -> None:
+        self.finished.set()
+        self.courier_wake.set()
+        with self.lock:
+            self.lock.notify_all()
 
     def loop(self) -> int:
         failures = 0
@@ -286,36 +329,59 @@ class Agent:
             if self.stopping >= 2:
                 self.log("stopped", reason="second signal")
                 return 1
+            if self.gone is not None:
+                self.log("gone", reason=self.gone)
+                return 0
             if self.stopping == 1 and not self.draining:
                 self.draining = True
                 self.log("draining", reason="signal")
-            self.deliver_results()
-            self.enforce_leases()
             if self.draining and not self.runs:
                 self.call(self.remote.drained)
                 self.log("drained")
                 return 0
-            idle = not self.running() and self.runtime is not None
+            with self.lock:
+                idle = not self.running() and self.runtime is not None
             if idle and (self.recycle_due or not self.runtime_alive()):
                 why = "recycle" if self.recycle_due else "the backend exited"
                 self.recycle_due = False
                 if not self.restart_backend(why):
                     return 5
-            free = 0
-            if not self.draining and self.runtime is not None and self.runtime.alive():
-                free = max(0, self.config.slots - len(self.runs))
-            wait = self.config.poll_wait if free > 0 else 0.0
-            reported = tuple(
-                RunningAttempt(job=run.job, attempt=run.attempt, posted=run.posted())
-                for run in self.runs.values()
-            )
+            alive = not self.draining and self.runtime_alive()
+            with self.lock:
+                carried = [
+                    run
+                    for run in self.runs.values()
+                    if run.done.is_set() and run.report is not None and not run.sending
+                ]
+                for run in carried:
+                    run.sending = True
+                busy = len(self.runs) - len(carried)
+                free = max(0, self.config.slots - busy) if alive else 0
+                now = time.monotonic()
+                give_up = self.give_up_at()
+                wait = self.config.poll_wait if free > 0 else 0.0
+                if give_up is not None:  # a held poll must answer well before then
+                    wait = min(wait, max(0.0, (give_up - now) / 2))
+                self.holding = wait > 0
+                reported = tuple(
+                    RunningAttempt(job=run.job, attempt=run.attempt, posted=run.posted())
+                    for run in self.runs.values()
+                    if run not in carried
+                )
+            results = tuple(_finished(run) for run in carried)
+            timeout = bounded_timeout(wait + remote.HTTP_SLACK_SECONDS, now, give_up)
+            request = PollRequest(running=reported, free_slots=free, wait=wait, results=results)
             sent = time.monotonic()
             try:
-                reply = self.remote.poll(PollRequest(running=reported, free_slots=free, wait=wait))
+                reply = self.remote.poll(request, timeout=timeout)
             except Gone as exc:
                 self.log("gone", reason=exc)
                 return 0
             except ControllerError as exc:
+                with self.lock:
+                    self.holding = False
+                    for run in carried:
+                        run.sending = False
                 if time.monotonic() - self.last_contact > self.config.max_offline:
                     self.log("offline", reason=f"no contact for {self.config.max_offline}s")
                     self.power_off()
@@ -328,17 +394,45 @@ class Agent:
                 continue
             failures = 0
             self.last_contact = sent
+            with self.lock:
+                self.holding = False
+            self.acknowledged(reply, carried)
             self.handle(reply, sent)
-            if free == 0 and not reply.assignments:
-                # busy: poll again soon for kills and renewals, or at once when a job ends
+            with self.lock:
+                finished = any(
+                    run.done.is_set() and run.report is not None and not run.sending
+                    for run in self.runs.values()
+                )
+                room = alive and not self.draining and self.config.slots > len(self.runs)
+            if not finished and not (room and (reply.assignments or wait > 0)):
+                # busy (or just filled up): poll again soon for kills and renewals, or at
+                # once when a job ends; not straight away for nothing
                 self.wake.wait(min(1.0, self.config.lease / 6))
-                self.wake.clear()
+            self.wake.clear()
+
+    def acknowledged(self, reply: PollReply, carried: list[JobRun]) -> None:
+        """The results the poll carried: recorded or refused are done with; any the answer
+        does not name go again on the next poll."""
+        acks = {(ack.job, ack.attempt): ack for ack in reply.results}
+        for run in carried:
+            ack = acks.get((run.job, run.attempt))
+            if ack is None:
+                with self.lock:
+                    run.sending = False
+                continue
+            if ack.refused is not None:
+                self.log("result_refused", job=run.job, attempt=run.attempt, reason=ack.refused)
+            else:
+                self.log("result", job=run.job, attempt=run.attempt, status=ack.job_status)
+            self.forget(run)
 
     def handle(self, reply: PollReply, sent: float) -> None:
         stopped = {stop.job for stop in reply.stop}
-        for run in self.runs.values():
-            if run.job not in stopped:
-                run.renewed_at = sent  # this poll's send time renewed its lease
+        with self.lock:
+            for run in self.runs.values():
+                if run.job not in stopped:
+                    run.renewed_at = max(run.renewed_at, sent)  # this poll renewed its lease
+            self.lock.notify_all()
         for stop in reply.stop:
             stopping = self.runs.get(stop.job)
             if stopping is None or stopping.attempt != stop.attempt:
@@ -358,10 +452,12 @@ class Agent:
                 renewed_at=sent,
                 margin=self.margin,
             )
-            self.runs[run.job] = run
+            with self.lock:
+                self.runs[run.job] = run
+                self.lock.notify_all()
             self.log("job_start", job=run.job, attempt=run.attempt, path=run.path)
             assert self.runtime is not None
-            run.start(self.runtime.port, on_done=self.wake.set)
+            run.start(self.runtime.port, on_done=functools.partial(self.job_done, run))
         if reply.drain and not self.draining:
             self.draining = True
             self.log("draining", reason="controller")
@@ -382,42 +478,115 @@ class Agent:
     def drop(self, run: JobRun, reason: str) -> None:
         """Stop a job: drop its request and, when it was the only job, restart the backend so
         the work really stops. A killed job is then reported cancelled; others are forgotten."""
-        alone = len(self.running()) == 1 and not run.done.is_set()
+        with self.lock:
+            alone = len(self.running()) == 1 and not run.done.is_set()
         run.stop(reason)
-        if reason == "cancelled":
-            run.report = ResultRequest(status="cancelled")
-        else:
-            self.runs.pop(run.job, None)
+        with self.lock:
+            if reason == "cancelled":
+                run.report = ResultRequest(status="cancelled")
+            elif self.runs.get(run.job) is run:
+                del self.runs[run.job]
         if alone and self.runtime is not None:
             self.recycle_due = True
+        self.wake.set()
 
-    def enforce_leases(self) -> None:
-        """Give a job up before the controller can count its lease as expired."""
-        now = time.monotonic()
-        lease = self.config.lease
-        for run in list(self.runs.values()):
-            if not run.done.is_set() and now >= abandon_at(run.renewed_at, lease, self.margin):
+    def forget(self, run: JobRun) -> None:
+        with self.lock:
+            if self.runs.get(run.job) is run:
+                del self.runs[run.job]
+
+    def job_done(self, run: JobRun) -> None:
+        """A job's thread ended: its result goes by courier if a long-poll is held (it would
+        wait for it), else on the loop's next poll, which this wakes."""
+        with self.lock:
+            if run.report is not None and run.report.status != "cancelled":
+                if self.config.recycle == "job":
+                    self.recycle_due = True
+                if self.holding and not run.sending and self.runs.get(run.job) is run:
+                    run.sending = True
+                    self.courier_queue.append(run)
+                    self.courier_wake.set()
+            self.lock.notify_all()
+        self.wake.set()
+
+    # --- the watchdog and the courier ------------------------------------------------------
+
+    def watch(self) -> None:
+        """Give jobs up on the agent's own clock, whatever the network calls are doing."""
+        while not self.finished.is_set():
+            with self.lock:
+                now = time.monotonic()
+                lease = self.config.lease
+                due = [
+                    run
+                    for run in self.running()
+                    if now >= abandon_at(run.renewed_at, lease, self.margin)
+                ]
+                for run in due:
+                    del self.runs[run.job]
+                stop_backend = bool(due) and not self.running()
+                if not due:
+                    give_up = self.give_up_at()
+                    pause = 1.0 if give_up is None else min(1.0, give_up - now)
+                    self.lock.wait(timeout=max(0.005, pause))
+                    continue
+            for run in due:
                 self.log("abandon", job=run.job, attempt=run.attempt, reason="lease not renewed")
-                self.drop(run, "abandoned")
+                run.stop("abandoned")
+            if stop_backend:
+                # the work must end now, not when a blocked poll returns: the loop starts the
+                # backend again once it is idle
+                self.log("backend_stop", reason="jobs abandoned")
+                self.stop_backend()
+            self.wake.set()
 
-    def deliver_results(self) -> None:
-        for run in list(self.runs.values()):
-            if not run.done.is_set() or run.report is None:
-                continue
-            if run.report.status != "cancelled" and self.config.recycle == "job":
-                self.recycle_due = True
-            try:
-                report = dataclasses.replace(run.report, posted=run.posted())
-                answer = self.remote.result(run.job, run.attempt, report)
-                self.last_contact = time.monotonic()
-                self.log("result", job=run.job, attempt=run.attempt, status=answer.job_status)
-                self.runs.pop(run.job, None)
-            except Refused as exc:
-                self.log("result_refused", job=run.job, attempt=run.attempt, reason=exc)
-                self.runs.pop(run.job, None)
-            except ControllerError as exc:
-                self.log("result_held", job=run.job, attempt=run.attempt, reason=exc)
-                return  # kept until the controller has it; tried again next turn
+    def deliver(self) -> None:
+        """The courier: posts the results that end while a long-poll is held."""
+        while not self.finished.is_set():
+            self.courier_wake.wait(1.0)
+            self.courier_wake.clear()
+            while True:
+                with self.lock:
+                    if not self.courier_queue:
+                        break
+                    run = self.courier_queue.pop(0)
+                self.send_result(run)
+
+    def send_result(self, run: JobRun) -> None:
+        assert run.report is not None
+        report = dataclasses.replace(run.report, posted=run.posted())
+        try:
+            answer = self.courier.result(run.job, run.attempt, report)
+        except Gone as exc:
+            self.gone = str(exc)
+            self.wake.set()
+            return
+        except Refused as exc:
+            self.log("result_refused", job=run.job, attempt=run.attempt, reason=exc)
+            self.forget(run)
+            return
+        except ControllerError as exc:
+            self.log("result_held", job=run.job, attempt=run.attempt, reason=exc)
+            with self.lock:
+                run.sending = False  # the loop's next poll carries it
+            self.wake.set()
+            return
+        self.last_contact = time.monotonic()
+        self.log("result", job=run.job, attempt=run.attempt, status=answer.job_status)
+        self.forget(run)
+
+
+def _finished(run: JobRun) -> FinishedAttempt:
+    report = run.report
+    assert report is not None
+    return FinishedAttempt(
+        job=run.job,
+        attempt=run.attempt,
+        status=report.status,
+        result=report.result,
+        error=report.error,
+        posted=run.posted(),
+    )
 
 
 def main() -> int:

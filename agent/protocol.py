@@ -11,7 +11,8 @@ what the agent sends. Fields the agent does not know are ignored, as the control
     POST /v1/join      JoinRequest   JoinReply (BackendInfo, AgentSettings, credential)
     POST .../rejoin    RejoinRequest JoinReply (no new credential)
     POST .../ready     ReadyRequest  Ack
-    POST .../poll      PollRequest   PollReply (Assignment, Stop)
+    POST .../poll      PollRequest   PollReply (Assignment, Stop, ResultAck)
+                       (results of finished attempts ride the poll: FinishedAttempt)
     POST .../result    ResultRequest ResultReply
     POST .../drained   (no body)     Ack
     GET  .../images/ID (no body)     the image as a docker save tar (ImageSource "controller")
@@ -120,11 +121,32 @@ class RunningAttempt(Message):
     posted: float | None = None  # seconds from the poll answer that assigned it to its POST
 
 
+ErrorCode = Literal["backend_error", "backend_unreachable", "timeout"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorInfo(Message):
+    code: ErrorCode
+    reason: str
+    status: int | None = None  # the backend's HTTP status
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishedAttempt(Message):
+    job: str
+    attempt: str
+    status: Literal["success", "failed", "cancelled"]
+    result: Any = None
+    error: ErrorInfo | None = None
+    posted: float | None = None  # seconds from the poll answer that assigned it to its POST
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PollRequest(Message):
     running: tuple[RunningAttempt, ...] = ()  # held: running, or a result not yet acknowledged
-    free_slots: int = 0  # jobs the machine can start now
+    free_slots: int = 0  # jobs the machine can start now (slots of results sent here count)
     wait: float = 0.0  # seconds to wait for work
+    results: tuple[FinishedAttempt, ...] = ()  # recorded before anything else of the poll
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,22 +167,21 @@ class Stop(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ResultAck(Message):
+    job: str
+    attempt: str
+    job_status: str | None = None  # recorded: the job's status now
+    refused: str | None = None  # never will be (a stale attempt): why; the agent drops it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PollReply(Message):
     assignments: tuple[Assignment, ...] = ()
     stop: tuple[Stop, ...] = ()
     drain: bool = False
     lease: float
     now: float
-
-
-ErrorCode = Literal["backend_error", "backend_unreachable", "timeout"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ErrorInfo(Message):
-    code: ErrorCode
-    reason: str
-    status: int | None = None  # the backend's HTTP status
+    results: tuple[ResultAck, ...] = ()  # one for each result the poll carried
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,7 +6,13 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.leases import MIN_MARGIN_SECONDS, abandon_at, safety_margin
+from agent.leases import (
+    MIN_CALL_SECONDS,
+    MIN_MARGIN_SECONDS,
+    abandon_at,
+    bounded_timeout,
+    safety_margin,
+)
 
 leases = st.floats(min_value=30, max_value=3600)  # lint: lease is at least 30 s
 
@@ -46,3 +52,20 @@ def test_only_a_successful_renewal_moves_the_point_of_giving_up(
         sent += step
         assert abandon_at(sent, lease, margin) == sent + lease - margin
     assert abandon_at(sent, lease, margin) > sent
+
+
+@given(
+    wanted=st.floats(min_value=0.1, max_value=120),
+    now=st.floats(min_value=0, max_value=1e6),
+    left=st.one_of(st.none(), st.floats(min_value=-100, max_value=200)),
+)
+def test_no_call_waits_past_the_point_of_giving_a_job_up(
+    wanted: float, now: float, left: float | None
+) -> None:
+    give_up = None if left is None else now + left
+    timeout = bounded_timeout(wanted, now, give_up)
+    assert MIN_CALL_SECONDS <= timeout <= max(wanted, MIN_CALL_SECONDS)
+    if give_up is None:
+        assert timeout == wanted
+    else:  # it ends by the give-up point (a call with no time left gets the minimum)
+        assert now + timeout <= max(give_up, now + MIN_CALL_SECONDS) + 1e-6

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import FastAPI, Header, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from sp00ky_infra import __version__
 from sp00ky_infra.controller.core import Controller
@@ -24,6 +24,7 @@ from sp00ky_infra.controller.protocol import (
     Problem,
     ReadyRequest,
     RejoinRequest,
+    ResultAck,
     ResultReply,
     ResultRequest,
 )
@@ -84,26 +85,38 @@ def agents_app(controller: Controller, hub: Hub) -> FastAPI:
         controller.ready(name, _session(authorization), body.ok, body.reason)
         return Ack(ok=True)
 
-    @app.post("/v1/machines/{name}/poll", responses=ERRORS)
+    pools_of: dict[str, str] = {}  # machine -> pool, for the long-polls' wake-ups
+
+    @app.post("/v1/machines/{name}/poll", responses=ERRORS, response_model=PollReply)
     async def poll(
         name: str, body: PollRequest, authorization: Annotated[str | None, Header()] = None
-    ) -> PollReply:
-        """Renew leases; answer with work, stops and drain, waiting up to ``wait`` seconds
-        (at most a third of the lease) when there is nothing to say yet."""
+    ) -> Response:
+        """Record the results it carries, renew leases; answer with work, stops and drain,
+        waiting up to ``wait`` seconds (at most a third of the lease) when there is nothing to
+        say yet. The reply is serialized once, not validated again on its way out."""
         session = _session(authorization)
         loop = asyncio.get_running_loop()
-        pool = await run_in_threadpool(controller.pool_of, name) if body.wait > 0 else ""
+        pool = ""
+        if body.wait > 0:  # a machine's pool never changes: looked up once, not every poll
+            pool = pools_of.get(name, "") or await run_in_threadpool(controller.pool_of, name)
+            if pool:  # known machines only, and a bounded memory of them
+                if len(pools_of) >= 10_000:
+                    pools_of.clear()
+                pools_of[name] = pool
         limit = controller.poll_wait(controller.pools[pool]) if pool in controller.pools else 0.0
         deadline = loop.time() + min(body.wait, limit)
-        renew = True  # leases and the machine's last sighting: once a request
+        renew = True  # results, leases and the machine's last sighting: once a request
+        acks: list[ResultAck] = []
         while True:
             woken = hub.waiter(name, pool)
             try:
                 reply = await run_in_threadpool(controller.poll, name, session, body, renew=renew)
-                renew = False
+                if renew:
+                    acks, renew = reply.results, False
                 left = deadline - loop.time()
                 if reply.assignments or reply.stop or reply.drain or left <= 0:
-                    return reply
+                    reply.results = acks  # the results were recorded by the first pass
+                    return Response(reply.model_dump_json(), media_type="application/json")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woken.wait(), timeout=left)
             finally:

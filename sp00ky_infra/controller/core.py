@@ -23,11 +23,13 @@ from sp00ky_infra.controller.protocol import (
     AgentSettings,
     Assignment,
     BackendInfo,
+    FinishedAttempt,
     ImageSource,
     JoinReply,
     PollReply,
     PollRequest,
     RegistryCredentials,
+    ResultAck,
     ResultRequest,
     Stop,
 )
@@ -302,11 +304,16 @@ class Controller:
             self.executor.boot_failure(machine, reason or "the backend did not become ready", now)
 
     def poll(self, name: str, session: str, request: PollRequest, renew: bool = True) -> PollReply:
-        """Renew the leases the machine reports, then hand it cancels, work and drain.
+        """Record the results the poll carries, renew the leases the machine reports, then
+        hand it cancels, work and drain: in one store transaction (one commit a poll).
 
         A long-poll renews once, when the request arrives (``renew``); the passes after each
         wake-up only look for kills, drain and work.
         """
+        with self.store.transaction():
+            return self._poll(name, session, request, renew)
+
+    def _poll(self, name: str, session: str, request: PollRequest, renew: bool) -> PollReply:
         machine = self._authenticate(name, session)
         now = self.clock()
         pool = self.pools[machine.pool]
@@ -314,7 +321,16 @@ class Controller:
         for each in request.running:
             self.measures.posted(each.attempt, each.posted)
         stop: list[Stop] = []
+        acks: list[ResultAck] = []
         if renew:
+            # Results first: their slots are free for the work this same poll claims.
+            for done in request.results:
+                try:
+                    status = self._record(machine, done.job, done.attempt, done, now)
+                except Refusal as exc:
+                    acks.append(ResultAck(job=done.job, attempt=done.attempt, refused=str(exc)))
+                else:
+                    acks.append(ResultAck(job=done.job, attempt=done.attempt, job_status=status))
             self.store.machines.seen(name, now)
             renewed = self.store.renew(reported, now, pool.lease)
             stop = [
@@ -328,7 +344,7 @@ class Controller:
         ]
         assignments: list[Assignment] = []
         if machine.state == "ready" and self.leader:
-            known = {job for job, _ in reported}
+            known = {job for job, _ in reported} | {done.job for done in request.results}
             running = self.store.running_on(name)
             # Jobs bound to this machine that it does not know of: a poll answer that never
             # arrived (a dropped connection, a controller restart). They are its own: resend.
@@ -360,6 +376,7 @@ class Controller:
             drain=machine.state == "draining",
             lease=pool.lease,
             now=now,
+            results=acks,
         )
 
     def result(
@@ -367,7 +384,20 @@ class Controller:
     ) -> str:
         """Record what the backend answered (or why it could not), for the current attempt."""
         machine = self._authenticate(name, session)
-        now = self.clock()
+        status = self._record(machine, job_id, attempt, report, self.clock())
+        self.wake.machine(name)  # a slot is free again
+        return status
+
+    def _record(
+        self,
+        machine: Machine,
+        job_id: str,
+        attempt: str,
+        report: ResultRequest | FinishedAttempt,
+        now: float,
+    ) -> str:
+        """One attempt's result, posted alone or carried on a poll: Refusal if stale."""
+        name = machine.name
         self.measures.posted(attempt, report.posted)
         self.measures.forget(attempt)
         try:
@@ -398,7 +428,6 @@ class Controller:
             )
         if done.status in ("success", "failed"):
             self.measures.job_finished(machine.pool, done.status, last_code(done))
-        self.wake.machine(name)  # a slot is free again
         return done.status
 
     def drained(self, name: str, session: str) -> None:

@@ -100,6 +100,27 @@ class RunningAttempt(BaseModel):
     )
 
 
+class ErrorInfo(BaseModel):
+    code: Literal["backend_error", "backend_unreachable", "timeout"]
+    reason: str
+    status: int | None = Field(default=None, description="The backend's HTTP status.")
+
+
+class FinishedAttempt(BaseModel):
+    """A result carried on a poll: recorded before the poll renews leases or claims work, so
+    its slot counts as free in the same round trip."""
+
+    job: str
+    attempt: str
+    status: Literal["success", "failed", "cancelled"]
+    result: Any = None
+    error: ErrorInfo | None = None
+    posted: float | None = Field(
+        default=None,
+        description="Seconds from the poll answer that assigned it to its POST being sent.",
+    )
+
+
 class PollRequest(BaseModel):
     running: list[RunningAttempt] = Field(
         default_factory=list,
@@ -108,6 +129,11 @@ class PollRequest(BaseModel):
     )
     free_slots: int = Field(default=0, ge=0, description="Jobs the machine can start now.")
     wait: float = Field(default=0.0, ge=0, le=60, description="Seconds to wait for work.")
+    results: list[FinishedAttempt] = Field(
+        default_factory=list,
+        description="Finished attempts' results, recorded first (each acknowledged in the "
+        "reply's `results`); the same as POSTing each to .../result.",
+    )
 
 
 class Assignment(BaseModel):
@@ -125,18 +151,24 @@ class Stop(BaseModel):
     reason: Literal["cancelled", "stale"]
 
 
+class ResultAck(BaseModel):
+    job: str
+    attempt: str
+    job_status: str | None = Field(default=None, description="Recorded: the job's status now.")
+    refused: str | None = Field(
+        default=None, description="Never will be recorded (a stale attempt): why. Drop it."
+    )
+
+
 class PollReply(BaseModel):
     assignments: list[Assignment] = Field(default_factory=list)
     stop: list[Stop] = Field(default_factory=list)
     drain: bool = False
     lease: float
     now: float
-
-
-class ErrorInfo(BaseModel):
-    code: Literal["backend_error", "backend_unreachable", "timeout"]
-    reason: str
-    status: int | None = Field(default=None, description="The backend's HTTP status.")
+    results: list[ResultAck] = Field(
+        default_factory=list, description="One for each result the poll carried."
+    )
 
 
 class ResultRequest(BaseModel):

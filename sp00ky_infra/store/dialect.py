@@ -108,7 +108,14 @@ class Dialect(ABC):
 
     @abstractmethod
     def _write(self) -> AbstractContextManager[Cursor]:
-        """A write transaction that commits on success and rolls back on error."""
+        """A write transaction that commits on success and rolls back on error; inside
+        ``transaction()`` a savepoint of it (rolled back alone on error)."""
+
+    def transaction(self) -> AbstractContextManager[Cursor]:
+        """One transaction for several calls of this thread (an agent's poll: its results,
+        renewals and claims commit together, once). Each call inside keeps its own guarantees:
+        its writes are a savepoint, undone alone if it raises."""
+        return self._write()
 
     @abstractmethod
     def _cursor(self) -> AbstractContextManager[Cursor]:

@@ -1,0 +1,332 @@
+"""The job store against the Python queues people would pick instead, in one run.
+
+    .venv/bin/pip install -e '.[bench]'      # huey, pgqueuer, procrastinate (never runtime)
+    .venv/bin/python bench/peers.py          # PostgreSQL from --postgres or $SPKY_TEST_POSTGRES_URL
+
+The same --jobs no-op jobs (10,000) are enqueued, then claimed and completed by one worker and
+by four (processes; procrastinate: one worker process with that concurrency, its own model),
+through:
+
+- this store as the controller's poll uses it (one transaction completes the last batch and
+  claims the next) on SQLite (claims of 16 at a time) and huey's SqliteHuey (one at a time, as its
+  consumer takes them), both with ``synchronous=NORMAL`` in WAL mode: equal durability;
+- this store on PostgreSQL (claims of 1 and of 16), pgqueuer (batched dequeue of 16, completions
+  logged in one statement a batch, as its QueueManager does) and procrastinate.
+
+It prints jobs/s for each and the ratio of this store to each peer. A peer that is not
+installed, or fails, is reported as such: never a made-up figure. Targets (issue 19): SQLite at
+least 0.75 x huey, PostgreSQL at least 1.0 x pgqueuer batched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import importlib
+import logging
+import multiprocessing
+import os
+import secrets
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sp00ky_infra.store import NewJob, open_store
+from sp00ky_infra.store.model import Job
+
+TABLE = "bench_job"
+
+
+class Unavailable(Exception):
+    """A peer could not run here (not installed, or it failed): said, not faked."""
+
+
+def _peer(module: str) -> Any:
+    """A peer's module, untyped (the bench group is optional), or Unavailable."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise Unavailable(f"{module} is not installed ({exc}): pip install -e '.[bench]'") from exc
+
+
+def _parallel(workers: int, target: Callable[..., int], *args: Any) -> float:
+    """Run ``target(*args)`` in ``workers`` processes from one start; jobs/s of them all."""
+    context = multiprocessing.get_context("fork")
+    with context.Pool(workers) as pool:
+        start = time.time() + 0.3
+        counts = pool.starmap(target, [(*args, start)] * workers)
+        elapsed = time.time() - start
+    return sum(counts) / elapsed
+
+
+def _wait(start: float) -> None:
+    while time.time() < start:
+        time.sleep(0.001)
+
+
+# --- this store ------------------------------------------------------------------------------
+
+
+def _ours_worker(url: str, batch: int, start: float) -> int:
+    """As the controller's poll does: the last batch's results and the next claim commit in
+    one transaction."""
+    store = open_store(url, migrate=False)
+    _wait(start)
+    done, jobs = 0, list[Job]()
+    while True:
+        now = time.time()
+        with store.transaction():
+            for job in jobs:
+                assert job.attempt is not None
+                store.complete(job.id, job.attempt, None, now)
+            done += len(jobs)
+            jobs = store.claim(TABLE, batch, f"w{os.getpid()}", now, lease=90, machine="m1")
+        if not jobs:
+            break
+    store.close()
+    return done
+
+
+def ours(url: str, jobs: int, workers: int, batch: int) -> float:
+    store = open_store(url)
+    for first in range(0, jobs, 5000):
+        news = [
+            NewJob("bench", TABLE, "/noop", {"n": n}, pool="bench")
+            for n in range(first, min(jobs, first + 5000))
+        ]
+        store.enqueue_many(news, time.time() - 1)
+    store.close()
+    rate = _parallel(workers, _ours_worker, url, batch)
+    store = open_store(url, migrate=False)
+    finished = store.counts(table=TABLE).get("success", 0)
+    store.close()
+    if finished != jobs:
+        raise AssertionError(f"this store finished {finished} of {jobs}")
+    return rate
+
+
+# --- huey ------------------------------------------------------------------------------------
+
+
+def _huey(path: str) -> Any:
+    SqliteHuey = _peer("huey").SqliteHuey
+    SqliteStorage = _peer("huey.storage").SqliteStorage
+
+    class NormalStorage(SqliteStorage):  # type: ignore[misc,valid-type]
+        def _create_connection(self) -> Any:
+            conn = super()._create_connection()
+            conn.execute("pragma synchronous=1")  # NORMAL, as this store's SQLite
+            return conn
+
+    huey = SqliteHuey("bench", filename=path, storage_class=NormalStorage, results=True)
+
+    @huey.task()  # type: ignore[untyped-decorator]
+    def noop(n: int) -> None:
+        return None
+
+    return huey, noop
+
+
+def _huey_worker(path: str, start: float) -> int:
+    huey, _ = _huey(path)
+    _wait(start)
+    done = 0
+    while True:
+        task = huey.dequeue()
+        if task is None:
+            break
+        huey.execute(task)
+        done += 1
+    return done
+
+
+def huey(folder: str, jobs: int, workers: int) -> float:
+    path = f"{folder}/huey-{workers}.db"
+    queue, noop = _huey(path)
+    for n in range(jobs):
+        noop(n)
+    rate = _parallel(workers, _huey_worker, path)
+    if len(queue) != 0:
+        raise AssertionError(f"huey left {len(queue)} of {jobs}")
+    return rate
+
+
+# --- pgqueuer --------------------------------------------------------------------------------
+
+
+async def _pgqueuer_connect(url: str) -> Any:
+    import psycopg
+
+    Queries = _peer("pgqueuer.adapters.persistence.queries").Queries
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    return conn, Queries.from_psycopg_connection(conn)
+
+
+def _pgqueuer_worker(url: str, batch: int, start: float) -> int:
+    async def work() -> int:
+        EntrypointExecutionParameter = _peer(
+            "pgqueuer.ports.repository"
+        ).EntrypointExecutionParameter
+        conn, queries = await _pgqueuer_connect(url)
+        entrypoints = {"noop": EntrypointExecutionParameter(concurrency_limit=0)}
+        manager = uuid.uuid4()
+        _wait(start)
+        done = 0
+        while True:
+            picked = await queries.dequeue(batch, entrypoints, manager, None, timedelta(seconds=90))
+            if not picked:
+                break
+            await queries.log_jobs([(job, "successful", None) for job in picked])
+            done += len(picked)
+        await conn.close()
+        return done
+
+    return asyncio.run(work())
+
+
+def pgqueuer(url: str, jobs: int, workers: int, batch: int) -> float:
+    async def fill() -> None:
+        conn, queries = await _pgqueuer_connect(url)
+        await queries.install()
+        for first in range(0, jobs, 5000):
+            count = min(jobs, first + 5000) - first
+            await queries.enqueue(["noop"] * count, [b"{}"] * count, [0] * count)
+        await conn.close()
+
+    asyncio.run(fill())
+    return _parallel(workers, _pgqueuer_worker, url, batch)
+
+
+# --- procrastinate ---------------------------------------------------------------------------
+
+
+def procrastinate(url: str, jobs: int, workers: int) -> float:
+    pc = _peer("procrastinate")
+    logging.getLogger("procrastinate").setLevel(logging.ERROR)  # its advice on app placement
+    app = pc.App(connector=pc.SyncPsycopgConnector(conninfo=url))
+
+    @app.task(name="noop")  # type: ignore[untyped-decorator]
+    def noop(n: int) -> None:
+        return None
+
+    with app.open():
+        app.schema_manager.apply_schema()
+        for first in range(0, jobs, 5000):
+            noop.batch_defer(*({"n": n} for n in range(first, min(jobs, first + 5000))))
+    async_app = pc.App(connector=pc.PsycopgConnector(conninfo=url))
+    async_app.tasks = app.tasks
+    started = time.perf_counter()
+
+    async def run() -> None:
+        async with async_app.open_async():
+            await async_app.run_worker_async(
+                wait=False, concurrency=workers, install_signal_handlers=False
+            )
+
+    asyncio.run(run())
+    return jobs / (time.perf_counter() - started)
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def postgres_schema(base: str) -> Iterator[str]:
+    import psycopg
+
+    schema = f"peers_{secrets.token_hex(4)}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in base else "?"
+    try:
+        yield f"{base}{separator}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def measure(what: str, run: Callable[[], float], figures: dict[str, float | str]) -> None:
+    print(f"  {what} ...", end=" ", flush=True)
+    try:
+        figures[what] = run()
+        print(f"{figures[what]:,.0f} jobs/s", flush=True)
+    except Unavailable as exc:
+        figures[what] = f"not run: {exc}"
+        print(figures[what], flush=True)
+    except Exception as exc:  # a peer that fails here is reported, not hidden
+        figures[what] = f"failed: {type(exc).__name__}: {exc}"
+        print(figures[what], flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--postgres", default=os.environ.get("SPKY_TEST_POSTGRES_URL", ""))
+    args = parser.parse_args()
+    figures: dict[str, float | str] = {}
+    print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {args.jobs} jobs")
+    for workers in (1, 4):
+        with tempfile.TemporaryDirectory() as folder:
+            url = f"sqlite:///{folder}/ours.db"
+            measure(
+                f"sqlite ours w{workers}",
+                functools.partial(ours, url, args.jobs, workers, 16),
+                figures,
+            )
+            measure(
+                f"sqlite huey w{workers}",
+                functools.partial(huey, folder, args.jobs, workers),
+                figures,
+            )
+        if not args.postgres:
+            continue
+        for batch in (1, 16):
+            with postgres_schema(args.postgres) as pg:
+                measure(
+                    f"postgres ours b{batch} w{workers}",
+                    functools.partial(ours, pg, args.jobs, workers, batch),
+                    figures,
+                )
+        with postgres_schema(args.postgres) as pg:
+            measure(
+                f"postgres pgqueuer b16 w{workers}",
+                functools.partial(pgqueuer, pg, args.jobs, workers, 16),
+                figures,
+            )
+        with postgres_schema(args.postgres) as pg:
+            measure(
+                f"postgres procrastinate w{workers}",
+                functools.partial(procrastinate, pg, args.jobs, workers),
+                figures,
+            )
+    if not args.postgres:
+        print("PostgreSQL: skipped (no --postgres or $SPKY_TEST_POSTGRES_URL)")
+    print(f"load average: {os.getloadavg()[0]:.2f}")
+    print("ratios (this store / peer; targets: >= 0.75 x huey, >= 1.0 x pgqueuer batched):")
+    for workers in (1, 4):
+        pairs = [
+            (f"sqlite ours w{workers}", f"sqlite huey w{workers}"),
+            (f"postgres ours b16 w{workers}", f"postgres pgqueuer b16 w{workers}"),
+            (f"postgres ours b16 w{workers}", f"postgres procrastinate w{workers}"),
+        ]
+        for mine, peer in pairs:
+            a, b = figures.get(mine), figures.get(peer)
+            if isinstance(a, float) and isinstance(b, float):
+                print(f"  {mine} / {peer}: {a / b:.2f}")
+            elif mine in figures or peer in figures:
+                print(f"  {mine} / {peer}: no ratio ({peer}: {b})")
+
+
+if __name__ == "__main__":
+    main()
