@@ -16,6 +16,11 @@ from typing import Any
 from agent.protocol import ErrorCode, ErrorInfo, ResultRequest
 
 REASON_EXCERPT = 300
+# What the controller accepts of a result (its README's "Limits"; mirrored from
+# sp00ky_infra.policy.jobs, a test holds them equal): an answer past them fails the attempt
+# here, instead of being refused at the controller and left to wait out its lease.
+MAX_RESULT_BYTES = 1024 * 1024
+MAX_JSON_DEPTH = 64
 
 
 @dataclass(eq=False)
@@ -30,6 +35,7 @@ class JobRun:
     assigned_at: float = field(default_factory=time.monotonic)  # its poll answer came
     posted_at: float | None = None  # monotonic: its POST was sent
     report: ResultRequest | None = None  # what to tell the controller, once done
+    report_bytes: int = 0  # its result's size as JSON: a large one goes by courier, not on a poll
     stopped: str | None = None  # cancelled, stale, abandoned, shutdown
     sending: bool = False  # its result is on its way (on a poll, or by the courier)
     done: threading.Event = field(default_factory=threading.Event)
@@ -75,7 +81,23 @@ class JobRun:
         finally:
             conn.close()
         if 200 <= answer.status < 300:
-            return ResultRequest(status="success", result=_decode(data))
+            result = _decode(data)
+            try:
+                self.report_bytes = len(json.dumps(result, allow_nan=False).encode())
+            except ValueError:
+                return _failed("backend_error", "the answer has NaN or Infinity: not JSON")
+            if self.report_bytes > MAX_RESULT_BYTES:
+                return _failed(
+                    "backend_error",
+                    f"the answer is {self.report_bytes} bytes as JSON, over the 1 MiB a result "
+                    "may be; store large outputs elsewhere and answer with a reference",
+                    answer.status,
+                )
+            if _depth(result) > MAX_JSON_DEPTH:
+                return _failed(
+                    "backend_error", f"the answer nests deeper than {MAX_JSON_DEPTH} levels"
+                )
+            return ResultRequest(status="success", result=result)
         excerpt = data[:REASON_EXCERPT].decode(errors="replace")
         return _failed("backend_error", f"HTTP {answer.status}: {excerpt}", answer.status)
 
@@ -100,6 +122,22 @@ def _decode(data: bytes) -> Any:
         return json.loads(data)
     except ValueError:
         return data.decode(errors="replace")
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value`` nests objects and arrays (without recursion: the answer is foreign)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        for child in children:
+            if isinstance(child, dict | list):
+                todo.append((child, level + 1))
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+    return deepest
 
 
 def _failed(code: ErrorCode, reason: str, status: int | None = None) -> ResultRequest:

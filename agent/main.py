@@ -58,6 +58,9 @@ from agent.settings import Settings
 JOIN_BUDGET_SECONDS = 600.0
 REFUSED = 3  # the unit's RestartPreventExitStatus lists it: a refused machine stays off
 UNREACHABLE = 7  # no answer to join within the budget: the unit restarts the agent
+# Results a poll may carry in all, as JSON: well under the controller's 256 KiB for a poll's
+# body (controller/limits.py); a larger result is posted on its own (up to 1 MiB).
+POLL_RESULTS_BYTES = 128 * 1024
 
 
 def log(machine: str, event: str, **fields: Any) -> None:
@@ -348,11 +351,21 @@ class Agent:
                     return 5
             alive = not self.draining and self.runtime_alive()
             with self.lock:
-                carried = [
+                ended = [
                     run
                     for run in self.runs.values()
                     if run.done.is_set() and run.report is not None and not run.sending
                 ]
+                carried: list[JobRun] = []
+                space = POLL_RESULTS_BYTES
+                for run in ended:  # small results ride the poll; a large one its own POST
+                    if run.report_bytes <= space:
+                        carried.append(run)
+                        space -= run.report_bytes
+                    else:
+                        run.sending = True
+                        self.courier_queue.append(run)
+                        self.courier_wake.set()
                 for run in carried:
                     run.sending = True
                 busy = len(self.runs) - len(carried)

@@ -12,8 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from sp00ky_infra.client import Client
 from sp00ky_infra.store import Job
 from tests.controllers import (
@@ -49,6 +47,8 @@ class Handler(BaseHTTPRequestHandler):
         body = b'{"ok": true}'
         if os.environ.get("ODD_POST") == "big":  # a result over the 1 MiB limit
             body = b'{"blob": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+        if os.environ.get("ODD_POST") == "large":  # under 1 MiB, over what a poll carries
+            body = b'{"blob": "' + b"x" * (600 * 1024) + b'"}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -249,12 +249,6 @@ def test_two_jobs_run_at_once_on_one_two_slot_machine(tmp_path: Path, sqlite_url
     assert len({e["pid"] for e in events}) == 1  # one backend process, one machine
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the agent posts an over-limit result, gets 413 and holds it for ever (job stuck in "
-    "processing): agent/jobs.py must bound the backend's answer before posting (loop helper's "
-    "file; the report gives the patch)",
-)
 def test_a_result_over_the_limit_fails_the_attempt_instead_of_sticking(
     tmp_path: Path, sqlite_url: str
 ) -> None:
@@ -266,3 +260,15 @@ def test_a_result_over_the_limit_fails_the_attempt_instead_of_sticking(
         failed = _finished(client, job.id, timeout=20)
     (error,) = failed.errors
     assert error["code"] == "backend_error" and "1 MiB" in error["reason"], error
+
+
+def test_a_large_result_within_the_limit_arrives_whole(tmp_path: Path, sqlite_url: str) -> None:
+    """600 KiB: over what a poll's body may carry (256 KiB), under a result's 1 MiB, so the
+    agent posts it on its own rather than on a poll the controller would refuse."""
+    app = _odd_backend(tmp_path, post="large", healthcheck=None)
+    config = project(tmp_path, ONE_MACHINE, {"renderer": app})
+    with Client(sqlite_url, config) as client, running_controller(tmp_path, config, sqlite_url):
+        jobs = [client.run("renderer", "/render", {"gameId": str(n)}, max_retries=0) for n in "ab"]
+        done = [_finished(client, job.id, timeout=30) for job in jobs]
+    assert [job.status for job in done] == ["success", "success"], [j.errors for j in done]
+    assert all(len(job.result["blob"]) == 600 * 1024 for job in done)

@@ -190,3 +190,12 @@ def test_the_samples_differ_from_the_defaults() -> None:
             if not field.required:
                 value = _plain(getattr(full, field.name))
                 assert value != _plain(field.default), f"{name}.{field.name}"
+
+
+def test_the_agent_bounds_a_result_as_the_controller_does() -> None:
+    """agent/jobs.py mirrors the result limits (it cannot import the controller's policy)."""
+    from agent import jobs as agent_jobs
+    from sp00ky_infra.policy import jobs as policy_jobs
+
+    assert agent_jobs.MAX_RESULT_BYTES == policy_jobs.MAX_RESULT_BYTES
+    assert agent_jobs.MAX_JSON_DEPTH == policy_jobs.MAX_JSON_DEPTH
