@@ -46,6 +46,7 @@ from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.store import NewJob, open_store
+from sp00ky_infra.store.postgres import scratch_schema
 from tests.controllers import SERVER, backend_app, project, running_controller, wait_for
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -279,8 +280,8 @@ def main() -> None:
         figures.update({f"sqlite_{k}": v for k, v in found.items()})
         if args.postgres:
             print("throughput: 4 machines x 4 slots, no-op jobs, PostgreSQL ...", flush=True)
-            url = fresh_schema(args.postgres)
-            found = throughput(Path(folder) / "throughput-pg", args.throughput_jobs, url)
+            with scratch_schema(args.postgres, "bench") as url:
+                found = throughput(Path(folder) / "throughput-pg", args.throughput_jobs, url)
             figures.update({f"postgres_{k}": v for k, v in found.items()})
         if not args.skip_tick:
             print(f"tick: {args.pools} pools, {args.pools * args.machines} machines ...")
@@ -315,16 +316,6 @@ def main() -> None:
         )
     for what, ok in checks:
         print(f"  target {what}: {'met' if ok else 'MISSED'}")
-
-
-def fresh_schema(url: str) -> str:
-    """The PostgreSQL URL with a schema of its own for this run (as the tests make them)."""
-    import psycopg
-
-    schema = f"bench_{os.getpid()}_{int(time.time())}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import statistics
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from sp00ky_infra.controller.provisioners.local import LocalProvisioner
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.store import NewJob, SqlStore, open_store
+from sp00ky_infra.store.postgres import scratch_schema
 
 TABLE = "bench_job"
 SCRAPES = 50
@@ -123,22 +123,6 @@ def scrape_ms(url: str, folder: Path, pending: int) -> tuple[float, float, int, 
         store.close()
 
 
-@contextmanager
-def postgres_schema(base: str) -> Iterator[str]:
-    """A schema of its own, dropped afterwards (as bench/store.py does)."""
-    import psycopg
-
-    schema = f"bench_{secrets.token_hex(4)}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in base else "?"
-    try:
-        yield f"{base}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
 def vacuum(url: str) -> None:
     """What autovacuum does after a burst of inserts (its insert threshold, PostgreSQL 13+):
     until then an index-only scan still visits the rows (about twice the time)."""
@@ -154,7 +138,7 @@ def store_url(kind: str, postgres: str | None, folder: Path) -> Iterator[str]:
         yield f"sqlite:///{folder}/state.db"
     else:
         assert postgres
-        with postgres_schema(postgres) as url:
+        with scratch_schema(postgres, "bench") as url:
             yield url
 
 

@@ -27,13 +27,11 @@ import importlib
 import logging
 import multiprocessing
 import os
-import secrets
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sp00ky_infra.store import NewJob, open_store
 from sp00ky_infra.store.model import Job
+from sp00ky_infra.store.postgres import scratch_schema
 
 TABLE = "bench_job"
 
@@ -239,21 +238,6 @@ def procrastinate(url: str, jobs: int, workers: int) -> float:
 # --- the run ---------------------------------------------------------------------------------
 
 
-@contextmanager
-def postgres_schema(base: str) -> Iterator[str]:
-    import psycopg
-
-    schema = f"peers_{secrets.token_hex(4)}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in base else "?"
-    try:
-        yield f"{base}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
 def measure(what: str, run: Callable[[], float], figures: dict[str, float | str]) -> None:
     print(f"  {what} ...", end=" ", flush=True)
     try:
@@ -292,19 +276,19 @@ def main() -> None:
         if not args.postgres:
             continue
         for batch in (1, 16):
-            with postgres_schema(args.postgres) as pg:
+            with scratch_schema(args.postgres, "peers") as pg:
                 measure(
                     f"postgres ours b{batch} w{workers}",
                     functools.partial(ours, pg, args.jobs, workers, batch),
                     figures,
                 )
-        with postgres_schema(args.postgres) as pg:
+        with scratch_schema(args.postgres, "peers") as pg:
             measure(
                 f"postgres pgqueuer b16 w{workers}",
                 functools.partial(pgqueuer, pg, args.jobs, workers, 16),
                 figures,
             )
-        with postgres_schema(args.postgres) as pg:
+        with scratch_schema(args.postgres, "peers") as pg:
             measure(
                 f"postgres procrastinate w{workers}",
                 functools.partial(procrastinate, pg, args.jobs, workers),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import statistics
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from sp00ky_infra.controller.provisioners.local import LocalProvisioner
 from sp00ky_infra.controller.schedules import fire_schedules
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.store import open_store
+from sp00ky_infra.store.postgres import scratch_schema
 
 SCHEDULES = 100
 ROUNDS = 20
@@ -45,18 +45,9 @@ def store_url(kind: str, postgres: str | None, folder: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{folder}/state.db"
         return
-    import psycopg
-
     assert postgres
-    schema = f"bench_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in postgres else "?"
-    try:
-        yield f"{postgres}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(postgres, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with scratch_schema(postgres, "bench") as url:
+        yield url
 
 
 def project(folder: Path, count: int) -> Path:

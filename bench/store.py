@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import resource
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sp00ky_infra.store import NewJob, SqlStore, open_store
 from sp00ky_infra.store.model import Job
+from sp00ky_infra.store.postgres import scratch_schema
 
 TABLE = "bench_job"
 
@@ -65,28 +65,13 @@ def claim_and_complete(store: SqlStore, batch: int, together: bool = False) -> t
 
 
 @contextmanager
-def postgres_schema(base: str) -> Iterator[str]:
-    import psycopg
-
-    schema = f"bench_{secrets.token_hex(4)}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in base else "?"
-    try:
-        yield f"{base}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
-@contextmanager
 def store_url(kind: str, postgres: str | None) -> Iterator[str]:
     if kind == "sqlite":
         with tempfile.TemporaryDirectory() as folder:
             yield f"sqlite:///{folder}/bench.db"
     else:
         assert postgres is not None
-        with postgres_schema(postgres) as url:
+        with scratch_schema(postgres, "bench") as url:
             yield url
 
 

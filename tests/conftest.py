@@ -6,8 +6,8 @@ they skip, except where $SPKY_TEST_REQUIRE_SERVICES=1 (CI), where they fail.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,16 +35,14 @@ def postgres_url() -> Iterator[str]:
         need_service("PostgreSQL", "set SPKY_TEST_POSTGRES_URL=postgresql://user:pw@host/db")
     import psycopg
 
-    schema = f"test_{secrets.token_hex(6)}"
-    try:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {schema}")
-    except psycopg.OperationalError as exc:
-        need_service("PostgreSQL", str(exc))
-    separator = "&" if "?" in POSTGRES_URL else "?"
-    yield f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    from sp00ky_infra.store.postgres import scratch_schema
+
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(scratch_schema(POSTGRES_URL, "test"))
+        except psycopg.OperationalError as exc:
+            need_service("PostgreSQL", str(exc))
+        yield url
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ advisory lock (so the head of a queue is never overtaken), and rows are read wit
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -68,6 +69,21 @@ class AdvisoryLock(LeaderLock):
                 self._conn.close()
             finally:
                 self._conn = None
+
+
+@contextmanager
+def scratch_schema(url: str, prefix: str = "scratch") -> Iterator[str]:
+    """``url`` with a schema of its own (tables made there), dropped afterwards: for the
+    tests and benchmarks that share one database."""
+    schema = f"{prefix}_{secrets.token_hex(6)}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{separator}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def redact(url: str) -> str:
