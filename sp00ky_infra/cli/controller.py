@@ -20,7 +20,9 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from sp00ky_infra import engine
 from sp00ky_infra.cli.jobs import refusals
+from sp00ky_infra.cli.progress import image_progress
 from sp00ky_infra.client import Client, payload_from_text
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.controller import admin, preflight
@@ -119,7 +121,8 @@ def controller(config_file: str, store_url: str | None) -> None:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
     with refusals():
         settings = _settings(config_path=config_file, store_url=store_url)
-        runtime = _start(settings)
+        with image_progress() as bars, engine.reporting(bars):
+            runtime = _start(settings)
     state = runtime.write_state()
     public = runtime.settings.agents_url
     reached = f" (machines reach it at {public})" if public != runtime.listen_url else ""
@@ -216,7 +219,7 @@ def dev(
         format=LOG_FORMAT,
         filename=str(Path(settings.state_dir) / "controller.log"),
     )
-    with refusals():
+    with refusals(), image_progress() as bars, engine.reporting(bars):
         runtime = _start(settings, fresh=True)  # a new session: an earlier one's leftovers go
     runtime.write_state()
     ledger = _Ledger(runtime)
