@@ -3,6 +3,7 @@ bounded and redacted, in `dev`, `pools get`, the incident and `explain`."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -79,8 +80,8 @@ def _project(folder: Path) -> Path:
 
 def test_a_typo_in_the_command_shows_the_backends_own_words(tmp_path: Path) -> None:
     """`command: [python3, wroker.py]`: dev's line, the machine's failed reason, the breaker's
-    incident in `pools get` say python could not open wroker.py; `explain` names the open
-    breaker (its cause carries no reason yet: the lead wires the incident's message in)."""
+    incident in `pools get` say python could not open wroker.py; `explain pool` names the
+    open breaker and the last failed boot's reason, in text and in JSON."""
     _project(tmp_path)
     env = {
         **os.environ,
@@ -115,6 +116,14 @@ def test_a_typo_in_the_command_shows_the_backends_own_words(tmp_path: Path) -> N
         assert "can't open file" in incident and "wroker.py" in incident, shown.stdout
         explained = cli("explain", "pool", "render", cwd=tmp_path, env=env)
         assert "breaker open" in explained.stdout, explained.stdout + explained.stderr
+        cause = next(line for line in explained.stdout.splitlines() if "last failed boot" in line)
+        assert "can't open file" in cause and "wroker.py" in cause, explained.stdout
+        assert "exited before it was ready" in cause
+        as_json = json.loads(
+            cli("explain", "pool", "render", "--json", cwd=tmp_path, env=env).stdout
+        )
+        assert "can't open file" in as_json["last_failed_boot"]["reason"]
+        assert as_json["breaker_failures"] >= 3
     finally:
         dev.send_signal(signal.SIGINT)
         rest, _ = dev.communicate(timeout=30)

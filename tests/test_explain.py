@@ -141,6 +141,12 @@ def test_breaker_open_until(tmp_path: Path) -> None:
         found = causes(controller, job.id)
         assert found["breaker_open"]["until"] == breaker["open_until"]
         assert found["breaker_open"]["failures"] >= 3
+        # the cause names the last failed boot's reason: the backend exited, and how
+        last = found["breaker_open"]["last_failure"]
+        assert "exited before it was ready" in last["reason"], last
+        assert f"the last, {last['machine']}, failed: " in found["breaker_open"]["message"]
+        pool = explain(controller, "pool", "render")
+        assert pool["last_failed_boot"] == last and pool["breaker_failures"] >= 3
 
 
 def test_machine_booting_since(tmp_path: Path) -> None:

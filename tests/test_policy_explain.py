@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sp00ky_infra.policy.breaker import Breaker
 from sp00ky_infra.policy.cost import HETZNER_PRICES, pool_bill
-from sp00ky_infra.policy.explain import Waiting, explain_job, explain_pool
+from sp00ky_infra.policy.explain import FailedBoot, Waiting, explain_job, explain_pool
 from sp00ky_infra.policy.plan import MachineView, PoolView, plan_pool
 from sp00ky_infra.policy.sizing import Shape
 
@@ -65,6 +65,24 @@ def test_breaker_and_pause_and_delay_each_speak() -> None:
     assert codes(waiting(run_after=NOW + 30), pool)[:2] == ["delayed", "paused"]
     assert "breaker_open" in codes(waiting(), pool)
     assert "scaling_up" in codes(waiting(), view([], queued=1))
+
+
+def test_an_open_breaker_tells_the_last_failed_boots_reason() -> None:
+    shut = Breaker(failures=3, opened=1, open_until=NOW + 60)
+    pool = view([], queued=1, breaker=shut)
+    last = FailedBoot("render-ab12", NOW - 5, "python3: can't open file '/app/wroker.py'")
+    [cause] = [
+        c for c in explain_job(waiting(), pool, plan_pool(pool, NOW), NOW, last)
+        if c.code == "breaker_open"
+    ]  # fmt: skip
+    assert cause.message.endswith("the last, render-ab12, failed: " + last.reason)
+    assert cause.facts["last_failure"] == last.as_json()
+    explained = explain_pool(pool, plan_pool(pool, NOW), NOW, last)
+    assert explained["last_failed_boot"] == last.as_json()
+    assert explained["breaker_failures"] == 3
+    # a boot that succeeded since (no failures in a row): the old failure is not told
+    healed = view([], queued=1)
+    assert explain_pool(healed, plan_pool(healed, NOW), NOW, last)["last_failed_boot"] is None
 
 
 def test_a_free_slot_means_it_starts_and_none_means_all_are_busy() -> None:

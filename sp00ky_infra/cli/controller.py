@@ -20,7 +20,9 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from sp00ky_infra import engine
 from sp00ky_infra.cli.jobs import refusals
+from sp00ky_infra.cli.progress import image_progress
 from sp00ky_infra.client import Client, payload_from_text
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.controller import admin, preflight
@@ -30,6 +32,7 @@ from sp00ky_infra.controller.provisioners import ProvisionerError
 from sp00ky_infra.controller.reconcile import TickReport
 from sp00ky_infra.controller.server import Runtime
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
+from sp00ky_infra.store.machines import Machine
 from sp00ky_infra.store.postgres import redact
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -118,7 +121,8 @@ def controller(config_file: str, store_url: str | None) -> None:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
     with refusals():
         settings = _settings(config_path=config_file, store_url=store_url)
-        runtime = _start(settings)
+        with image_progress() as bars, engine.reporting(bars):
+            runtime = _start(settings)
     state = runtime.write_state()
     public = runtime.settings.agents_url
     reached = f" (machines reach it at {public})" if public != runtime.listen_url else ""
@@ -215,9 +219,10 @@ def dev(
         format=LOG_FORMAT,
         filename=str(Path(settings.state_dir) / "controller.log"),
     )
-    with refusals():
+    with refusals(), image_progress() as bars, engine.reporting(bars):
         runtime = _start(settings, fresh=True)  # a new session: an earlier one's leftovers go
     runtime.write_state()
+    ledger = _Ledger(runtime)
     console = Console(soft_wrap=True, highlight=False)  # status lines stay whole, uncoloured
     live_view = not plain and console.is_terminal
     queued: list[str] = []
@@ -244,7 +249,6 @@ def dev(
         console.print("dev: " + _standby(runtime) + "; waiting for leadership")
     _signals(runtime, drains=True)
     started = time.monotonic()
-    started_at = runtime.controller.clock()
 
     def on_progress(line: str) -> None:
         _say(console, f"{line} (Ctrl-C again: abort; the jobs go back to the queue)")
@@ -267,7 +271,7 @@ def dev(
         if printer is not None:
             with contextlib.suppress(OSError):
                 printer.flush()
-        summary = _summary(runtime, queued, time.monotonic() - started, started_at)
+        summary = _summary(runtime, queued, time.monotonic() - started, ledger)
         runtime.close()
         _say(console, f"dev: stopped; {stopped}. {summary}")
     if runtime.aborted or (exit_when_idle and not finished.is_set()):
@@ -348,17 +352,55 @@ def _at_rest(runtime: Runtime, queued: list[str]) -> bool:
     return True
 
 
-def _summary(runtime: Runtime, queued: list[str], seconds: float, since: float) -> str:
-    """What this run did: its jobs, and the machine time of the machines it created."""
+class _Ledger:
+    """The machines a dev session answers for: those live in the store when it began to lead
+    (an earlier session's, which it reconnected to) and those created since. A standby's
+    machines are the leader's; one that takes over answers for what it took over."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.led_since: float | None = None
+        self.reconnected: set[str] = set()
+        runtime.controller.on_leadership.append(self.leadership)
+        if runtime.controller.leader:  # it leads from the start (Runtime took the lock)
+            self.leadership(True)
+
+    def leadership(self, leader: bool) -> None:
+        if not leader or self.led_since is not None:
+            return
+        controller = self.runtime.controller
+        self.led_since = controller.clock()
+        self.reconnected = {
+            m.name for m in controller.store.machines.live() if m.created_at < self.led_since
+        }
+
+    def machines(self) -> list[Machine]:
+        if self.led_since is None:
+            return []
+        store = self.runtime.controller.store
+        return [
+            machine
+            for pool in self.runtime.controller.pools
+            for machine in store.machines.recent(pool, limit=1000)
+            if machine.created_at >= self.led_since or machine.name in self.reconnected
+        ]
+
+
+def _summary(runtime: Runtime, queued: list[str], seconds: float, ledger: _Ledger) -> str:
+    """What this run did: its jobs, the machines it destroyed, and the machine time of the
+    machines it answered for (created by it, or an earlier session's it reconnected to:
+    those count from their creation, which no summary told before)."""
     store = runtime.controller.store
     now = runtime.controller.clock()
-    machine_seconds = sum(
-        (machine.destroyed_at or now) - machine.created_at
-        for pool in runtime.controller.pools
-        for machine in store.machines.recent(pool, limit=1000)
-        if machine.created_at >= since
+    machines = ledger.machines()
+    machine_seconds = sum((m.destroyed_at or now) - m.created_at for m in machines)
+    destroyed = sum(1 for m in machines if m.destroyed_at is not None)
+    again = sum(1 for m in machines if m.name in ledger.reconnected)
+    spent = (
+        f"in all {destroyed} machine(s) destroyed, machine time {machine_seconds:.0f}s "
+        f"({machine_seconds / 3600:.4f} pool_machine_hours) of {len(machines)} machine(s)"
+        + (f", {again} reconnected from an earlier session" if again else "")
     )
-    spent = f"machine time {machine_seconds:.0f}s ({machine_seconds / 3600:.4f} pool_machine_hours)"
     spent += "; " + _costs(runtime, now)
     if not runtime.owns_machines:  # the machines it saw were the leader's, not its own
         spent = "no machine time of its own (a standby)"

@@ -51,6 +51,12 @@ def _pool_text(found: dict[str, Any]) -> str:
             else ""
         )
     )
+    failed = found.get("last_failed_boot")
+    if failed:
+        lines.append(
+            f"  last failed boot ({found.get('breaker_failures', 1)} in a row): "
+            f"{failed['machine']} at {_at(failed['at'])}: {failed['reason']}"
+        )
     lines += [f"  note: {note}" for note in found["notes"]]
     for machine in found["machines"]:
         lines.append(f"  {machine['name']:<22} {machine['state']:<9} {machine['reason']}")

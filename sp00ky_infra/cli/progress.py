@@ -3,8 +3,11 @@ nothing otherwise and nothing with ``--json``, so that piped and JSON output sta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -12,6 +15,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     SpinnerColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -71,3 +75,71 @@ def pass_progress(quiet: bool = False) -> Iterator[PassBar | None]:
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console) as bar:
         yield PassBar(bar)
+
+
+STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+LAYER_DONE = ("Pull complete", "Already exists")
+LAYER_STATUS = (  # a layer's way; other events with an id are about the tag
+    "Pulling fs layer", "Waiting", "Downloading", "Verifying Checksum", "Download complete",
+    "Extracting", *LAYER_DONE,
+)  # fmt: skip
+
+
+class ImageBars:
+    """Image builds and pulls on a terminal (engine.Reporter): a bar per image, its build
+    steps (``Step 3/5 : RUN ...``) or its layers pulled (``Pull complete``)."""
+
+    def __init__(self, bar: Progress) -> None:
+        self.bar = bar
+        self.tasks: dict[str, TaskID] = {}
+        self.layers: dict[str, dict[str, bool]] = {}  # what -> layer -> done
+        self.steps: dict[str, int] = {}  # what -> its build's steps
+
+    def __call__(self, what: str, event: Mapping[str, Any]) -> None:
+        if what not in self.tasks:
+            self.tasks[what] = self.bar.add_task(what, total=None)
+        task = self.tasks[what]
+        step = STEP.match(str(event.get("stream", "")))
+        if step:
+            done, steps, doing = int(step[1]), int(step[2]), step[3].strip()
+            self.steps[what] = steps
+            self.bar.update(
+                task, completed=done - 1, total=steps, description=f"{what}: {doing[:60]}"
+            )
+        elif str(event.get("stream", "")).startswith("Successfully built"):
+            finished = self.steps.get(what, 1)
+            self.bar.update(task, completed=finished, total=finished, description=f"{what}: built")
+        elif "id" in event and "status" in event:
+            layers = self.layers.setdefault(what, {})
+            status = str(event["status"])
+            layer = str(event["id"])
+            if status in LAYER_STATUS:
+                layers[layer] = layers.get(layer, False) or status in LAYER_DONE
+            self.bar.update(
+                task,
+                completed=sum(layers.values()),
+                total=len(layers) or None,
+                description=f"{what}: {status} {layer}",
+            )
+        elif str(event.get("status", "")).startswith(("Digest:", "Status:")):
+            self.bar.update(task, description=f"{what}: {event['status']}")
+
+
+@contextmanager
+def image_progress(quiet: bool = False) -> Iterator[ImageBars | None]:
+    """Bars for the image builds and pulls in this context on a terminal's stderr; None (no
+    output at all) when quiet (``--json``) or when stdout or stderr is not a terminal (the
+    output is piped or logged)."""
+    console = Console(stderr=True)
+    if quiet or not console.is_terminal or not sys.stdout.isatty():
+        yield None
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        yield ImageBars(bar)

@@ -9,7 +9,7 @@ from typing import Any
 from sp00ky_infra.controller.admin import NotFound, _pool
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.reconcile import observe
-from sp00ky_infra.policy.explain import Waiting, explain_job, explain_pool
+from sp00ky_infra.policy.explain import FailedBoot, Waiting, explain_job, explain_pool
 from sp00ky_infra.policy.plan import Plan, PoolView, plan_pool
 
 
@@ -18,11 +18,24 @@ def _planned(controller: Controller, name: str, now: float) -> tuple[PoolView, P
     return view, plan_pool(view, now)
 
 
+RECENT_LOOKED_AT = 20  # machines, newest first: the last failed boot is among them
+
+
+def last_failed_boot(controller: Controller, name: str) -> FailedBoot | None:
+    """The pool's newest machine that failed before it was ready, with its reason (the
+    backend's last output when it wrote any: see provisioners/output.py)."""
+    for machine in controller.store.machines.recent(name, RECENT_LOOKED_AT):
+        if machine.failed_reason and machine.ready_at is None:
+            return FailedBoot(machine.name, machine.updated_at, machine.failed_reason)
+    return None
+
+
 def pool(controller: Controller, name: str) -> dict[str, Any]:
     _pool(controller, name)
     now = controller.clock()
     view, plan = _planned(controller, name, now)
-    return {"at": now, **explain_pool(view, plan, now)}
+    last = last_failed_boot(controller, name)
+    return {"at": now, **explain_pool(view, plan, now, last)}
 
 
 def job(controller: Controller, job_id: str) -> dict[str, Any]:
@@ -50,8 +63,9 @@ def job(controller: Controller, job_id: str) -> dict[str, Any]:
         concurrency=backend.method.concurrency if backend.method else None,
     )
     view, plan = _planned(controller, name, now)
+    last = last_failed_boot(controller, name) if view.breaker.is_open(now) else None
     answer["pool"] = name
-    answer["causes"] = [cause.as_json() for cause in explain_job(waiting, view, plan, now)]
+    answer["causes"] = [cause.as_json() for cause in explain_job(waiting, view, plan, now, last)]
     return answer
 
 

@@ -13,6 +13,10 @@ never shadows the SDK.
 
 Docker's own errors (DockerException and its kinds) are the callers' to word, except
 ``connect``, which raises EngineError.
+
+Builds and pulls tell their progress, the engine's own JSON events as they stream (build steps,
+pulled layers), to the reporter a caller installs with ``reporting`` (the CLI draws it on a
+terminal: cli/progress.py); with none installed they say nothing.
 """
 
 from __future__ import annotations
@@ -21,14 +25,20 @@ import contextlib
 import io
 import json
 import logging
+import re
 import tarfile
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 import docker
-from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.errors import BuildError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from docker.models.images import Image
+from docker.utils import parse_repository_tag
+from docker.utils.json_stream import json_stream
 
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.cloud_init import AGENT
@@ -38,6 +48,7 @@ __all__ = [
     "HOST_GATEWAY",
     "EngineError",
     "MachineRun",
+    "Reporter",
     "build_images",
     "build_machine_image",
     "build_pool_image",
@@ -46,8 +57,10 @@ __all__ = [
     "image_command",
     "machine_containers",
     "network_gateway",
+    "pull_images",
     "remove_container",
     "remove_network",
+    "reporting",
     "run_machine",
 ]
 
@@ -80,6 +93,56 @@ def connect() -> docker.DockerClient:
     return client
 
 
+# --- progress --------------------------------------------------------------------------------
+
+# What is under way ("building sp00ky-dev-pool-renderer", "pulling REF"), and one event of the
+# engine's stream: {"stream": "Step 2/5 : COPY ..."} for a build, {"status": "Downloading",
+# "id": LAYER, "progressDetail": {...}} for a pull.
+Reporter = Callable[[str, Mapping[str, Any]], None]
+_reporter: ContextVar[Reporter | None] = ContextVar("sp00ky_engine_reporter", default=None)
+BUILD_LOG_KEPT = 500  # events of a build kept for its BuildError (the CLI shows the last lines)
+
+
+@contextlib.contextmanager
+def reporting(reporter: Reporter | None) -> Iterator[None]:
+    """Builds and pulls in this context (this thread) tell ``reporter`` their progress."""
+    token = _reporter.set(reporter)
+    try:
+        yield
+    finally:
+        _reporter.reset(token)
+
+
+def _report(what: str, event: Mapping[str, Any]) -> None:
+    reporter = _reporter.get()
+    if reporter is not None:
+        reporter(what, event)
+
+
+def _build(client: docker.DockerClient, what: str, **kwargs: Any) -> Image:
+    """``client.images.build`` (the same errors: BuildError with the build's log), telling
+    each event of the build's stream as it comes."""
+    seen: deque[dict[str, Any]] = deque(maxlen=BUILD_LOG_KEPT)
+    image_id: str | None = None
+    for decoded in json_stream(client.api.build(**kwargs)):
+        if not isinstance(decoded, dict):
+            continue
+        event: dict[str, Any] = decoded
+        seen.append(event)
+        _report(what, event)
+        if "error" in event:
+            raise BuildError(str(event["error"]), iter(list(seen)))
+        built = re.search(
+            r"(^Successfully built |sha256:)([0-9a-f]+)$", str(event.get("stream", ""))
+        )
+        if built:
+            image_id = built.group(2)
+    if image_id is None:
+        last = str(seen[-1]) if seen else "the engine said nothing"
+        raise BuildError(last, iter(list(seen)))
+    return client.images.get(image_id)
+
+
 # --- images ----------------------------------------------------------------------------------
 
 
@@ -89,11 +152,11 @@ def build_pool_image(
     """``sp00ky-dev-pool-<backend>`` from deploy.dockerfile, labelled: what a served image is,
     and what a docker machine's image starts from."""
     log.info("building %s from %s", pool_image(backend), dockerfile)
-    image, _ = client.images.build(
+    return _build(
+        client, f"building {pool_image(backend)}",
         path=context, dockerfile=str(Path(dockerfile).resolve()), tag=pool_image(backend),
         labels={labels.PROJECT: project, labels.ROLE: "pool-image"}, rm=True,
     )  # fmt: skip
-    return image
 
 
 def image_command(image: Image) -> list[str]:
@@ -104,7 +167,8 @@ def image_command(image: Image) -> list[str]:
 
 def build_machine_image(client: docker.DockerClient, backend: str) -> None:
     """``sp00ky-dev-machine-<backend>``: the pool image with the agent added."""
-    client.images.build(
+    _build(
+        client, f"building {machine_image(backend)}",
         fileobj=_machine_context(pool_image(backend)), custom_context=True,
         tag=machine_image(backend), rm=True,
     )  # fmt: skip
@@ -146,10 +210,23 @@ def pull_images(
     registry's credentials (by digest when the reference is pinned), tagged, and the machine
     image built from it; the image's command, which the agent runs as the backend."""
     log.info("pulling %s for backend %s", reference, backend)
-    image = client.images.pull(reference, auth_config=dict(auth) if auth else None)
+    image = _pull(client, reference, auth)
     image.tag(pool_image(backend))
     build_machine_image(client, backend)
     return image_command(image)
+
+
+def _pull(client: docker.DockerClient, reference: str, auth: Mapping[str, str] | None) -> Image:
+    """``client.images.pull(reference)`` (a tag or a digest), telling each layer's events."""
+    repository, tag = parse_repository_tag(reference)
+    tag = tag or "latest"
+    what = f"pulling {reference}"
+    events = client.api.pull(
+        repository, tag=tag, stream=True, decode=True, auth_config=dict(auth) if auth else None
+    )
+    for event in events:
+        _report(what, event)
+    return client.images.get(f"{repository}{'@' if tag.startswith('sha256:') else ':'}{tag}")
 
 
 def _machine_context(base: str) -> io.BytesIO:

@@ -13,7 +13,8 @@ Causes of a waiting job, in the order they are told:
 - ``head_of_line``: the queue's head needs more slots than any machine has free, and nothing
   overtakes it;
 - ``pool_at_max``: the sizing rule wants more machines than ``max``;
-- ``breaker_open``: failed boots stopped new machines until a time;
+- ``breaker_open``: failed boots stopped new machines until a time (with the last one's
+  reason: the backend's own last words when it wrote any);
 - ``machine_booting``: a machine is on its way (since a time);
 - ``scaling_up``: this tick's plan creates machines;
 - ``starting``: a ready machine has a free slot: its next poll takes the job;
@@ -55,12 +56,27 @@ class Waiting:
     concurrency: int | None  # its method.concurrency
 
 
+@dataclass(frozen=True, slots=True)
+class FailedBoot:
+    """The pool's last failed boot, as its machine row keeps it (read by the controller)."""
+
+    machine: str
+    at: float
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"machine": self.machine, "at": self.at, "reason": self.reason}
+
+
 def free_slots(machine: MachineView, slots: int) -> int:
     return max(slots - machine.busy_slots, 0) if machine.state == "ready" else 0
 
 
-def explain_job(job: Waiting, pool: PoolView, plan: Plan, now: float) -> list[Cause]:
-    """Why ``job`` is still pending at ``now``; the pool's view and plan are the tick's."""
+def explain_job(
+    job: Waiting, pool: PoolView, plan: Plan, now: float, last_failure: FailedBoot | None = None
+) -> list[Cause]:
+    """Why ``job`` is still pending at ``now``; the pool's view and plan are the tick's;
+    ``last_failure`` is the pool's last failed boot, told with an open breaker."""
     causes: list[Cause] = []
     slots = pool.shape.slots
     if job.run_after > now:
@@ -121,12 +137,21 @@ def explain_job(job: Waiting, pool: PoolView, plan: Plan, now: float) -> list[Ca
             )
         )
     if pool.breaker.is_open(now) and pool.breaker.open_until is not None:
+        facts: dict[str, Any] = {
+            "until": pool.breaker.open_until,
+            "failures": pool.breaker.failures,
+        }
+        last = ""
+        if last_failure is not None:
+            facts["last_failure"] = last_failure.as_json()
+            last = f"; the last, {last_failure.machine}, failed: {last_failure.reason}"
         causes.append(
             Cause(
                 "breaker_open",
                 f"the breaker is open until {_at(pool.breaker.open_until)} after "
-                f"{pool.breaker.failures} failed boot(s) in a row: no new machine before then",
-                {"until": pool.breaker.open_until, "failures": pool.breaker.failures},
+                f"{pool.breaker.failures} failed boot(s) in a row: no new machine before "
+                f"then{last}",
+                facts,
             )
         )
     for machine in pool.machines:
@@ -184,8 +209,11 @@ class MachineNote:
         }
 
 
-def explain_pool(pool: PoolView, plan: Plan, now: float) -> dict[str, Any]:
-    """The sizing rule with its numbers, and the plan's reason for each machine."""
+def explain_pool(
+    pool: PoolView, plan: Plan, now: float, last_failure: FailedBoot | None = None
+) -> dict[str, Any]:
+    """The sizing rule with its numbers, and the plan's reason for each machine; with failed
+    boots in a row (the breaker counting or open), the last one's reason (``last_failure``)."""
     shape = pool.shape
     total = capacity(shape, plan.busy_slots, pool.queued)
     needed = math.ceil(total / shape.slots)
@@ -225,6 +253,10 @@ def explain_pool(pool: PoolView, plan: Plan, now: float) -> dict[str, Any]:
         "create": plan.create.count if plan.create else 0,
         "paused": pool.paused,
         "breaker_open_until": pool.breaker.open_until if pool.breaker.is_open(now) else None,
+        "breaker_failures": pool.breaker.failures,
+        "last_failed_boot": (
+            last_failure.as_json() if last_failure and pool.breaker.failures else None
+        ),
         "notes": list(plan.notes),
         "machines": [note.as_json() for note in notes],
     }
