@@ -29,6 +29,7 @@ import pytest
 import requests
 
 from sp00ky_infra.client import Client
+from sp00ky_infra.controller.provisioners.local import session_members
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.store.model import Job
 from tests.controllers import (
@@ -272,8 +273,10 @@ def _agent(tmp_path: Path, url: str) -> Iterator[tuple[subprocess.Popen[str], Pa
     try:
         yield proc, out
     finally:
-        with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        # the agent's session: the agent and its backend (which has a process group of its own)
+        for member in session_members(proc.pid):
+            with suppress(ProcessLookupError):
+                os.kill(member, signal.SIGKILL)
         proc.wait(timeout=10)
 
 
