@@ -3,12 +3,15 @@ real `cloud-init schema`."""
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -250,6 +253,42 @@ def test_user_data_passes_cloud_init_schema_and_fits_hetzners_limit(
     assert "Valid" in checked.stdout
 
 
+def _without_docstrings(tree: ast.Module) -> ast.Module:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
+    return tree
+
+
+def test_the_shipped_agent_imports_and_fits_with_room(tmp_path: Path) -> None:
+    """The agent as user-data ships it (no comments, no docstrings) imports, and leaves room
+    under Hetzner's 32 KiB for the agent to grow."""
+    document = yaml.safe_load(user_data("m", "https://pool.example.com", "t"))
+    files = {f["path"]: f for f in document["write_files"]}
+    archive = base64.b64decode(files["/opt/sp00ky/agent.tar.gz"]["content"])
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(tmp_path, filter="data")
+    modules = sorted(
+        f"agent.{p.stem}" for p in (tmp_path / "agent").glob("*.py") if p.stem != "__main__"
+    )
+    imported = subprocess.run(
+        [sys.executable, "-c", "import importlib, sys; [importlib.import_module(m) for m in "
+         "sys.argv[1:]]; print(sys.modules['agent.main'].__file__)", *modules],
+        cwd=tmp_path, capture_output=True, text=True, env={"PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.strip() == str(tmp_path / "agent" / "main.py")
+    started = subprocess.run(  # its entry point runs, and says what it lacks
+        [sys.executable, "-m", "agent"], cwd=tmp_path, capture_output=True, text=True,
+        env={"PATH": os.environ["PATH"]}, timeout=30,
+    )  # fmt: skip
+    assert started.returncode == 2 and "missing controller_url" in started.stderr, started
+    assert len(user_data("m", "https://pool.example.com", "t").encode()) < USER_DATA_LIMIT * 0.85
+
+
 def test_the_agent_is_embedded_pinned_by_hash_and_installed_as_a_service() -> None:
     document = yaml.safe_load(user_data("m", "https://pool.example.com", "t"))
     files = {f["path"]: f for f in document["write_files"]}
@@ -259,6 +298,12 @@ def test_the_agent_is_embedded_pinned_by_hash_and_installed_as_a_service() -> No
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         names = set(tar.getnames())
     assert {f"agent/{p.name}" for p in (ROOT / "agent").glob("*.py")} == names
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for member in tar.getmembers():  # the code shipped is the code here, less its prose
+            shipped = tar.extractfile(member)
+            assert shipped is not None
+            here = _without_docstrings(ast.parse((ROOT / member.name).read_bytes()))
+            assert ast.dump(ast.parse(shipped.read())) == ast.dump(here), member.name
     unit = files["/etc/systemd/system/sp00ky-agent.service"]["content"]
     assert "ExecStart=/usr/bin/python3 -m agent" in unit and "SPKY_AGENT_SETTINGS_FILE" in unit
     # a refused join or rejoin powers off and exits 3, a failed boot exits 4: never restarted
