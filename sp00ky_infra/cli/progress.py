@@ -14,6 +14,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     SpinnerColumn,
     TaskID,
     TextColumn,
@@ -27,6 +28,17 @@ def _silent(_: int) -> None:
     return None
 
 
+def _columns() -> tuple[ProgressColumn, ...]:
+    """A bar's columns: spinner, what, bar, done of total, time so far."""
+    return (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+
+
 @contextmanager
 def progress(description: str, total: int | None, quiet: bool = False) -> Iterator[Advance]:
     """Yield ``advance(n)``: ``n`` more units done of ``total`` (None: not known)."""
@@ -34,14 +46,7 @@ def progress(description: str, total: int | None, quiet: bool = False) -> Iterat
     if quiet or not console.is_terminal:
         yield _silent
         return
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console) as bar:
+    with Progress(*_columns(), console=console) as bar:
         task = bar.add_task(description, total=total)
         yield lambda done: bar.advance(task, done)
 
@@ -134,12 +139,5 @@ def image_progress(quiet: bool = False) -> Iterator[ImageBars | None]:
     if quiet or not console.is_terminal or not sys.stdout.isatty():
         yield None
         return
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console) as bar:
+    with Progress(*_columns(), console=console) as bar:
         yield ImageBars(bar)
