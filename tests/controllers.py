@@ -23,6 +23,7 @@ import yaml
 
 from sp00ky_infra.client import Client
 from sp00ky_infra.controller.provisioners.local import session_members
+from sp00ky_infra.shared import tokens
 from sp00ky_infra.store import SqlStore, open_store
 from tests.helpers import ROOT
 
@@ -122,6 +123,19 @@ class ControllerProcess:
             f"controller did not start: {''.join(self.output)}"
             + (self.folder / "controller.err").read_text()
         )
+
+    def join(self, client: Client, machine: str, pool: str = "render") -> str:
+        """A machine row at ``pool``'s revision, joined over the agents' API as an agent would
+        (no agent runs): its session token."""
+        revision = client.config.backend_for(pool).revision(client.config.pools[pool])
+        client.store.machines.add(machine, pool, "local", revision, 1, time.time())
+        token = tokens.issue_join_token(SECRET, machine, time.time(), ttl=60)
+        joined = requests.post(
+            f"{self.agents_url}/v1/join", json={"machine": machine, "token": token}, timeout=10
+        )
+        assert joined.status_code == 200, joined.text
+        session: str = joined.json()["session"]
+        return session
 
     def admin(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         return requests.request(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,11 +14,9 @@ import requests
 
 from sp00ky_infra.client import Client, payload_from_text
 from sp00ky_infra.policy import jobs as policy
-from sp00ky_infra.shared import tokens
 from sp00ky_infra.store import InvalidJob
 from tests.controllers import (
     ADMIN_TOKEN,
-    SECRET,
     ControllerProcess,
     backend_app,
     project,
@@ -143,16 +140,7 @@ def test_an_agents_result_with_nan_or_too_deep_is_refused(
     served: tuple[ControllerProcess, Client],
 ) -> None:
     controller, client = served
-    revision = client.config.backend_for("render").revision(client.config.pools["render"])
-    client.store.machines.add("hostile-m1", "render", "local", revision, 1, time.time())
-    token = tokens.issue_join_token(SECRET, "hostile-m1", time.time(), ttl=60)
-    joined = requests.post(
-        f"{controller.agents_url}/v1/join",
-        json={"machine": "hostile-m1", "token": token},
-        timeout=10,
-    )
-    assert joined.status_code == 200, joined.text
-    headers = {"Authorization": f"Bearer {joined.json()['session']}"}
+    headers = {"Authorization": f"Bearer {controller.join(client, 'hostile-m1')}"}
     path = f"{controller.agents_url}/v1/machines/hostile-m1/jobs/j/attempts/a/result"
     for body, names in (
         ('{"status": "success", "result": {"score": NaN}}', "result.score"),
@@ -297,15 +285,7 @@ def test_huge_numbers_elsewhere_on_both_apis_are_not_a_server_error(
     controller, client = served
     for limit in (HUGE, -HUGE, -1):
         _no_server_error_or_ok(controller.admin("GET", f"/events?limit={limit}"))
-    revision = client.config.backend_for("render").revision(client.config.pools["render"])
-    client.store.machines.add("hostile-m2", "render", "local", revision, 1, time.time())
-    token = tokens.issue_join_token(SECRET, "hostile-m2", time.time(), ttl=60)
-    joined = requests.post(
-        f"{controller.agents_url}/v1/join",
-        json={"machine": "hostile-m2", "token": token},
-        timeout=10,
-    )
-    headers = {"Authorization": f"Bearer {joined.json()['session']}"}
+    headers = {"Authorization": f"Bearer {controller.join(client, 'hostile-m2')}"}
     base = f"{controller.agents_url}/v1/machines/hostile-m2"
     assert requests.post(f"{base}/ready", json={"ok": True}, headers=headers, timeout=10).ok
     for body in ({"free_slots": HUGE}, {"free_slots": HUGE, "wait": 0}, {"wait": HUGE}):

@@ -16,10 +16,8 @@ import requests
 from sp00ky_infra.client import Client
 from sp00ky_infra.controller import limits
 from sp00ky_infra.policy import jobs as policy
-from sp00ky_infra.shared import tokens
 from sp00ky_infra.store import InvalidJob
 from tests.controllers import (
-    SECRET,
     ControllerProcess,
     backend_app,
     project,
@@ -141,15 +139,7 @@ def test_a_large_admin_start_is_413_and_one_within_the_limit_is_taken(
 
 def test_a_result_over_the_limit_is_413(served: tuple[ControllerProcess, Client]) -> None:
     controller, client = served
-    revision = client.config.backend_for("render").revision(client.config.pools["render"])
-    client.store.machines.add("limits-m1", "render", "local", revision, 1, time.time())
-    token = tokens.issue_join_token(SECRET, "limits-m1", time.time(), ttl=60)
-    joined = requests.post(
-        f"{controller.agents_url}/v1/join",
-        json={"machine": "limits-m1", "token": token},
-        timeout=10,
-    )
-    session = joined.json()["session"]
+    session = controller.join(client, "limits-m1")
     path = f"{controller.agents_url}/v1/machines/limits-m1/jobs/j/attempts/a/result"
     big = {"status": "success", "result": "r" * (policy.MAX_RESULT_BYTES + limits.ENVELOPE_BYTES)}
     answer = requests.post(

@@ -4,7 +4,6 @@ answer may be a server error (issue 17: "0 server errors")."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,8 @@ from schemathesis import GenerationMode
 from schemathesis.core.result import Err
 
 from sp00ky_infra.client import Client
-from sp00ky_infra.shared import tokens
 from tests.controllers import (
     ADMIN_TOKEN,
-    SECRET,
     ControllerProcess,
     backend_app,
     project,
@@ -43,14 +40,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Controlle
     with Client(store_url, config) as client, running_controller(folder, config, store_url) as c:
         wait_for(c.leader, what="leadership")
         assert c.admin("POST", "/pools/render/pause").status_code == 200
-        revision = client.config.backend_for("render").revision(client.config.pools["render"])
-        client.store.machines.add("fuzz-m1", "render", "local", revision, 1, time.time())
-        token = tokens.issue_join_token(SECRET, "fuzz-m1", time.time(), ttl=60)
-        joined = requests.post(
-            f"{c.agents_url}/v1/join", json={"machine": "fuzz-m1", "token": token}, timeout=10
-        )
-        assert joined.status_code == 200, joined.text
-        yield c, joined.json()["session"]
+        yield c, c.join(client, "fuzz-m1")
 
 
 def _operations(url: str, headers: dict[str, str]) -> list[Any]:
