@@ -382,9 +382,11 @@ class Controller:
     def result(
         self, name: str, session: str, job_id: str, attempt: str, report: ResultRequest
     ) -> str:
-        """Record what the backend answered (or why it could not), for the current attempt."""
-        machine = self._authenticate(name, session)
-        status = self._record(machine, job_id, attempt, report, self.clock())
+        """Record what the backend answered (or why it could not), for the current attempt:
+        one transaction, as a poll's (one commit, and this process's writers in turn)."""
+        with self.store.transaction():
+            machine = self._authenticate(name, session)
+            status = self._record(machine, job_id, attempt, report, self.clock())
         self.wake.machine(name)  # a slot is free again
         return status
 
