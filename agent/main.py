@@ -61,6 +61,11 @@ UNREACHABLE = 7  # no answer to join within the budget: the unit restarts the ag
 # Results a poll may carry in all, as JSON: well under the controller's 256 KiB for a poll's
 # body (controller/limits.py); a larger result is posted on its own (up to 1 MiB).
 POLL_RESULTS_BYTES = 128 * 1024
+# A result that ends while a poll is out waits this long for that poll to come back and the
+# next to carry it; only a poll still held then (a long-poll with nothing to say) leaves it to
+# the courier. Under load polls come back within a few milliseconds with work, so results
+# ride them instead of costing the controller a request each.
+COURIER_GRACE_SECONDS = 0.02
 
 
 def log(machine: str, event: str, **fields: Any) -> None:
@@ -83,9 +88,11 @@ class Agent:
         self.runtime: Runtime | None = None
         self.runtime_factory = runtime_factory or self._process_runtime
         self.lock = threading.Condition()  # the runs, their renewals, who sends a result
-        self.holding = False  # a long-poll is out: a result that ends now goes by courier
+        self.holding = False  # a long-poll is out: a result that ends now may go by courier
+        self.polls = 0  # polls sent: the courier's grace ends when the held one came back
         self.courier = remote.Controller(settings.controller_url, settings.machine)
-        self.courier_queue: list[JobRun] = []
+        # (run, the poll it waits for, or None: a large result, posted at once)
+        self.courier_queue: list[tuple[JobRun, int | None]] = []
         self.courier_wake = threading.Event()
         self.backend_lock = threading.RLock()  # the watchdog may stop it; the loop starts it
         self.finished = threading.Event()
@@ -364,7 +371,7 @@ class Agent:
                         space -= run.report_bytes
                     else:
                         run.sending = True
-                        self.courier_queue.append(run)
+                        self.courier_queue.append((run, None))
                         self.courier_wake.set()
                 for run in carried:
                     run.sending = True
@@ -376,6 +383,7 @@ class Agent:
                 if give_up is not None:  # a held poll must answer well before then
                     wait = min(wait, max(0.0, (give_up - now) / 2))
                 self.holding = wait > 0
+                self.polls += 1
                 reported = tuple(
                     RunningAttempt(job=run.job, attempt=run.attempt, posted=run.posted())
                     for run in self.runs.values()
@@ -395,6 +403,7 @@ class Agent:
                     self.holding = False
                     for run in carried:
                         run.sending = False
+                    self.lock.notify_all()
                 if time.monotonic() - self.last_contact > self.config.max_offline:
                     self.log("offline", reason=f"no contact for {self.config.max_offline}s")
                     self.power_off()
@@ -409,6 +418,7 @@ class Agent:
             self.last_contact = sent
             with self.lock:
                 self.holding = False
+                self.lock.notify_all()
             self.acknowledged(reply, carried)
             self.handle(reply, sent)
             with self.lock:
@@ -509,15 +519,15 @@ class Agent:
                 del self.runs[run.job]
 
     def job_done(self, run: JobRun) -> None:
-        """A job's thread ended: its result goes by courier if a long-poll is held (it would
-        wait for it), else on the loop's next poll, which this wakes."""
+        """A job's thread ended: its result rides the loop's next poll, which this wakes. If a
+        long-poll is out, the courier takes it unless that poll comes back within the grace."""
         with self.lock:
             if run.report is not None and run.report.status != "cancelled":
                 if self.config.recycle == "job":
                     self.recycle_due = True
                 if self.holding and not run.sending and self.runs.get(run.job) is run:
                     run.sending = True
-                    self.courier_queue.append(run)
+                    self.courier_queue.append((run, self.polls))
                     self.courier_wake.set()
             self.lock.notify_all()
         self.wake.set()
@@ -554,7 +564,9 @@ class Agent:
             self.wake.set()
 
     def deliver(self) -> None:
-        """The courier: posts the results that end while a long-poll is held."""
+        """The courier: posts the large results, and those that end while a long-poll is held
+        that does not come back within COURIER_GRACE_SECONDS (the next poll carries those that
+        it does)."""
         while not self.finished.is_set():
             self.courier_wake.wait(1.0)
             self.courier_wake.clear()
@@ -562,8 +574,24 @@ class Agent:
                 with self.lock:
                     if not self.courier_queue:
                         break
-                    run = self.courier_queue.pop(0)
+                    run, poll = self.courier_queue.pop(0)
+                    if poll is not None and not self._held_past_grace(poll):
+                        run.sending = False  # the held poll came back: the next one carries it
+                        self.wake.set()
+                        continue
                 self.send_result(run)
+
+    def _held_past_grace(self, poll: int) -> bool:
+        """Wait (under lock) up to the grace for the held poll ``poll`` to come back; True if
+        a poll is still out at the end (that one, or a later one that does not carry the
+        result), when only the courier can deliver it soon."""
+        ends = time.monotonic() + COURIER_GRACE_SECONDS
+        while self.holding and self.polls == poll and not self.finished.is_set():
+            left = ends - time.monotonic()
+            if left <= 0:
+                break
+            self.lock.wait(left)
+        return self.holding
 
     def send_result(self, run: JobRun) -> None:
         assert run.report is not None
