@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -133,7 +132,7 @@ def controller(config_file: str, store_url: str | None) -> None:
     )
     _signals(runtime)
     try:
-        asyncio.run(runtime.serve())
+        runtime.run()
     finally:
         runtime.close()
     with contextlib.suppress(OSError):  # its terminal may be gone (SIGHUP)
@@ -259,13 +258,13 @@ def dev(
                 refresher = _Refresher(lambda: live.update(_view(runtime)))
                 refresher.start()
                 try:
-                    asyncio.run(runtime.serve(on_tick, on_progress))
+                    runtime.run(on_tick, on_progress)
                 finally:
                     refresher.stop()
                     with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
                         live.update(_view(runtime))
         else:
-            asyncio.run(runtime.serve(on_tick, on_progress))
+            runtime.run(on_tick, on_progress)
     finally:
         stopped = _stop_machines(runtime)
         if printer is not None:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import uvicorn
+import uvloop
 
 from sp00ky_infra.config import Config
 from sp00ky_infra.config.images import parse_image
@@ -274,6 +275,15 @@ class Runtime:
         """Whether this controller led its store when it stopped (while serving: leads)."""
         return self._owned if self._owned is not None else self.controller.leader
 
+    def run(
+        self,
+        on_tick: Callable[[TickReport], None] | None = None,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> None:
+        """``serve`` on a uvloop event loop (libuv's: less CPU a request than asyncio's)."""
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self.serve(on_tick, on_progress))
+
     async def serve(
         self,
         on_tick: Callable[[TickReport], None] | None = None,
@@ -291,7 +301,16 @@ class Runtime:
         hub = Hub(self._loop)
         controller.wake.attach(hub)
         servers = [
-            _Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+            _Server(
+                uvicorn.Config(
+                    app,
+                    log_level="warning",
+                    lifespan="off",
+                    access_log=False,
+                    http="httptools",  # C parser: h11's pure Python was a fifth of a poll
+                    loop="none",  # run(): uvloop
+                )
+            )
             for app in (
                 InputLimits(agents_app(controller, hub), AGENTS_RULES),
                 InputLimits(admin_app(controller), ADMIN_RULES),
