@@ -49,6 +49,10 @@ from sp00ky_infra.shared.names import pool_image
 from sp00ky_infra.store import Conflict, Job, JobNotFound, SqlStore, StaleAttempt
 from sp00ky_infra.store.machines import Machine, MachineNotFound
 
+# A poll writes the machine's last sighting at most this often: silence is judged over a
+# whole lease (30 s at least), so a second's resolution changes no verdict, and a busy
+# machine's polls (one a job) skip a write each.
+SEEN_RESOLUTION_SECONDS = 1.0
 log = logging.getLogger("sp00ky.controller")
 
 
@@ -331,21 +335,26 @@ class Controller:
                     acks.append(ResultAck(job=done.job, attempt=done.attempt, refused=str(exc)))
                 else:
                     acks.append(ResultAck(job=done.job, attempt=done.attempt, job_status=status))
-            self.store.machines.seen(name, now)
+            last = machine.last_seen_at
+            if last is None or not 0 <= now - last < SEEN_RESOLUTION_SECONDS:
+                self.store.machines.seen(name, now)
             renewed = self.store.renew(reported, now, pool.lease)
             stop = [
                 Stop(job=job, attempt=attempt, reason="stale")
                 for job, attempt in reported
                 if job not in renewed
             ]
+        # One read of the machine's running jobs: its kills, and below its lost assignments
+        # and free slots.
+        running = self.store.running_on(name)
         stop += [
-            Stop(job=job, attempt=attempt, reason="cancelled")
-            for job, attempt in self.store.cancels_for(name)
+            Stop(job=job.id, attempt=job.attempt or "", reason="cancelled")
+            for job in running
+            if job.cancel_requested
         ]
         assignments: list[Assignment] = []
         if machine.state == "ready" and self.leader:
             known = {job for job, _ in reported} | {done.job for done in request.results}
-            running = self.store.running_on(name)
             # Jobs bound to this machine that it does not know of: a poll answer that never
             # arrived (a dropped connection, a controller restart). They are its own: resend.
             assignments += [

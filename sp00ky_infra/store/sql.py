@@ -18,6 +18,11 @@ from sp00ky_infra.store.sweep import Sweeper
 class SqlStore(Sweeper, Retention):
     """Job rows, machine rows and pool state on a SQL database. Subclasses supply the dialect."""
 
+    # In this process, no network between: a call returns in microseconds (or waits on this
+    # process's other writers), so an event loop may make it itself rather than hand it to a
+    # thread (the agents' hot routes do).
+    embedded = False
+
     @functools.cached_property
     def machines(self) -> MachineTable:
         return MachineTable(self)

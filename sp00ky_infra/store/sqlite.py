@@ -10,8 +10,12 @@ load went to those sleeps). Other processes still meet SQLite's own lock, as bef
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import itertools
 import os
+import select
+import socket
 import sqlite3
 import threading
 import time
@@ -23,21 +27,40 @@ from sp00ky_infra.store.dialect import Cursor, LeaderLock, PerThread, Watcher
 from sp00ky_infra.store.model import StoreUnavailable
 from sp00ky_infra.store.sql import SqlStore
 
-WATCH_INTERVAL_SECONDS = 0.005  # idle: about 0.5% of a core
-BUSY_WATCH_INTERVAL_SECONDS = 0.001  # within BUSY_SECONDS of a change: dispatch waits less
-BUSY_SECONDS = 1.0
+WATCH_INTERVAL_SECONDS = 0.005  # data_version is read this often, wake-up or not
+MAX_SOCKET_PATH = 100  # sockaddr_un holds 108 bytes: a longer path has no wake-ups, only reads
 
 
 class DataVersionWatcher(Watcher):
-    """Polls ``PRAGMA data_version``, which changes when another connection commits: a read
-    of shared memory, no disk I/O, so every few milliseconds is cheap. For a second after a
-    change it looks every millisecond (jobs come in bursts; a job's wait for the controller
-    to see it is half the interval on average), then every 5 ms again."""
+    """Sees other connections' commits: ``PRAGMA data_version`` changes when one commits (a
+    read of shared memory, no disk I/O), read every few milliseconds, and a wake-up at once
+    for the commits that queue or requeue work.
+
+    The wake-up is SQLite's stand-in for PostgreSQL's NOTIFY: each watcher binds a Unix
+    datagram socket in ``<database>.wake/``, and a writer whose commit changed what
+    watchers wait for sends every socket there one empty datagram after it commits
+    (``SqliteStore._wake``). So a job's wait for the controller to see it is a context
+    switch, not half a polling interval. A lost or missing datagram costs only that: the
+    data_version read finds the commit within WATCH_INTERVAL_SECONDS."""
+
+    _count = itertools.count()
 
     def __init__(self, path: str) -> None:
         self._conn = sqlite3.connect(path, check_same_thread=False)
         self._last = self._version()
-        self._changed_at = 0.0
+        self._socket: socket.socket | None = None
+        self._address = os.path.join(f"{path}.wake", f"{os.getpid()}.{next(self._count)}")
+        if len(os.fsencode(self._address)) <= MAX_SOCKET_PATH:
+            with contextlib.suppress(OSError):
+                os.makedirs(os.path.dirname(self._address), mode=0o700, exist_ok=True)
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                sock.setblocking(False)
+                try:
+                    sock.bind(self._address)
+                except OSError:
+                    sock.close()
+                    raise
+                self._socket = sock
 
     def _version(self) -> int:
         return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
@@ -46,18 +69,49 @@ class DataVersionWatcher(Watcher):
         deadline = time.monotonic() + timeout
         while True:
             version = self._version()
-            now = time.monotonic()
             if version != self._last:
                 self._last = version
-                self._changed_at = now
                 return True
-            if now >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return False
-            busy = now - self._changed_at < BUSY_SECONDS
-            time.sleep(BUSY_WATCH_INTERVAL_SECONDS if busy else WATCH_INTERVAL_SECONDS)
+            pause = min(left, WATCH_INTERVAL_SECONDS)
+            if self._socket is None:
+                time.sleep(pause)
+                continue
+            ready, _, _ = select.select([self._socket], [], [], pause)
+            if ready:
+                with contextlib.suppress(OSError):
+                    while self._socket.recv(16) is not None:  # drain: one look for them all
+                        pass
 
     def close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._address)
         self._conn.close()
+
+
+def wake_watchers(folder: str) -> None:
+    """One empty datagram to every watcher's socket in ``folder``; a socket nobody holds any
+    more (a killed controller's) is removed. Never raises: a wake-up is only a hint."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    if not entries:
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.setblocking(False)
+        for entry in entries:
+            try:
+                sock.sendto(b"", entry.path)
+            except (ConnectionRefusedError, FileNotFoundError):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+            except OSError:  # full (it has a wake-up waiting already), or not a socket
+                pass
 
 
 class FileLock(LeaderLock):
@@ -92,6 +146,8 @@ BUSY_TIMEOUT_MS = 30_000
 
 
 class SqliteStore(SqlStore):
+    embedded = True
+
     def __init__(self, path: str) -> None:
         if path in ("", ":memory:"):
             raise StoreUnavailable(
@@ -105,6 +161,7 @@ class SqliteStore(SqlStore):
             raise StoreUnavailable(f"cannot create the directory of {path}: {exc}") from exc
         self._connections = PerThread(self._connect)
         self._writer = threading.Lock()  # this process's writers, one at a time
+        self._wake_due = threading.local()  # this thread's transaction queued or requeued work
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -131,6 +188,7 @@ class SqliteStore(SqlStore):
         nested = conn.in_transaction  # inside transaction(): a savepoint of it
         if not nested:
             self._writer.acquire()
+            self._wake_due.due = False  # left by a transaction that rolled back
         try:
             cur.execute("SAVEPOINT nested" if nested else "BEGIN IMMEDIATE")
             try:
@@ -148,6 +206,9 @@ class SqliteStore(SqlStore):
             cur.close()
             if not nested:
                 self._writer.release()
+        if not nested and getattr(self._wake_due, "due", False):
+            self._wake_due.due = False
+            wake_watchers(f"{self.path}.wake")  # committed: now the watchers can see it
 
     @contextmanager
     def _cursor(self) -> Iterator[Cursor]:
@@ -167,7 +228,11 @@ class SqliteStore(SqlStore):
         return DataVersionWatcher(self.path)
 
     def _changed(self, cur: Cursor) -> None:
-        """Nothing to send: watchers see every commit in PRAGMA data_version."""
+        """Wake the watchers once this commits (at once outside a transaction: committed)."""
+        if self._connection().in_transaction:
+            self._wake_due.due = True
+        else:
+            wake_watchers(f"{self.path}.wake")
 
     def close(self) -> None:
         self._connections.close_all()
