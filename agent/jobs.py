@@ -1,11 +1,22 @@
 """One job on the machine: a POST to the backend on loopback, held open until it answers or
-the job's deadline, in a thread of its own so that polls (and so renewals) keep flowing."""
+the job's deadline, on a slot worker's thread so that polls (and so renewals) keep flowing.
+
+A slot worker (``Slots``) is a thread that lives as long as the agent and keeps its
+keep-alive connection to the backend between jobs: a job costs no thread start, and no
+connect, accept and close on either side (the backend's server starts no thread for a new
+connection either). Before reusing a connection the worker checks that the backend has not
+closed it meanwhile (an idle timeout, a restart), as urllib3 does; a POST is never sent
+twice.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import json
+import queue
+import select
 import socket
 import threading
 import time
@@ -39,47 +50,49 @@ class JobRun:
     stopped: str | None = None  # cancelled, stale, abandoned, shutdown
     sending: bool = False  # its result is on its way (on a poll, or by the courier)
     done: threading.Event = field(default_factory=threading.Event)
-    _conn: http.client.HTTPConnection | None = None
+    _conn: http.client.HTTPConnection | None = None  # while its POST is out
+    _guard: threading.Lock = field(default_factory=threading.Lock)  # _conn, for stop()
 
-    def start(self, port: int, on_done: Callable[[], None]) -> None:
-        threading.Thread(
-            target=self._run, args=(port, on_done), name=f"job-{self.job}", daemon=True
-        ).start()
-
-    def _run(self, port: int, on_done: Callable[[], None]) -> None:
+    def _run(self, link: BackendLink, on_done: Callable[[], None]) -> None:
         try:
-            report = self._call(port)
+            report = self._call(link)
             if self.stopped is None:
                 self.report = report
         finally:
             self.done.set()
             on_done()
 
-    def _call(self, port: int) -> ResultRequest | None:
+    def _call(self, link: BackendLink) -> ResultRequest | None:
         timeout = None
         if self.deadline is not None:
             timeout = max(0.05, self.deadline - time.time() - self.margin)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        self._conn = conn
-        if self.stopped is not None:
-            return None
         body = json.dumps(self.payload).encode()
         headers = {
             "Content-Type": "application/json",
             "X-Sp00ky-Job": self.job,
             "X-Sp00ky-Attempt": self.attempt,
         }
+        conn = link.connection(timeout)
+        with self._guard:
+            if self.stopped is not None:
+                return None
+            self._conn = conn
         try:
             self.posted_at = time.monotonic()
             conn.request("POST", self.path, body=body, headers=headers)
             answer = conn.getresponse()
             data = answer.read()
         except TimeoutError:
+            link.discard()
             return _failed("timeout", "the backend did not answer by the job's deadline")
         except (OSError, http.client.HTTPException) as exc:
+            link.discard()
             return _failed("backend_unreachable", f"POST {self.path}: {exc or type(exc).__name__}")
         finally:
-            conn.close()
+            with self._guard:
+                self._conn = None
+        if self.stopped is not None:
+            link.discard()  # its socket was shut down under it
         if 200 <= answer.status < 300:
             result = _decode(data)
             try:
@@ -108,11 +121,96 @@ class JobRun:
 
     def stop(self, reason: str) -> None:
         """Drop the request: the connection is shut, so the backend sees the client leave."""
-        self.stopped = reason
+        with self._guard:
+            self.stopped = reason
+            conn = self._conn
+            if conn is not None and conn.sock is not None:
+                with contextlib.suppress(OSError):
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+
+
+class BackendLink:
+    """A slot worker's keep-alive connection to the backend on loopback."""
+
+    def __init__(self) -> None:
+        self.port: int | None = None
+        self._conn: http.client.HTTPConnection | None = None
+
+    def connection(self, timeout: float | None) -> http.client.HTTPConnection:
+        """The connection for the next POST: the kept one if the backend still holds it
+        open at ``port`` (no EOF or stray bytes waiting on it), else a new one."""
         conn = self._conn
-        if conn is not None and conn.sock is not None:
-            with contextlib.suppress(OSError):
-                conn.sock.shutdown(socket.SHUT_RDWR)
+        if conn is not None and (conn.port != self.port or not _usable(conn.sock)):
+            self.discard()
+            conn = None
+        if conn is None:
+            assert self.port is not None
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+            self._conn = conn
+        else:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+        return conn
+
+    def discard(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _usable(sock: socket.socket | None) -> bool:
+    """An idle kept-alive socket is readable only if the peer closed it (EOF) or sent what
+    nobody asked for: either way it is not to be used again."""
+    if sock is None:
+        return True  # closed by http.client after a `Connection: close` answer: reopens
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
+
+
+class Slots:
+    """The slot workers: a job runs on an idle one, or on a new one when none is idle (at
+    most one a slot in steady use; a worker whose job was abandoned and is still stuck in
+    its call is not idle, so it never delays a new job)."""
+
+    def __init__(self) -> None:
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+
+    def start(self, run: JobRun, port: int, on_done: Callable[[], None]) -> None:
+        with self._lock:
+            worker = self._idle.pop() if self._idle else _Worker(self)
+        worker.give(run, port, on_done)
+
+    def _rest(self, worker: _Worker) -> None:
+        with self._lock:
+            self._idle.append(worker)
+
+
+class _Worker:
+    def __init__(self, slots: Slots) -> None:
+        self.slots = slots
+        self.link = BackendLink()
+        self.jobs: queue.SimpleQueue[tuple[JobRun, int, Callable[[], None]]] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="slot", daemon=True).start()
+
+    def give(self, run: JobRun, port: int, on_done: Callable[[], None]) -> None:
+        self.jobs.put((run, port, on_done))
+
+    def _serve(self) -> None:
+        while True:
+            run, port, on_done = self.jobs.get()
+            self.link.port = port
+            run._run(self.link, functools.partial(self._done, on_done))
+
+    def _done(self, on_done: Callable[[], None]) -> None:
+        """Idle again before the agent hears of it: the job its next poll brings finds this
+        worker (queued behind the rest of this call if need be), not a new thread."""
+        self.slots._rest(self)
+        on_done()
 
 
 def _decode(data: bytes) -> Any:

@@ -40,7 +40,7 @@ from agent.errors import (
     Unreachable,
 )
 from agent.images import Transient, ensure_image
-from agent.jobs import JobRun
+from agent.jobs import JobRun, Slots
 from agent.leases import abandon_at, bounded_timeout, safety_margin
 from agent.protocol import (
     AgentSettings,
@@ -80,6 +80,7 @@ class Agent:
         self.machine = settings.machine
         self.remote = remote.Controller(settings.controller_url, settings.machine)
         self.runs: dict[str, JobRun] = {}  # by job id: running, or finished and unreported
+        self.slots = Slots()  # the threads that POST the jobs, each with its connection
         self.wake = threading.Event()
         self.stopping = 0  # signals received: 1 drains, 2 stops at once
         self.draining = False
@@ -480,7 +481,7 @@ class Agent:
                 self.lock.notify_all()
             self.log("job_start", job=run.job, attempt=run.attempt, path=run.path)
             assert self.runtime is not None
-            run.start(self.runtime.port, on_done=functools.partial(self.job_done, run))
+            self.slots.start(run, self.runtime.port, functools.partial(self.job_done, run))
         if reply.drain and not self.draining:
             self.draining = True
             self.log("draining", reason="controller")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from agent.docker import DockerAPI, DockerRuntime
-from agent.jobs import JobRun
+from agent.jobs import JobRun, Slots
 from agent.runtime import wait_ready
 from sp00ky_infra.client import Client
 from sp00ky_infra.shared import tokens
@@ -49,7 +49,7 @@ def test_the_runtime_runs_the_image_on_loopback_with_labels(docker_images: str) 
         assert found["Config"]["Labels"] == {"sp00ky/machine": "m-test", "sp00ky/pool": "render"}  # type: ignore[index]
         assert "PORT=8080" in found["Config"]["Env"]  # type: ignore[index]
         run = JobRun("j", "a1", "/render", {"gameId": "g"}, None, time.monotonic(), 1.0)
-        run.start(runtime.port, on_done=lambda: None)
+        Slots().start(run, runtime.port, on_done=lambda: None)
         assert run.done.wait(30)
         assert run.report is not None and run.report.status == "success"
         assert run.report.result["url"].endswith("/g.mp4")

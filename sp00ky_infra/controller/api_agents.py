@@ -196,10 +196,12 @@ def _not_json(kind: bytes) -> ValidationError:
 
 
 def _detail(exc: ValidationError) -> bytes:
-    """The framework's 422: every error's ``loc`` starts at ``body``."""
-    errors = json.loads(exc.json(include_url=False))
-    for error in errors:
-        error["loc"] = ["body", *error["loc"]]
+    """The framework's 422 (loc, msg, type; each ``loc`` starting at ``body``), without the
+    input: it may be bytes that are no text at all."""
+    errors = [
+        {"loc": ["body", *error["loc"]], "msg": error["msg"], "type": error["type"]}
+        for error in exc.errors(include_url=False, include_context=False, include_input=False)
+    ]
     return json.dumps({"detail": errors}).encode()
 
 
