@@ -68,6 +68,7 @@ class DataVersionWatcher(Watcher):
     def wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while True:
+            self._drain()  # before the read: a wake-up sent after it is for a later commit
             version = self._version()
             if version != self._last:
                 self._last = version
@@ -78,12 +79,14 @@ class DataVersionWatcher(Watcher):
             pause = min(left, WATCH_INTERVAL_SECONDS)
             if self._socket is None:
                 time.sleep(pause)
-                continue
-            ready, _, _ = select.select([self._socket], [], [], pause)
-            if ready:
-                with contextlib.suppress(OSError):
-                    while self._socket.recv(16) is not None:  # drain: one look for them all
-                        pass
+            else:
+                select.select([self._socket], [], [], pause)
+
+    def _drain(self) -> None:
+        if self._socket is not None:
+            with contextlib.suppress(OSError):  # BlockingIOError: none (left)
+                while True:
+                    self._socket.recv(16)
 
     def close(self) -> None:
         if self._socket is not None:

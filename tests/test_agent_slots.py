@@ -1,0 +1,132 @@
+"""The agent's slot workers keep their connection to the backend between jobs, and never send
+a job's POST twice: a connection the backend closed meanwhile is replaced before use, and a
+stopped job's connection is not used again. A real HTTP/1.1 server on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from agent.jobs import JobRun, Slots
+
+
+class Backend:
+    """A keep-alive backend that records each POST with the client's port; a POST to
+    /slow waits until ``release`` is set."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.posts: list[tuple[str, int]] = []  # (attempt, client port)
+        self.connections: list[socket.socket] = []
+        self.release = threading.Event()
+        backend = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive
+
+            def setup(self) -> None:
+                super().setup()
+                backend.connections.append(self.connection)
+
+            def do_POST(self) -> None:
+                length = int(self.headers["Content-Length"])
+                self.rfile.read(length)
+                backend.posts.append((self.headers["X-Sp00ky-Attempt"], self.client_address[1]))
+                if self.path == "/slow":
+                    backend.release.wait(10)
+                body = json.dumps({"ok": True}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and close every connection it holds (a backend restart)."""
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+        for connection in self.connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    served = Backend()
+    yield served
+    served.stop()
+
+
+def _job(attempt: str, path: str = "/render") -> JobRun:
+    return JobRun("j", attempt, path, {"n": attempt}, None, time.monotonic(), 1.0)
+
+
+def _run(slots: Slots, port: int, attempt: str, path: str = "/render") -> JobRun:
+    run = _job(attempt, path)
+    slots.start(run, port, on_done=lambda: None)
+    assert run.done.wait(10)
+    return run
+
+
+def test_jobs_one_after_another_share_one_connection_and_one_thread(backend: Backend) -> None:
+    slots = Slots()
+    before = [thread.name for thread in threading.enumerate()].count("slot")
+    runs = [_run(slots, backend.port, f"a{n}") for n in range(5)]
+    assert all(run.report is not None and run.report.status == "success" for run in runs)
+    assert [attempt for attempt, _ in backend.posts] == ["a0", "a1", "a2", "a3", "a4"]
+    assert len({port for _, port in backend.posts}) == 1  # one kept connection
+    after = [thread.name for thread in threading.enumerate()].count("slot")
+    assert after == before + 1  # one worker for them all, not a thread a job
+
+
+def test_a_connection_the_backend_closed_is_replaced_and_the_post_sent_once() -> None:
+    first = Backend()
+    slots = Slots()
+    try:
+        assert _run(slots, first.port, "a1").report.status == "success"  # type: ignore[union-attr]
+    finally:
+        first.stop()  # the backend restarts: its kept connection is closed under the worker
+    second = Backend(first.port)
+    try:
+        time.sleep(0.05)  # the close's FIN reaches the worker's socket
+        run = _run(slots, second.port, "a2")
+        assert run.report is not None and run.report.status == "success", run.report
+        assert [attempt for attempt, _ in second.posts] == ["a2"]  # once
+    finally:
+        second.stop()
+
+
+def test_a_stopped_job_drops_its_connection_and_the_next_job_opens_another(
+    backend: Backend,
+) -> None:
+    slots = Slots()
+    slow = _job("slow", "/slow")
+    slots.start(slow, backend.port, on_done=lambda: None)
+    deadline = time.monotonic() + 10
+    while not backend.posts and time.monotonic() < deadline:
+        time.sleep(0.005)
+    slow.stop("cancelled")
+    assert slow.done.wait(10)
+    assert slow.report is None  # a stopped job reports nothing of its own
+    backend.release.set()
+    run = _run(slots, backend.port, "next")
+    assert run.report is not None and run.report.status == "success"
+    assert [attempt for attempt, _ in backend.posts] == ["slow", "next"]
+    assert backend.posts[0][1] != backend.posts[1][1]  # a new connection
