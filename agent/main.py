@@ -66,6 +66,11 @@ POLL_RESULTS_BYTES = 128 * 1024
 # the courier. Under load polls come back within a few milliseconds with work, so results
 # ride them instead of costing the controller a request each.
 COURIER_GRACE_SECONDS = 0.02
+# A poll that would carry results waits up to this long for the jobs the last poll started
+# (if they are still running) so that it carries theirs too: under load a poll's round trip
+# is longer than a short job, and without the wait a machine settles at half its slots a
+# poll (the other half were just started). Twice the results a poll for a few milliseconds.
+SETTLE_SECONDS = 0.003
 
 
 def log(machine: str, event: str, **fields: Any) -> None:
@@ -432,7 +437,24 @@ class Agent:
                 # busy (or just filled up): poll again soon for kills and renewals, or at
                 # once when a job ends; not straight away for nothing
                 self.wake.wait(min(1.0, self.config.lease / 6))
+            elif finished:
+                self.settle()
             self.wake.clear()
+
+    def settle(self) -> None:
+        """Wait until every job started less than SETTLE_SECONDS ago has ended, or that
+        long after it started, whichever is first (a signal or a stop ends it at once)."""
+        with self.lock:
+            while self.stopping == 0 and self.gone is None:
+                now = time.monotonic()
+                fresh = [
+                    run.assigned_at + SETTLE_SECONDS
+                    for run in self.running()
+                    if now < run.assigned_at + SETTLE_SECONDS
+                ]
+                if not fresh:
+                    return
+                self.lock.wait(max(fresh) - now)
 
     def acknowledged(self, reply: PollReply, carried: list[JobRun]) -> None:
         """The results the poll carried: recorded or refused are done with; any the answer

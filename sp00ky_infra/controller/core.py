@@ -326,15 +326,24 @@ class Controller:
             self.measures.posted(each.attempt, each.posted)
         stop: list[Stop] = []
         acks: list[ResultAck] = []
+        # One read of the machine's running jobs: the results' jobs as they were, its kills,
+        # and below its lost assignments and free slots.
+        running = self.store.running_on(name)
         if renew:
             # Results first: their slots are free for the work this same poll claims.
+            current = {(job.id, job.attempt): job for job in running}
             for done in request.results:
+                key = (done.job, done.attempt)
                 try:
-                    status = self._record(machine, done.job, done.attempt, done, now)
+                    status = self._record(
+                        machine, done.job, done.attempt, done, now, current.get(key)
+                    )
                 except Refusal as exc:
                     acks.append(ResultAck(job=done.job, attempt=done.attempt, refused=str(exc)))
                 else:
+                    current.pop(key, None)
                     acks.append(ResultAck(job=done.job, attempt=done.attempt, job_status=status))
+            running = list(current.values())  # the recorded ones run no more
             last = machine.last_seen_at
             if last is None or not 0 <= now - last < SEEN_RESOLUTION_SECONDS:
                 self.store.machines.seen(name, now)
@@ -344,9 +353,6 @@ class Controller:
                 for job, attempt in reported
                 if job not in renewed
             ]
-        # One read of the machine's running jobs: its kills, and below its lost assignments
-        # and free slots.
-        running = self.store.running_on(name)
         stop += [
             Stop(job=job.id, attempt=job.attempt or "", reason="cancelled")
             for job in running
@@ -406,13 +412,16 @@ class Controller:
         attempt: str,
         report: ResultRequest | FinishedAttempt,
         now: float,
+        job: Job | None = None,
     ) -> str:
-        """One attempt's result, posted alone or carried on a poll: Refusal if stale."""
+        """One attempt's result, posted alone or carried on a poll: Refusal if stale. ``job``:
+        the job as this transaction read it running on the machine, when it did."""
         name = machine.name
         self.measures.posted(attempt, report.posted)
         self.measures.forget(attempt)
         try:
-            job = self.store.get(job_id)
+            if job is None:
+                job = self.store.get(job_id)
             if job.machine != name and job.attempt == attempt:
                 raise Refusal(f"attempt {attempt} of {job_id} is not machine {name}'s")
             if report.status == "success":
