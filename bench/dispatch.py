@@ -225,9 +225,10 @@ def tick_config(folder: Path, pools: int, machines_per_pool: int) -> Path:
 def fill_tick_store(
     store_url: str, config_path: Path, pending: int, machines_per_pool: int, now: float
 ) -> None:
-    """The pools' machines (ready, seen at ``now``) and ``pending`` jobs spread evenly over
-    the pools, each written in one transaction (rows made as ``enqueue_many`` makes them,
-    streamed: a million rows take tens of seconds, not minutes)."""
+    """The pools' machines (ready, seen at ``now``, each running one job: a backlog keeps
+    them busy) and ``pending`` jobs waiting, spread evenly over the pools. The jobs are
+    written in one transaction (rows made as ``enqueue_many`` makes them, streamed: a
+    million rows take tens of seconds, not minutes)."""
     config = load_config(config_path)
     settings = ControllerSettings(config_path=str(config_path), secret="bench")
     revisions = Deployment.of(config, settings.pool).revisions
@@ -241,7 +242,7 @@ def fill_tick_store(
                 store.machines.join(machine, f"session-of-{machine}", now)  # seen now
                 store.machines.move(machine, Reason.READY, now)
     names = list(config.pools)
-    per_pool = pending // len(names)
+    per_pool = pending // len(names) + machines_per_pool  # the machines take one each
 
     def rows() -> Iterator[tuple[Any, ...]]:
         for name in names:
@@ -251,6 +252,12 @@ def fill_tick_store(
 
     with store.transaction() as cur:
         cur.executemany(store._sql(INSERT_JOB), rows())  # type: ignore[arg-type]
+    with store.transaction():
+        for name, pool in config.pools.items():
+            for n in range(machines_per_pool):
+                machine = f"{name}-m{n}"
+                store.claim(f"{name}_job", 1, "bench", now, pool.lease, machine=machine)
+                store.machines.busy(machine, now)
     if store_url.startswith("postgres"):
         with store._cursor() as cur:
             cur.execute("ANALYZE jobs")
@@ -280,6 +287,11 @@ def tick_child(spec: dict[str, Any]) -> dict[str, float]:
     settings = ControllerSettings(
         config_path=str(config_path), secret="bench", state_dir=str(config_path.parent)
     )
+    with store.transaction():  # their agents polled just now: none is silent, no lease ran out
+        for machine in store.machines.live():
+            store.machines.seen(machine.name, time.time())
+            held = [(job.id, job.attempt or "") for job in store.running_on(machine.name)]
+            store.renew(held, time.time(), config.pools[machine.pool].lease)
     controller = Controller(settings, config, store, RecordingProvisioner())
     controller.prune.due(time.time() + 3600)  # retention is not what this measures
     report = tick(controller)  # leadership, idle clocks: once
