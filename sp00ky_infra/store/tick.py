@@ -86,15 +86,28 @@ _IDLE_PAST = """CASE WHEN state = 'ready' AND busy = 0
     AND idle_since IS NOT NULL AND ? - idle_since >= idle_timeout
     THEN 1 ELSE 0 END"""
 # Each live machine of a configured pool with its pool's terms and its busy slots (the
-# running jobs of the pool's table on it: a seek in jobs_running_on each), read once.
-_SEEN = (
-    "seen AS MATERIALIZED (SELECT m.pool AS pool, m.name AS name, m.state AS state, "
+# running jobs of the pool's table on it), read once. SQLite, in process, finds each
+# machine's busy slots with a seek in jobs_running_on (2.1 ms at 1,000 machines, against
+# 2.7 ms joining the grouped running jobs); PostgreSQL hashes the grouped running jobs
+# (3.2 ms, against 9.5 ms for a subplan a machine).
+_MACHINE = (
+    "SELECT m.pool AS pool, m.name AS name, m.state AS state, "
     "m.created_at AS created_at, m.revision AS revision, m.idle_since AS idle_since, "
     "m.last_seen_at AS last_seen_at, m.drained AS drained, p.revision AS want, "
     "p.silence AS silence, p.max_lifetime AS max_lifetime, p.idle_timeout AS idle_timeout, "
+)
+_SEEN_BY_SEEK = (
+    f"seen AS MATERIALIZED ({_MACHINE}"
     "(SELECT coalesce(sum(j.slots), 0) FROM jobs j WHERE j.status = 'processing' "
     "AND j.machine = m.name AND j.tbl = p.tbl) AS busy "
     "FROM machines m JOIN pools p ON p.pool = m.pool WHERE m.state <> 'destroyed')"
+)
+_SEEN_BY_JOIN = (
+    "busy (machine, tbl, slots) AS (SELECT machine, tbl, sum(slots) FROM jobs "
+    "WHERE status = 'processing' GROUP BY machine, tbl), "
+    f"seen AS MATERIALIZED ({_MACHINE}coalesce(b.slots, 0) AS busy "
+    "FROM machines m JOIN pools p ON p.pool = m.pool "
+    "LEFT JOIN busy b ON b.machine = m.name AND b.tbl = p.tbl WHERE m.state <> 'destroyed')"
 )
 
 
@@ -103,6 +116,7 @@ class TickReads:
 
     def __init__(self, store: Dialect) -> None:
         self._store = store
+        self._seen = _SEEN_BY_SEEK if store.placeholder == "?" else _SEEN_BY_JOIN  # SQLite
 
     def machines(
         self, terms: Sequence[PoolTerms], now: float, summarize: bool = True
@@ -117,7 +131,7 @@ class TickReads:
         if summarize:
             pools, params = _pools_cte(terms)
             sql = (
-                f"WITH {pools}, {_SEEN}, flags AS MATERIALIZED (SELECT pool, busy, "
+                f"WITH {pools}, {self._seen}, flags AS MATERIALIZED (SELECT pool, busy, "
                 f"{_STEADY} AS steady, {_IDLE_PAST} AS idle FROM seen) "
                 "SELECT pool, count(*), sum(steady), sum(steady * busy), sum(steady * idle) "
                 "FROM flags GROUP BY pool"
@@ -139,7 +153,7 @@ class TickReads:
         with self._store._cursor() as cur:
             self._store._x(
                 cur,
-                f"WITH {pools}, {_SEEN} SELECT pool, name, state, created_at, revision, busy, "
+                f"WITH {pools}, {self._seen} SELECT pool, name, state, created_at, revision, busy, "
                 f"idle_since, last_seen_at, drained FROM seen {where} ORDER BY created_at, name",
                 [*params, now, now] if summarize else params,
             )
@@ -183,19 +197,31 @@ class TickReads:
         the jobs_pending_due index each, never longer than its cap."""
         if not queues:
             return []
-        one = (
-            "SELECT {n}, (SELECT coalesce(sum(slots), 0) FROM (SELECT slots FROM jobs "
-            "WHERE tbl = ? AND status = 'pending' AND run_after <= ? LIMIT ?) AS head)"
+        head = (
+            "(SELECT coalesce(sum(slots), 0) FROM (SELECT slots FROM jobs WHERE tbl = {tbl} "
+            "AND status = 'pending' AND run_after <= {now} LIMIT {cap}) AS head)"
         )
-        sql = " UNION ALL ".join(one.format(n=n) for n in range(len(queues)))
         params: list[Any] = []
-        for table, cap in queues:
-            params += [table, now, cap]
+        if self._store.placeholder == "?":  # SQLite: a LIMIT names no outer column
+            one = "SELECT {n}, " + head.format(tbl="?", now="?", cap="?")
+            sql = " UNION ALL ".join(one.format(n=n) for n in range(len(queues)))
+            for table, cap in queues:
+                params += [table, now, cap]
+        else:  # one statement to plan, not one a queue (0.8 ms against 1.3 at 50 queues)
+            rows = ", ".join(f"({n}, ?, ?)" for n in range(len(queues)))
+            sql = (
+                f"WITH q (n, tbl, cap) AS (VALUES {rows}) SELECT q.n, "
+                + head.format(tbl="q.tbl", now="?", cap="q.cap")
+                + " FROM q"
+            )
+            for table, cap in queues:
+                params += [table, cap]
+            params.append(now)
         store = self._store
         with store._cursor() as cur:
             store._x(cur, sql, params)
-            rows = cur.fetchall()
+            rows_found = cur.fetchall()
         found = [0] * len(queues)
-        for n, slots in rows:
+        for n, slots in rows_found:
             found[int(n)] = int(slots)
         return found
