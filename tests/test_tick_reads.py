@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sp00ky_infra.policy.machines import MachineState
 from sp00ky_infra.policy.plan import (
     MachineView,
     PoolView,
@@ -26,7 +27,8 @@ from sp00ky_infra.store.tick import PoolTerms, TickReads
 
 NOW = 100_000.0
 LEASE, LIFETIME, IDLE = 90.0, 86_400.0, 300.0
-STATES = ("requested", "booting", "ready", "draining", "failed")
+STATES: tuple[MachineState, ...] = ("requested", "booting", "ready", "draining", "failed")
+SERVING: tuple[MachineState, ...] = ("ready", "booting", "draining")
 
 
 def view(machines: list[MachineView], shape: Shape, queued: int) -> PoolView:
@@ -151,7 +153,7 @@ GRID = [
     MachineView(f"m{n:03d}", state, NOW - age, revision, busy, idle, seen, drained)
     for n, (state, age, revision, busy, idle, seen, drained) in enumerate(
         (state, age, revision, busy, idle, seen, drained)
-        for state in ("ready", "booting", "draining")
+        for state in SERVING
         for age in (10.0, LIFETIME - 1e-6, LIFETIME, LIFETIME + 1)
         for revision in ("r1", "r0")
         for busy in (0, 2)
