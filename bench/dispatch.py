@@ -14,7 +14,11 @@
 4. the controller's tick with --pools pools, 10 machines each and --pending pending jobs (in
    process, against a SQLite store, machines created by a provisioner that only records them);
    target at most 2 ms (issue 19 sets it at 1,000,000 pending over 50 pools and 1,000
-   machines: `--pools 50 --machines 20 --pending 1000000`, which takes minutes to fill).
+   machines: `--pools 50 --machines 20 --pending 1000000`, which takes minutes to fill);
+5. the controller's memory, on a real controller process (SQLite, SPKY_TICK=1s): its VmRSS after
+   10 s with 2 real machines of 2 slots polling and running jobs and the admin API read, with
+   1,000 and with --memory-pending (1,000,000) jobs pending; target within 10%. About 1.5
+   minutes; `--controller-memory` runs it alone, `--skip-memory` leaves it out.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -51,7 +56,14 @@ from sp00ky_infra.store import NewJob, open_store
 from sp00ky_infra.store.postgres import scratch_schema
 from sp00ky_infra.store.rows import INSERT_JOB, insert_row
 from sp00ky_infra.store.transitions import new_job_id
-from tests.controllers import SERVER, backend_app, project, running_controller, wait_for
+from tests.controllers import (
+    SERVER,
+    backend_app,
+    live_machines,
+    project,
+    running_controller,
+    wait_for,
+)
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -222,13 +234,29 @@ def tick_config(folder: Path, pools: int, machines_per_pool: int) -> Path:
     )
 
 
+def write_pending(
+    store: Any, per_pool: dict[str, int], now: float, payload: dict[str, Any] | None = None
+) -> None:
+    """``per_pool[name]`` pending jobs of each pool's app, in one transaction (rows made as
+    ``enqueue_many`` makes them, streamed: a million rows take tens of seconds, not minutes)."""
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        for name, count in per_pool.items():
+            for i in range(count):
+                body = {"n": i} if payload is None else {**payload, "gameId": f"g{i}"}
+                new = NewJob(f"{name}-app", f"{name}_job", "/render", body, pool=name)
+                yield insert_row(new, new_job_id(new.table), now)
+
+    with store.transaction() as cur:
+        cur.executemany(store._sql(INSERT_JOB), rows())
+
+
 def fill_tick_store(
     store_url: str, config_path: Path, pending: int, machines_per_pool: int, now: float
 ) -> None:
     """The pools' machines (ready, seen at ``now``, each running one job: a backlog keeps
     them busy) and ``pending`` jobs waiting, spread evenly over the pools. The jobs are
-    written in one transaction (rows made as ``enqueue_many`` makes them, streamed: a
-    million rows take tens of seconds, not minutes)."""
+    written in one transaction (``write_pending``)."""
     config = load_config(config_path)
     settings = ControllerSettings(config_path=str(config_path), secret="bench")
     revisions = Deployment.of(config, settings.pool).revisions
@@ -241,17 +269,8 @@ def fill_tick_store(
                 store.machines.move(machine, Reason.PROVISIONED, now)
                 store.machines.join(machine, f"session-of-{machine}", now)  # seen now
                 store.machines.move(machine, Reason.READY, now)
-    names = list(config.pools)
-    per_pool = pending // len(names) + machines_per_pool  # the machines take one each
-
-    def rows() -> Iterator[tuple[Any, ...]]:
-        for name in names:
-            for i in range(per_pool):
-                new = NewJob(f"{name}-app", f"{name}_job", "/render", {"n": i}, pool=name)
-                yield insert_row(new, new_job_id(new.table), now)
-
-    with store.transaction() as cur:
-        cur.executemany(store._sql(INSERT_JOB), rows())  # type: ignore[arg-type]
+    per_pool = pending // len(config.pools) + machines_per_pool  # the machines take one each
+    write_pending(store, dict.fromkeys(config.pools, per_pool), now)
     with store.transaction():
         for name, pool in config.pools.items():
             for n in range(machines_per_pool):
@@ -265,12 +284,13 @@ def fill_tick_store(
     store.close()
 
 
-def rss_kib() -> dict[str, int]:
-    """This process's resident memory now and at its peak (/proc/self/status)."""
+def rss_kib(pid: int | str = "self") -> dict[str, int]:
+    """A process's resident memory now and at its peak in KiB, and its threads (VmRSS, VmHWM
+    and Threads of /proc/PID/status)."""
     found = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
+        if key in ("VmRSS", "VmHWM", "Threads"):
             found[key] = int(value.split()[0])
     return found
 
@@ -352,6 +372,111 @@ def tick_rounds(
     return found
 
 
+BIG_POOL = "p00"  # the real machines' pool, whose queue holds every pending job
+
+
+def memory_config(folder: Path, pools: int, machines_per_pool: int, machines: int) -> Path:
+    """The tick's pools, but the first one has ``machines`` real machines of 2 slots (the local
+    provisioner, recycle never); the others autoscale from 0 on empty queues."""
+    names = [f"p{n:02d}" for n in range(pools)]
+    log = folder / "unused.jsonl"
+    shapes: dict[str, dict[str, Any]] = {
+        name: {"min": 0, "autoscale": True, "max": machines_per_pool} for name in names
+    }
+    shapes[BIG_POOL] = {"min": machines, "slots": 2, "recycle": "never"}
+    apps = {f"{name}-app": backend_app(name, f"{name}_job", log) for name in names}
+    del apps[f"{BIG_POOL}-app"]["env"]["BACKEND_LOG"]  # a line a job: noise on the disk
+    return project(folder, shapes, apps)
+
+
+def controller_memory_run(
+    folder: Path, template: Path, config: Path, machines: int, seconds: float, reads: int
+) -> dict[str, float]:
+    """A real controller process (SPKY_TICK=1s) on a copy of ``template``: once its machines
+    are ready it runs ``seconds`` while they poll, claim and report jobs of 0.25 s, and the
+    admin API is read ``reads`` times (GET /pools, /pools/p00, /metrics); then its VmRSS and
+    VmHWM (/proc/PID/status)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    database = folder / "state.db"
+    shutil.copyfile(template, database)
+    url = f"sqlite:///{database}"
+    store = open_store(url)
+    try:
+        with running_controller(folder, config, url, SPKY_TICK="1s") as controller:
+            assert controller.proc is not None
+            ready = functools.partial(live_machines, store, BIG_POOL, "ready")
+            wait_for(lambda: len(ready()) == machines, timeout=120, what="the machines ready")
+            done_before = store.counts()["success"]
+            started = time.monotonic()
+            for n in range(reads):
+                time.sleep(max(0.0, started + seconds * (n + 0.5) / reads - time.monotonic()))
+                for path in ("/pools", f"/pools/{BIG_POOL}", "/metrics"):
+                    answer = controller.admin("GET", path)
+                    assert answer.status_code == 200, (path, answer.text)
+            time.sleep(max(0.0, started + seconds - time.monotonic()))
+            memory = rss_kib(controller.proc.pid)
+            done = store.counts()["success"] - done_before
+    finally:
+        store.close()
+    assert done > 0, "the machines ran no job: they did not poll"
+    return {
+        "rss_mib": memory["VmRSS"] / 1024,
+        "peak_rss_mib": memory["VmHWM"] / 1024,
+        "threads": memory["Threads"],
+        "jobs_done": done,
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def controller_memory(folder: Path, args: argparse.Namespace) -> tuple[dict[str, float], bool]:
+    """Issue 19's memory target on a real controller process: its RSS with --memory-pending
+    jobs pending within 10% of its RSS with 1,000 (SQLite; each run on a fresh copy of a store
+    filled once per size; the figures and whether the target is met)."""
+    machines = 2
+    config = memory_config(folder, args.pools, args.machines, machines)
+    print(
+        f"controller memory (sqlite): a controller process, {args.pools} pools, {machines} "
+        f"real machines x 2 slots on {BIG_POOL} (whose queue holds every pending job), "
+        f"SPKY_TICK=1s, {args.memory_seconds:.0f}s a run, the admin API read "
+        f"{args.memory_reads} times ...",
+        flush=True,
+    )
+    figures: dict[str, float] = {}
+    for pending in (1_000, args.memory_pending):
+        template = folder / f"memory-{pending}.db"
+        started = time.perf_counter()
+        store = open_store(f"sqlite:///{template}")
+        write_pending(store, {BIG_POOL: pending}, time.time(), payload={"seconds": 0.25})
+        store.close()
+        print(f"  {pending:,} pending: filled in {time.perf_counter() - started:.0f}s", flush=True)
+        runs = []
+        for round_ in range(args.memory_rounds):
+            found = controller_memory_run(
+                folder / f"memory-{pending}-{round_}",
+                template,
+                config,
+                machines,
+                args.memory_seconds,
+                args.memory_reads,
+            )
+            line = (
+                "    run: RSS {rss_mib:.1f} MiB (peak {peak_rss_mib:.1f}), {threads:.0f} threads, "
+                "{jobs_done:.0f} jobs run meanwhile, load average {load_average:.2f}"
+            )
+            print(line.format(**found), flush=True)
+            runs.append(found)
+        template.unlink()
+        for key in ("rss_mib", "peak_rss_mib"):
+            figures[f"controller_{key}_{pending}_pending"] = statistics.median(
+                run[key] for run in runs
+            )
+    big = args.memory_pending
+    small_mib = figures["controller_rss_mib_1000_pending"]
+    ratio = figures[f"controller_rss_mib_{big}_pending"] / small_mib
+    figures[f"controller_rss_ratio_{big}_to_1000"] = ratio
+    return figures, ratio <= 1.10
+
+
 def tick_section(
     folder: Path, args: argparse.Namespace, store_url: str | None, dialect: str
 ) -> tuple[dict[str, float], list[tuple[str, bool]]]:
@@ -413,6 +538,28 @@ def ticks(args: argparse.Namespace) -> None:
         print(f"  target {what}: {'met' if ok else 'MISSED'}")
 
 
+def print_memory(figures: dict[str, float], met: bool, pending: int) -> None:
+    for name, value in figures.items():
+        print(f"  {name:<44} {value:>10.2f}")
+    print(
+        f"  target controller memory at {pending:,} pending within 10% of 1,000: "
+        f"{'met' if met else 'MISSED'}"
+    )
+
+
+def memory_only(args: argparse.Namespace) -> None:
+    """--controller-memory: the controller process's memory alone."""
+    print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as folder:
+        figures, met = controller_memory(Path(folder), args)
+    print(
+        f"load average: {os.getloadavg()[0]:.2f}; took {time.perf_counter() - started:.0f}s",
+        flush=True,
+    )
+    print_memory(figures, met, args.memory_pending)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -428,6 +575,17 @@ def main() -> None:
     parser.add_argument("--tick-postgres", action="store_true", help="the tick on --postgres too")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the tick, each size")
     parser.add_argument("--ticks", type=int, default=30, help="ticks timed a round")
+    parser.add_argument(
+        "--controller-memory",
+        action="store_true",
+        help="only the controller's memory: a real controller process at 1,000 and\n"
+        "--memory-pending pending (SQLite), with 2 real machines polling",
+    )
+    parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--memory-pending", type=int, default=1_000_000)
+    parser.add_argument("--memory-seconds", type=float, default=10, help="a run, machines ready")
+    parser.add_argument("--memory-reads", type=int, default=3, help="admin API reads a run")
+    parser.add_argument("--memory-rounds", type=int, default=1, help="runs of each size")
     parser.add_argument("--tick-child", help=argparse.SUPPRESS)  # one round, in its own process
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -436,6 +594,9 @@ def main() -> None:
         return
     if args.tick_only:
         ticks(args)
+        return
+    if args.controller_memory:
+        memory_only(args)
         return
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as folder:
@@ -457,6 +618,11 @@ def main() -> None:
         if not args.skip_tick:
             found, tick_checks = tick_section(Path(folder), args, None, "sqlite")
             figures.update(found)
+        if not args.skip_memory:  # about 1.5 minutes at 1,000,000 pending, most of it the fill
+            found, met = controller_memory(Path(folder) / "memory", args)
+            figures.update(found)
+            what = f"controller memory at {args.memory_pending:,} pending within 10% of 1,000"
+            tick_checks.append((what, met))
         print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
     if args.json:
         print(json.dumps(figures, indent=2))
