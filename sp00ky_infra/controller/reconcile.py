@@ -9,19 +9,29 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sp00ky_infra.config.model import Pool
 from sp00ky_infra.controller.core import Controller, last_code
 from sp00ky_infra.controller.schedules import fire_schedules
+from sp00ky_infra.controller.state import Deployment
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.hetzner.heartbeat import stamp_heartbeat
 from sp00ky_infra.policy.breaker import Breaker
-from sp00ky_infra.policy.plan import MachineView, Plan, PoolView, fences, plan_pool, pool_view
+from sp00ky_infra.policy.plan import (
+    MachineView,
+    Plan,
+    PoolView,
+    Unlisted,
+    fences,
+    plan_pool,
+    pool_view,
+)
 from sp00ky_infra.policy.sizing import Shape, queue_cap
 from sp00ky_infra.store import JobNotFound, SweepReport
-from sp00ky_infra.store.machines import Machine
+from sp00ky_infra.store.tick import MachineRow, PoolTerms, TickReads
 
 log = logging.getLogger("sp00ky.controller")
 
@@ -39,43 +49,91 @@ def shape_of(controller: Controller, pool: str) -> Shape:
     return Shape.of(controller.pools[pool])
 
 
-def observe(controller: Controller, now: float) -> list[PoolView]:
+_TERMS: weakref.WeakKeyDictionary[Controller, tuple[Deployment, list[PoolTerms]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def terms_of(controller: Controller) -> list[PoolTerms]:
+    """What each configured pool's machines are compared with (``store.tick``): made once a
+    deployment, not every tick."""
+    deployment = controller.deployment
+    cached = _TERMS.get(controller)
+    if cached is not None and cached[0] is deployment:
+        return cached[1]
+    terms = [
+        PoolTerms(
+            pool=name,
+            table=deployment.table_of(name),
+            revision=deployment.revisions[name],
+            silence=pool.lease,  # as pool_view has it
+            max_lifetime=pool.max_lifetime,
+            idle_timeout=pool.idle_timeout,
+        )
+        for name, pool in deployment.pools.items()
+    ]
+    _TERMS[controller] = (deployment, terms)
+    return terms
+
+
+def _view(row: MachineRow) -> MachineView:
+    return MachineView(
+        name=row.name,
+        state=row.state,
+        created_at=row.created_at,
+        revision=row.revision,
+        busy_slots=row.busy_slots,
+        idle_since=row.idle_since,
+        last_seen_at=row.last_seen_at,
+        drained=row.drained,
+    )
+
+
+def observe(controller: Controller, now: float, summarize: bool = False) -> list[PoolView]:
     """What every configured pool looks like at ``now``, read from the store (and nothing
-    written: the plan says which idle clocks to keep, the executor keeps them)."""
-    by_pool: dict[str, list[Machine]] = defaultdict(list)
-    for machine in controller.store.machines.live():
-        by_pool[machine.pool].append(machine)
+    written: the plan says which idle clocks to keep, the executor keeps them). With
+    ``summarize`` (the tick) the machines nothing can happen to are counted, not listed
+    (``policy.plan.steady``): the same plans, at a cost that follows the machines that need
+    a decision; ``explain`` lists them all. Two to three statements, whatever the pools."""
+    reads = TickReads(controller.store)
+    terms = terms_of(controller)
+    machines = reads.machines(terms, now, summarize)
+    caps = [(each.table, queue_cap(shape_of(controller, each.pool))) for each in terms]
+    queued = reads.queued_slots(caps, now)
     views = []
-    for name, pool in controller.pools.items():
-        table = controller.table_of(name)
-        busy = controller.store.busy_slots(table)
-        shape = shape_of(controller, name)
+    for each, slots in zip(terms, queued, strict=True):
+        name = each.pool
         state = controller.pool_states.get(name)
-        machines = [
-            MachineView(
-                name=machine.name,
-                state=machine.state,
-                created_at=machine.created_at,
-                revision=machine.revision,
-                busy_slots=busy.get(machine.name, 0),
-                idle_since=machine.idle_since,
-                last_seen_at=machine.last_seen_at,
-                drained=machine.drained,
-            )
-            for machine in by_pool.get(name, [])
-        ]
+        found = machines[name]
         views.append(
             pool_view(
                 name,
-                pool,
-                controller.revisions[name],
-                machines,
-                controller.store.queued_slots(table, now, queue_cap(shape)),
+                controller.pools[name],
+                each.revision,
+                [_view(row) for row in found.listed],
+                slots,
                 state.breaker,
                 state.paused,
+                found.steady,
+                found.steady_busy,
+                found.steady_idle,
             )
         )
     return views
+
+
+def plan_of(controller: Controller, view: PoolView, now: float) -> Plan:
+    """The pool's plan; if it has machines to spare and counted idle ones instead of listing
+    them (``policy.plan.Unlisted``), its machines are read again, all listed, to choose."""
+    try:
+        return plan_pool(view, now)
+    except Unlisted:
+        terms = [each for each in terms_of(controller) if each.pool == view.name]
+        found = TickReads(controller.store).machines(terms, now, summarize=False)[view.name]
+        listed = [_view(row) for row in found.listed]
+        return plan_pool(
+            replace(view, machines=listed, steady=0, steady_busy=0, steady_idle=0), now
+        )
 
 
 def tick(controller: Controller) -> TickReport:
@@ -92,7 +150,7 @@ def tick(controller: Controller) -> TickReport:
         log.info("event=lease_expired job=%s", job_id)
     count_swept(controller, swept)
     scheduled = fire_schedules(controller, now)  # before observe: the plan sees their jobs
-    plans = [plan_pool(view, now) for view in observe(controller, now)]
+    plans = [plan_of(controller, view, now) for view in observe(controller, now, summarize=True)]
     controller.plans = {plan.pool: plan for plan in plans}
     errors: list[str] = fenced + scheduled
     for plan in plans:
@@ -109,19 +167,11 @@ def fence(controller: Controller, now: float) -> list[str]:
     """Before the sweep: the machines silent for a whole lease (``policy.plan.fences``) are
     failed and destroyed, and the jobs of any not yet confirmed gone keep their leases. A
     dead agent's backend goes on working; its job must not start elsewhere until it ended
-    (issue 17). Reads the machine rows only; the plan that follows sees them gone."""
+    (issue 17). Reads the silent machines only (``store.tick``); the plan that follows sees
+    them gone."""
     by_pool: dict[str, list[MachineView]] = defaultdict(list)
-    for machine in controller.store.machines.live():
-        if machine.state in ("ready", "draining"):
-            by_pool[machine.pool].append(
-                MachineView(
-                    name=machine.name,
-                    state=machine.state,
-                    created_at=machine.created_at,
-                    revision=machine.revision,
-                    last_seen_at=machine.last_seen_at,
-                )
-            )
+    for row in TickReads(controller.store).silent(terms_of(controller), now):
+        by_pool[row.pool].append(_view(row))
     executor = controller.executor
     for name, pool in controller.pools.items():
         if name in by_pool:

@@ -24,10 +24,14 @@ __all__ = [
     "Plan",
     "PoolView",
     "Reason",  # the lifecycle's (policy.machines), which every action carries
+    "Unlisted",
     "fences",
+    "idle_past",
     "plan_pool",
     "pool_view",
     "silent",
+    "steady",
+    "summarize",
 ]
 
 
@@ -73,6 +77,14 @@ class PoolView:
     silence: float  # a ready machine that has not polled for this long has stopped answering
     breaker: Breaker = field(default_factory=Breaker)
     paused: bool = False
+    # Machines left out of ``machines`` because nothing happens to them at ``now`` but to be
+    # counted (``steady``): each counts towards the pool's size, with its busy slots;
+    # ``steady_idle`` of them are idle past the idle timeout, which the plan may drain only
+    # if they are listed (``Unlisted``). The tick's read summarizes them in the store, so its
+    # cost follows the machines that need a decision, not the fleet.
+    steady: int = 0
+    steady_busy: int = 0
+    steady_idle: int = 0
 
 
 def pool_view(
@@ -83,9 +95,13 @@ def pool_view(
     queued: int,
     breaker: Breaker,
     paused: bool = False,
+    steady: int = 0,
+    steady_busy: int = 0,
+    steady_idle: int = 0,
 ) -> PoolView:
     """One pool as observed, from its settings: the controller's ``observe`` and the simulator
-    both build the plan's input here, so neither can read a setting differently."""
+    both build the plan's input here, so neither can read a setting differently. ``steady``
+    machines (``steady_busy`` slots busy) are summarized, not listed (``steady``)."""
     return PoolView(
         name=name,
         shape=Shape.of(settings),
@@ -98,6 +114,9 @@ def pool_view(
         silence=settings.lease,  # a machine silent for a whole lease has stopped answering
         breaker=breaker,
         paused=paused,
+        steady=steady,
+        steady_busy=steady_busy,
+        steady_idle=steady_idle,
     )
 
 
@@ -173,6 +192,50 @@ def fences(pool: PoolView, now: float) -> tuple[Fail, ...]:
     )
 
 
+class Unlisted(ValueError):
+    """The pool has more machines than it wants and counts idle ones it does not list: the
+    plan cannot choose which to drain. List them (a view without ``steady_idle``)."""
+
+
+def steady(machine: MachineView, pool: PoolView, now: float) -> bool:
+    """Whether nothing happens to ``machine`` at ``now`` but to be counted: ready, answering,
+    on the pool's revision, within its lifetime, its idle clock as it should be (stopped
+    while it has a job, running while it has none). ``plan_pool`` gives the same plan whether
+    such a machine is listed or counted in ``PoolView.steady`` (``steady_idle`` too when it
+    is ``idle_past`` the timeout). The tick's read makes this test in SQL (``store.tick``)."""
+    clock_kept = (machine.idle_since is None) == (machine.busy_slots > 0)
+    return (
+        machine.state == "ready"
+        and not silent(machine, pool.silence, now)
+        and machine.revision == pool.revision
+        and now - machine.created_at < pool.max_lifetime
+        and clock_kept
+    )
+
+
+def idle_past(machine: MachineView, pool: PoolView, now: float) -> bool:
+    """A ready machine idle for the pool's idle timeout: drained if the pool has a surplus."""
+    return (
+        machine.state == "ready"
+        and machine.busy_slots == 0
+        and machine.idle_since is not None
+        and now - machine.idle_since >= pool.idle_timeout
+    )
+
+
+def summarize(pool: PoolView, now: float) -> PoolView:
+    """``pool`` with its steady machines counted instead of listed (the same plan, or
+    ``Unlisted`` when it would drain one of them)."""
+    counted = [machine for machine in pool.machines if steady(machine, pool, now)]
+    return replace(
+        pool,
+        machines=[machine for machine in pool.machines if not steady(machine, pool, now)],
+        steady=pool.steady + len(counted),
+        steady_busy=pool.steady_busy + sum(machine.busy_slots for machine in counted),
+        steady_idle=pool.steady_idle + sum(idle_past(machine, pool, now) for machine in counted),
+    )
+
+
 def plan_pool(pool: PoolView, now: float) -> Plan:
     """Decide what happens to one pool at ``now``."""
     fail: list[Fail] = []
@@ -207,21 +270,21 @@ def plan_pool(pool: PoolView, now: float) -> Plan:
         elif machine.state == "failed":  # e.g. its agent said the backend never became ready
             destroy.append(Destroy(machine.name, Reason.DESTROYED))
 
-    busy = sum(machine.busy_slots for machine in machines if machine.state in ("ready", "draining"))
+    busy = pool.steady_busy + sum(
+        machine.busy_slots for machine in machines if machine.state in ("ready", "draining")
+    )
     desired = desired_machines(pool.shape, busy, pool.queued)
-    current = len(serving)
+    current = pool.steady + len(serving)
 
     surplus = current - desired
     if surplus > 0:
+        if pool.steady_idle:
+            raise Unlisted(
+                f"pool {pool.name}: {surplus} machine(s) too many and {pool.steady_idle} idle "
+                "one(s) counted, not listed: list them to choose which to drain"
+            )
         idle = sorted(
-            (
-                machine
-                for machine in serving
-                if machine.state == "ready"
-                and machine.busy_slots == 0
-                and machine.idle_since is not None
-                and now - machine.idle_since >= pool.idle_timeout
-            ),
+            (machine for machine in serving if idle_past(machine, pool, now)),
             key=lambda machine: (machine.idle_since, machine.name),
         )
         drain.extend(Drain(machine.name, Reason.IDLE_SURPLUS) for machine in idle[:surplus])

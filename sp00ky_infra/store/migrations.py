@@ -205,4 +205,23 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        6,
+        "what the tick reads at a flat cost: running jobs by machine, by lease expiry, by deadline",
+        (
+            # Each leads with status (partial on the running jobs: a few entries a slot in use,
+            # whatever the backlog) so that SQLite, without statistics, picks them over
+            # jobs_finished, which holds every row and would have it read the running rows
+            # one by one from a table of a million (1.3 ms at 1,000 running jobs).
+            # The busy slots of each machine, read from the index alone (the tick), and the
+            # jobs a machine runs (a poll's running_on, cancels_for).
+            "CREATE INDEX jobs_running_on ON jobs (status, machine, tbl, slots)"
+            " WHERE status = 'processing'",
+            # The sweep: a range each, the leases run out and the attempts past their deadline.
+            "CREATE INDEX jobs_lease ON jobs (status, lease_expires_at)"
+            " WHERE status = 'processing'",
+            "CREATE INDEX jobs_deadline ON jobs (status, deadline)"
+            " WHERE status = 'processing' AND deadline IS NOT NULL",
+        ),
+    ),
 )

@@ -35,10 +35,12 @@ class Sweeper(Jobs):
         deadline. Each change is its own compare-and-set, so a renewal or report that lands
         between the read and the write wins and the job is left alone."""
         with self._cursor() as cur:
+            # Two ranges (jobs_lease, jobs_deadline), not an OR that reads every running row.
             self._x(
                 cur,
-                "SELECT id FROM jobs WHERE status = 'processing' "
-                "AND (lease_expires_at < ? OR deadline < ?) LIMIT ?",
+                "SELECT id FROM jobs WHERE status = 'processing' AND lease_expires_at < ? "
+                "UNION SELECT id FROM jobs WHERE status = 'processing' "
+                "AND deadline IS NOT NULL AND deadline < ? LIMIT ?",
                 (now, now, batch),
             )
             running = [row[0] for row in cur.fetchall()]
