@@ -91,6 +91,9 @@ class Dialect(ABC):
     """A SQL database on per-thread connections. Subclasses supply the dialect."""
 
     placeholder = "?"
+    # Whether the database takes arrays as parameters: PostgreSQL writes a batch of rows in
+    # one statement (one round trip); SQLite, in process, runs a cached statement per row.
+    arrays = False
 
     @abstractmethod
     def leader_lock(self) -> LeaderLock:

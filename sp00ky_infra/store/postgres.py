@@ -93,6 +93,7 @@ def redact(url: str) -> str:
 
 class PostgresStore(SqlStore):
     placeholder = "%s"
+    arrays = True
     skip_locked = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, url: str) -> None:

@@ -1,6 +1,11 @@
 """Job rows: the columns, the statements that write whole rows, and the mapping to ``Job``.
 
 ``UPDATE_JOB`` and ``update_row`` (and ``INSERT_JOB`` and ``insert_row``) agree column by column.
+
+The hot path (a claim starting attempts, a result ending one) does not rewrite whole rows: its
+statements change the columns that change and append to, or close the last entry of, the
+attempt history in SQL. SQLite runs them once a row (a cached statement, no round trip);
+PostgreSQL once a batch, with the rows' values as arrays (one round trip).
 """
 
 from __future__ import annotations
@@ -27,6 +32,44 @@ UPDATE_JOB = (
     "finished_at = ?, attempts = ? "
     "WHERE id = ? AND status = ? AND attempt IS NOT DISTINCT FROM ? AND cancel_requested = ? "
     "AND lease_expires_at IS NOT DISTINCT FROM ?"
+)
+# Start an attempt: its entry (JSON text) appended to the history.
+START_ATTEMPT = (
+    "UPDATE jobs SET status = 'processing', assignee = ?, machine = ?, attempt = ?, "
+    "attempt_number = attempt_number + 1, lease_expires_at = ?, deadline = ?, started_at = ?, "
+    "updated_at = ?, attempts = json_insert(attempts, '$[#]', json(?)) "
+    f"WHERE id = ? AND status = 'pending' RETURNING {COLUMNS}"
+)
+START_ATTEMPTS_PG = (
+    "UPDATE jobs SET status = 'processing', assignee = %s, machine = %s, attempt = v.attempt, "
+    "attempt_number = jobs.attempt_number + 1, lease_expires_at = %s, deadline = v.deadline, "
+    "started_at = %s, updated_at = %s, "
+    "attempts = (jobs.attempts::jsonb || jsonb_build_array(v.entry::jsonb))::text "
+    "FROM unnest(%s::text[], %s::text[], %s::float8[], %s::text[]) "
+    "AS v(id, attempt, deadline, entry) "
+    "WHERE jobs.id = v.id AND jobs.status = 'pending' "
+    "RETURNING " + ", ".join(f"jobs.{name}" for name in _COLUMN_NAMES)
+)
+# A result for the current attempt of a running job nobody killed (the common case): success,
+# and the attempt's entry closed. ``ended_at`` is JSON text, so the float keeps every digit.
+# Any other case (killed, stale, another machine's) matches no row and takes the full
+# transition in jobs.py.
+COMPLETE_ATTEMPT = (
+    "UPDATE jobs SET status = 'success', result = ?, updated_at = ?, finished_at = ?, "
+    "lease_expires_at = NULL, attempts = CASE WHEN attempts = '[]' THEN attempts ELSE "
+    "json_set(attempts, '$[#-1].ended_at', json(?), '$[#-1].outcome', 'success') END "
+    "WHERE id = ? AND attempt = ? AND status = 'processing' AND cancel_requested = 0 "
+    "AND (? IS NULL OR machine = ?) RETURNING started_at"
+)
+COMPLETE_ATTEMPTS_PG = (
+    "UPDATE jobs SET status = 'success', result = v.result, updated_at = %s, finished_at = %s, "
+    "lease_expires_at = NULL, attempts = CASE WHEN jobs.attempts = '[]' THEN jobs.attempts "
+    "ELSE jsonb_set(jobs.attempts::jsonb, '{-1}', (jobs.attempts::jsonb -> -1) || "
+    "jsonb_build_object('ended_at', %s::jsonb, 'outcome', 'success'))::text END "
+    "FROM unnest(%s::text[], %s::text[], %s::text[]) AS v(id, attempt, result) "
+    "WHERE jobs.id = v.id AND jobs.attempt = v.attempt AND jobs.status = 'processing' "
+    "AND jobs.cancel_requested = 0 AND (%s::text IS NULL OR jobs.machine = %s) "
+    "RETURNING jobs.id, jobs.started_at"
 )
 INSERT_JOB = (
     "INSERT INTO jobs (id, backend, tbl, path, payload, status, max_retries, retry_strategy, "
