@@ -114,6 +114,13 @@ class Dialect(ABC):
         """A write transaction that commits on success and rolls back on error; inside
         ``transaction()`` a savepoint of it (rolled back alone on error)."""
 
+    def _joined(self) -> AbstractContextManager[Cursor]:
+        """A write transaction, or inside ``transaction()`` part of it without a savepoint of
+        its own, where the dialect's savepoints cost round trips (PostgreSQL): for writes
+        whose statements are each atomic and leave consistent rows whatever comes after
+        (a claim, a batch of results). Elsewhere ``_write()``."""
+        return self._write()
+
     def transaction(self) -> AbstractContextManager[Cursor]:
         """One transaction for several calls of this thread (an agent's poll: its results,
         renewals and claims commit together, once). Each call inside keeps its own guarantees:

@@ -162,7 +162,7 @@ class Jobs(Dialect):
         """
         if free_slots < 1:
             return []
-        with self._write() as cur:
+        with self._joined() as cur:
             self._lock_queue(cur, table)
             in_flight = 0
             if concurrency is not None:
@@ -284,9 +284,9 @@ class Jobs(Dialect):
         if not results:
             return []
         payloads = [None if result is None else json.dumps(result) for _, _, result in results]
-        # One statement on PostgreSQL is atomic alone (no savepoint, no round trip for it);
-        # SQLite's statements a row commit together.
-        with self._cursor() if self.arrays else self._write() as cur:
+        # One statement a batch on PostgreSQL needs no transaction of its own (inside
+        # transaction() it is part of it); SQLite's statements a row commit together.
+        with self._cursor() if self.arrays else self._joined() as cur:
             started = self._complete_attempts(cur, results, payloads, now, machine)
         recorded = []
         for job_id, attempt, result in results:

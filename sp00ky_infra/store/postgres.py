@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from sp00ky_infra.store.dialect import Cursor, LeaderLock, PerThread, Watcher
 from sp00ky_infra.store.model import StoreUnavailable
@@ -118,6 +119,16 @@ class PostgresStore(SqlStore):
         conn = self._connection()
         with conn.transaction(), conn.cursor() as cur:
             yield cur
+
+    @contextmanager
+    def _joined(self) -> Iterator[Cursor]:
+        conn = self._connection()
+        if conn.info.transaction_status == TransactionStatus.INTRANS:
+            with conn.cursor() as cur:  # inside transaction(): a SAVEPOINT would cost 2 trips
+                yield cur
+        else:
+            with conn.transaction(), conn.cursor() as cur:
+                yield cur
 
     @contextmanager
     def _cursor(self) -> Iterator[Cursor]:
