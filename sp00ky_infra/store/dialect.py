@@ -143,6 +143,18 @@ class Dialect(ABC):
         """Serialize admission of ``table``'s queue, and prepare the claim's read."""
         self._lock(cur, f"claim:{table}")
 
+    def _locked_reads(
+        self, cur: Cursor, table: str, reads: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[Any]]:
+        """Serialize admission of ``table``'s queue (``_lock_queue``), then run ``reads``,
+        each seeing every claim committed before the lock; the rows of each."""
+        self._lock_queue(cur, table)
+        rows = []
+        for sql, params in reads:
+            self._x(cur, sql, params)
+            rows.append(cur.fetchall())
+        return rows
+
     skip_locked = ""  # appended to the queue's SELECT
 
     @abstractmethod

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -20,6 +21,11 @@ from sp00ky_infra.store.model import StoreUnavailable
 from sp00ky_infra.store.sql import SqlStore
 
 LEADER_KEY = "sp00ky-controller-leader"
+# A queue's admission lock, and sorts off for the claim's transaction (see _lock_queue).
+LOCK_QUEUE = (
+    "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s)), "
+    "set_config('enable_sort', 'off', true)"
+)
 CHANNEL = "sp00ky_jobs"
 
 
@@ -153,11 +159,24 @@ class PostgresStore(SqlStore):
         # order. With stale statistics (a table analyzed while nearly empty, then filled by a
         # burst) the planner expects one row and sorts every pending row instead: 25 ms a claim
         # at 10,000 pending. Turning sorts off for this transaction only keeps the index walk.
-        cur.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s)), "
-            "set_config('enable_sort', 'off', true)",
-            (f"claim:{table}",),
-        )
+        cur.execute(LOCK_QUEUE, (f"claim:{table}",))
+
+    def _locked_reads(
+        self, cur: Cursor, table: str, reads: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[Any]]:
+        # The lock and the reads in one round trip: one query of several statements, bound
+        # client-side (the simple protocol takes no parameters). Each statement takes its
+        # snapshot when it starts, after the lock, as separate round trips would.
+        assert isinstance(cur, psycopg.Cursor)
+        statements = [LOCK_QUEUE, *(self._sql(sql) for sql, _ in reads)]
+        params = [f"claim:{table}", *(value for _, values in reads for value in values)]
+        with psycopg.ClientCursor(cur.connection) as many:
+            many.execute("; ".join(statements), params)
+            rows = []
+            for _ in reads:
+                many.nextset()
+                rows.append(many.fetchall())
+        return rows
 
     def leader_lock(self) -> LeaderLock:
         return AdvisoryLock(self.url)
