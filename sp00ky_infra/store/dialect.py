@@ -155,6 +155,10 @@ class Dialect(ABC):
             rows.append(cur.fetchall())
         return rows
 
+    def _generic_plans(self, cur: Cursor) -> None:
+        """Inside a transaction, plan prepared statements once (PostgreSQL)."""
+        return None
+
     skip_locked = ""  # appended to the queue's SELECT
 
     @abstractmethod

@@ -303,6 +303,7 @@ class Jobs(Dialect):
         """The common case of ``complete_many``: the started_at of the jobs it completed."""
         ended = json.dumps(now)
         if self.arrays:
+            self._generic_plans(cur)
             cur.execute(
                 COMPLETE_ATTEMPTS_PG,
                 (now, now, ended, [each[0] for each in results], [each[1] for each in results],
