@@ -30,10 +30,12 @@ from sp00ky_infra.store.model import (
 from sp00ky_infra.store.rows import (
     COLUMNS,
     COMPLETE_ATTEMPT,
+    COMPLETE_ATTEMPT_PG,
     COMPLETE_ATTEMPTS_PG,
     INSERT_JOB,
     QUEUE_ORDER,
     START_ATTEMPT,
+    START_ATTEMPT_PG,
     START_ATTEMPTS_PG,
     UPDATE_JOB,
     filters,
@@ -212,7 +214,7 @@ class Jobs(Dialect):
             json.dumps(attempt_entry(number, attempt, machine, now))
             for _, attempt, number, _ in starts
         ]
-        if self.arrays:
+        if self.arrays and len(starts) > 1:
             cur.execute(
                 START_ATTEMPTS_PG,
                 (owner, machine, now + lease, now, now,
@@ -225,7 +227,7 @@ class Jobs(Dialect):
         for (job_id, attempt, _, deadline), entry in zip(starts, entries, strict=True):
             self._x(
                 cur,
-                START_ATTEMPT,
+                START_ATTEMPT_PG if self.arrays else START_ATTEMPT,
                 (owner, machine, attempt, now + lease, deadline, now, now, entry, job_id),
             )
             row = cur.fetchone()
@@ -302,7 +304,7 @@ class Jobs(Dialect):
     ) -> dict[str, float | None]:
         """The common case of ``complete_many``: the started_at of the jobs it completed."""
         ended = json.dumps(now)
-        if self.arrays:
+        if self.arrays and len(results) > 1:
             self._generic_plans(cur)
             cur.execute(
                 COMPLETE_ATTEMPTS_PG,
@@ -313,7 +315,9 @@ class Jobs(Dialect):
         started: dict[str, float | None] = {}
         for (job_id, attempt, _), payload in zip(results, payloads, strict=True):
             self._x(
-                cur, COMPLETE_ATTEMPT, (payload, now, now, ended, job_id, attempt, machine, machine)
+                cur,
+                COMPLETE_ATTEMPT_PG if self.arrays else COMPLETE_ATTEMPT,
+                (payload, now, now, ended, job_id, attempt, machine, machine),
             )
             row = cur.fetchone()
             if row is not None and job_id not in started:

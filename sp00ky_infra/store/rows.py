@@ -5,8 +5,9 @@
 The hot path (a claim starting attempts, a result ending one) does not rewrite whole rows: its
 statements change the columns that change and append to, or close the last entry of, the
 attempt history in SQL. SQLite runs them once a row (a cached statement, no round trip);
-PostgreSQL once a batch, with the rows' values as arrays (one round trip; ``%b``: sent in
-binary, which spares psycopg quoting every element of a text array).
+PostgreSQL once a batch of several rows, with the rows' values as arrays (one round trip;
+``%b``: sent in binary, which spares psycopg quoting every element of a text array), and a
+single row with the one-row statement (cheaper to send, bind and plan than a join with arrays).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ START_ATTEMPT = (
     "updated_at = ?, attempts = json_insert(attempts, '$[#]', json(?)) "
     f"WHERE id = ? AND status = 'pending' RETURNING {COLUMNS}"
 )
+START_ATTEMPT_PG = START_ATTEMPT.replace(
+    "json_insert(attempts, '$[#]', json(?))",
+    "(attempts::jsonb || jsonb_build_array(?::jsonb))::text",
+)
 START_ATTEMPTS_PG = (
     "UPDATE jobs SET status = 'processing', assignee = %s, machine = %s, attempt = v.attempt, "
     "attempt_number = jobs.attempt_number + 1, lease_expires_at = %s, deadline = v.deadline, "
@@ -63,6 +68,11 @@ COMPLETE_ATTEMPT = (
     "WHERE id = ? AND attempt = ? AND status = 'processing' AND cancel_requested = 0 "
     "AND (? IS NULL OR machine = ?) RETURNING started_at"
 )
+COMPLETE_ATTEMPT_PG = COMPLETE_ATTEMPT.replace(
+    "json_set(attempts, '$[#-1].ended_at', json(?), '$[#-1].outcome', 'success')",
+    "jsonb_set(attempts::jsonb, '{-1}', (attempts::jsonb -> -1) || "
+    "jsonb_build_object('ended_at', ?::jsonb, 'outcome', 'success'))::text",
+).replace("(? IS NULL OR", "(?::text IS NULL OR")
 COMPLETE_ATTEMPTS_PG = (
     "UPDATE jobs SET status = 'success', result = v.result, updated_at = %s, finished_at = %s, "
     "lease_expires_at = NULL, attempts = CASE WHEN jobs.attempts = '[]' THEN jobs.attempts "
