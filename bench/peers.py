@@ -7,9 +7,10 @@ The same --jobs no-op jobs (10,000) are enqueued, then claimed and completed by 
 by four (processes; procrastinate: one worker process with that concurrency, its own model),
 through:
 
-- this store as the controller's poll uses it (one transaction completes the last batch and
-  claims the next) on SQLite (claims of 16 at a time) and huey's SqliteHuey (one at a time, as its
-  consumer takes them), both with ``synchronous=NORMAL`` in WAL mode: equal durability;
+- this store as the controller's poll uses it (one transaction completes the last batch with
+  ``complete_many`` and claims the next) on SQLite (claims of 16 at a time) and huey's
+  SqliteHuey (one at a time, as its consumer takes them), both with ``synchronous=NORMAL`` in
+  WAL mode: equal durability;
 - this store on PostgreSQL (claims of 1 and of 16), pgqueuer (batched dequeue of 16, completions
   logged in one statement a batch, as its QueueManager does) and procrastinate.
 
@@ -84,10 +85,8 @@ def _ours_worker(url: str, batch: int, start: float) -> int:
     while True:
         now = time.time()
         with store.transaction():
-            for job in jobs:
-                assert job.attempt is not None
-                store.complete(job.id, job.attempt, None, now)
-            done += len(jobs)
+            finished = store.complete_many([(job.id, job.attempt or "", None) for job in jobs], now)
+            done += sum(each.status == "success" for each in finished)
             jobs = store.claim(TABLE, batch, f"w{os.getpid()}", now, lease=90, machine="m1")
         if not jobs:
             break

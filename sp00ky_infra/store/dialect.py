@@ -91,6 +91,9 @@ class Dialect(ABC):
     """A SQL database on per-thread connections. Subclasses supply the dialect."""
 
     placeholder = "?"
+    # Whether the database takes arrays as parameters: PostgreSQL writes a batch of rows in
+    # one statement (one round trip); SQLite, in process, runs a cached statement per row.
+    arrays = False
 
     @abstractmethod
     def leader_lock(self) -> LeaderLock:
@@ -110,6 +113,13 @@ class Dialect(ABC):
     def _write(self) -> AbstractContextManager[Cursor]:
         """A write transaction that commits on success and rolls back on error; inside
         ``transaction()`` a savepoint of it (rolled back alone on error)."""
+
+    def _joined(self) -> AbstractContextManager[Cursor]:
+        """A write transaction, or inside ``transaction()`` part of it without a savepoint of
+        its own, where the dialect's savepoints cost round trips (PostgreSQL): for writes
+        whose statements are each atomic and leave consistent rows whatever comes after
+        (a claim, a batch of results). Elsewhere ``_write()``."""
+        return self._write()
 
     def transaction(self) -> AbstractContextManager[Cursor]:
         """One transaction for several calls of this thread (an agent's poll: its results,
@@ -132,6 +142,22 @@ class Dialect(ABC):
     def _lock_queue(self, cur: Cursor, table: str) -> None:
         """Serialize admission of ``table``'s queue, and prepare the claim's read."""
         self._lock(cur, f"claim:{table}")
+
+    def _locked_reads(
+        self, cur: Cursor, table: str, reads: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[Any]]:
+        """Serialize admission of ``table``'s queue (``_lock_queue``), then run ``reads``,
+        each seeing every claim committed before the lock; the rows of each."""
+        self._lock_queue(cur, table)
+        rows = []
+        for sql, params in reads:
+            self._x(cur, sql, params)
+            rows.append(cur.fetchall())
+        return rows
+
+    def _generic_plans(self, cur: Cursor) -> None:
+        """Inside a transaction, plan prepared statements once (PostgreSQL)."""
+        return None
 
     skip_locked = ""  # appended to the queue's SELECT
 

@@ -6,6 +6,7 @@ retry, recovery and the runner can never leave a job in states they disagree abo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,12 +24,19 @@ from sp00ky_infra.store.model import (
     JobStatus,
     NewJob,
     QueueFull,
+    Recorded,
     StaleAttempt,
 )
 from sp00ky_infra.store.rows import (
     COLUMNS,
+    COMPLETE_ATTEMPT,
+    COMPLETE_ATTEMPT_PG,
+    COMPLETE_ATTEMPTS_PG,
     INSERT_JOB,
     QUEUE_ORDER,
+    START_ATTEMPT,
+    START_ATTEMPT_PG,
+    START_ATTEMPTS_PG,
     UPDATE_JOB,
     filters,
     insert_row,
@@ -37,11 +45,13 @@ from sp00ky_infra.store.rows import (
 )
 from sp00ky_infra.store.transitions import (
     after_failure,
+    attempt_deadline,
+    attempt_entry,
     error_entry,
     finish,
+    new_attempt_id,
     new_job_id,
     rerun,
-    start_attempt,
     validate_new,
 )
 
@@ -154,39 +164,76 @@ class Jobs(Dialect):
         """
         if free_slots < 1:
             return []
-        with self._write() as cur:
-            self._lock_queue(cur, table)
-            in_flight = 0
-            if concurrency is not None:
-                self._x(
-                    cur,
-                    "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'processing'",
-                    (table,),
-                )
-                in_flight = int(cur.fetchone()[0])
+        # The head of the queue, only what admission and the new attempt need. Read
+        # through jobs_queue, already in admission order: ``+run_after`` keeps SQLite off
+        # jobs_pending_due, whose range on run_after it would rather take, then sort every
+        # due row (1.3 ms a claim at 5,000 pending, against 35 us).
+        head = (
+            "SELECT id, slots, attempt_number, timeout, max_job_duration FROM jobs "
+            "WHERE tbl = ? AND status = 'pending' AND +run_after <= ? "
+            "AND (queue_deadline IS NULL OR queue_deadline > ?) "
+            f"ORDER BY {QUEUE_ORDER} LIMIT ?{self.skip_locked}",
+            (table, now, now, free_slots),
+        )
+        running = ("SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'processing'", (table,))
+        with self._joined() as cur:
+            if concurrency is None:
+                (queue,) = self._locked_reads(cur, table, [head])
+                in_flight = 0
+            else:
+                counted, queue = self._locked_reads(cur, table, [running, head])
+                in_flight = int(counted[0][0])
+            chosen = set(
+                admit((Queued(row[0], row[1]) for row in queue), free_slots, in_flight, concurrency)
+            )
+            starts = [
+                (row[0], new_attempt_id(), row[2] + 1, attempt_deadline(row[3], row[4], now))
+                for row in queue
+                if row[0] in chosen
+            ]
+            if not starts:
+                return []
+            # Rows locked (PostgreSQL) or the database held (SQLite): every one must start.
+            started = self._start_attempts(cur, starts, owner, machine, now, lease)
+            if len(started) != len(starts):
+                raise Conflict(f"claim of {table} raced another writer; try again")
+        return started
+
+    def _start_attempts(
+        self,
+        cur: Cursor,
+        starts: Sequence[tuple[str, str, int, float | None]],
+        owner: str,
+        machine: str | None,
+        now: float,
+        lease: float,
+    ) -> list[Job]:
+        """Write the attempts ``starts`` names, as (job id, attempt, attempt number, deadline),
+        and return the jobs they started, in that order."""
+        entries = [
+            json.dumps(attempt_entry(number, attempt, machine, now))
+            for _, attempt, number, _ in starts
+        ]
+        if self.arrays and len(starts) > 1:
+            cur.execute(
+                START_ATTEMPTS_PG,
+                (owner, machine, now + lease, now, now,
+                 [start[0] for start in starts], [start[1] for start in starts],
+                 [start[3] for start in starts], entries),
+            )  # fmt: skip
+            by_id = {job.id: job for job in map(job_from_row, cur.fetchall())}
+            return [by_id[start[0]] for start in starts if start[0] in by_id]
+        started: list[Job] = []
+        for (job_id, attempt, _, deadline), entry in zip(starts, entries, strict=True):
             self._x(
                 cur,
-                f"SELECT {COLUMNS} FROM jobs WHERE tbl = ? AND status = 'pending' "
-                "AND run_after <= ? AND (queue_deadline IS NULL OR queue_deadline > ?) "
-                f"ORDER BY {QUEUE_ORDER} LIMIT ?{self.skip_locked}",
-                (table, now, now, free_slots),
+                START_ATTEMPT_PG if self.arrays else START_ATTEMPT,
+                (owner, machine, attempt, now + lease, deadline, now, now, entry, job_id),
             )
-            queue = [job_from_row(row) for row in cur.fetchall()]
-            chosen = set(
-                admit(
-                    (Queued(job.id, job.slots) for job in queue), free_slots, in_flight, concurrency
-                )
-            )
-            pairs = [
-                (job, start_attempt(job, owner, machine, now, lease))
-                for job in queue
-                if job.id in chosen
-            ]
-            if pairs:  # rows locked (PostgreSQL) or the database held (SQLite): CAS must hold
-                cur.executemany(self._sql(UPDATE_JOB), [update_row(*pair) for pair in pairs])
-                if cur.rowcount != len(pairs):
-                    raise Conflict(f"claim of {table} raced another writer; try again")
-        return [after for _, after in pairs]
+            row = cur.fetchone()
+            if row is not None:
+                started.append(job_from_row(row))
+        return started
 
     def renew(self, leases: Sequence[tuple[str, str]], now: float, lease: float) -> set[str]:
         """Extend the leases of (job id, attempt) pairs still current; returns their job ids."""
@@ -210,17 +257,94 @@ class Jobs(Dialect):
 
         A job killed while it ran fails with ``cancelled`` instead; the late answer is kept
         on its error entry. A result for an attempt that is not current raises StaleAttempt.
+        (``complete_many`` of one result, then the job as it is now.)
         """
+        (done,) = self.complete_many([(job_id, attempt, result)], now)
+        if done.refused is not None:
+            raise done.refused
+        return self.get(job_id)
+
+    def complete_many(
+        self,
+        results: Sequence[tuple[str, str, Any]],
+        now: float,
+        machine: str | None = None,
+    ) -> list[Recorded]:
+        """Record the backends' answers, as (job id, attempt, result), each for its current
+        attempt: what ``complete`` does for each, in one statement per batch on PostgreSQL
+        (per row on SQLite, no round trips) for the common case, a running job nobody killed.
+
+        ``machine``: the machine that reports them; a result for an attempt that runs on
+        another machine is refused (Conflict). Each result is recorded or refused on its own:
+        the outcomes come back in order, a refused one with ``refused`` set, never raised.
+        Call it inside ``transaction()`` to commit the batch with the rest of a poll.
+        """
+        if not results:
+            return []
+        payloads = [None if result is None else json.dumps(result) for _, _, result in results]
+        # One statement a batch on PostgreSQL needs no transaction of its own (inside
+        # transaction() it is part of it); SQLite's statements a row commit together.
+        with self._cursor() if self.arrays else self._joined() as cur:
+            started = self._complete_attempts(cur, results, payloads, now, machine)
+        recorded = []
+        for job_id, attempt, result in results:
+            if job_id in started:  # once: the same result twice is stale the second time
+                recorded.append(Recorded(job_id, attempt, "success", "", started.pop(job_id)))
+            else:
+                recorded.append(self._complete_slow(job_id, attempt, result, now, machine))
+        return recorded
+
+    def _complete_attempts(
+        self,
+        cur: Cursor,
+        results: Sequence[tuple[str, str, Any]],
+        payloads: Sequence[str | None],
+        now: float,
+        machine: str | None,
+    ) -> dict[str, float | None]:
+        """The common case of ``complete_many``: the started_at of the jobs it completed."""
+        ended = json.dumps(now)
+        if self.arrays and len(results) > 1:
+            self._generic_plans(cur)
+            cur.execute(
+                COMPLETE_ATTEMPTS_PG,
+                (now, now, ended, [each[0] for each in results], [each[1] for each in results],
+                 list(payloads), machine, machine),
+            )  # fmt: skip
+            return {row[0]: row[1] for row in cur.fetchall()}
+        started: dict[str, float | None] = {}
+        for (job_id, attempt, _), payload in zip(results, payloads, strict=True):
+            self._x(
+                cur,
+                COMPLETE_ATTEMPT_PG if self.arrays else COMPLETE_ATTEMPT,
+                (payload, now, now, ended, job_id, attempt, machine, machine),
+            )
+            row = cur.fetchone()
+            if row is not None and job_id not in started:
+                started[job_id] = row[0]
+        return started
+
+    def _complete_slow(
+        self, job_id: str, attempt: str, result: Any, now: float, machine: str | None
+    ) -> Recorded:
+        """A result the common case did not take: killed, stale, unknown, another machine's."""
 
         def change(job: Job) -> Job:
             _require_current(job, attempt)
+            if machine is not None and job.machine != machine:
+                raise Conflict(f"attempt {attempt} of {job_id} is not machine {machine}'s")
             if job.cancel_requested:
                 reason = "killed while it ran; its answer came later"
                 cancelled = error_entry(CANCELLED, reason, job, now)
                 return finish(job, "failed", now, error=cancelled, late_result=result)
             return finish(job, "success", now, result=result)
 
-        return self._transition(job_id, change)
+        try:
+            job = self._transition(job_id, change)
+        except (Conflict, JobNotFound) as exc:
+            return Recorded(job_id, attempt, refused=exc)
+        code = str(job.errors[-1].get("code", "")) if job.errors else ""
+        return Recorded(job_id, attempt, job.status, code, job.started_at)
 
     def fail_attempt(
         self, job_id: str, attempt: str, error: ErrorEntry, now: float, retryable: bool = True

@@ -97,6 +97,21 @@ class NewJob:
 
 
 @dataclass(frozen=True, slots=True)
+class Recorded:
+    """What ``complete_many`` did with one result: the job's status after it, the code of its
+    last error (``cancelled`` for a job killed while it ran, else ""), and when the attempt
+    started; or ``refused``, the error that kept the result out (StaleAttempt, JobNotFound,
+    Conflict), for that result alone."""
+
+    job: str
+    attempt: str
+    status: JobStatus | None = None
+    code: str = ""
+    started_at: float | None = None
+    refused: StoreError | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     id: str
     backend: str

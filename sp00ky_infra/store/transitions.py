@@ -76,30 +76,24 @@ def error_entry(code: str, reason: str, job: Job, now: float, **extra: Any) -> E
     return entry
 
 
-def start_attempt(job: Job, owner: str, machine: str | None, now: float, lease: float) -> Job:
-    attempt = new_attempt_id()
-    limit = job_deadline_seconds(job.timeout, job.max_job_duration)
-    entry: AttemptEntry = {
+def attempt_entry(number: int, attempt: str, machine: str | None, now: float) -> AttemptEntry:
+    """The history entry of an attempt started at ``now`` (a claim appends it)."""
+    return {
         "id": attempt,
-        "number": job.attempt_number + 1,
+        "number": number,
         "machine": machine,
         "started_at": now,
         "ended_at": None,
         "outcome": None,
     }
-    return replace(
-        job,
-        status="processing",
-        assignee=owner,
-        machine=machine,
-        attempt=attempt,
-        attempt_number=job.attempt_number + 1,
-        lease_expires_at=now + lease,
-        deadline=None if limit is None else now + limit,
-        started_at=now,
-        updated_at=now,
-        attempts=(*job.attempts, entry),
-    )
+
+
+def attempt_deadline(
+    timeout: float | None, max_job_duration: float | None, now: float
+) -> float | None:
+    """When an attempt started at ``now`` must have ended (its timeout, the pool's maximum)."""
+    limit = job_deadline_seconds(timeout, max_job_duration)
+    return None if limit is None else now + limit
 
 
 def end_attempt(job: Job, now: float, outcome: str) -> tuple[AttemptEntry, ...]:
