@@ -10,7 +10,7 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sp00ky_infra.config import Backend, Config, Pool
@@ -332,17 +332,7 @@ class Controller:
         if renew:
             # Results first: their slots are free for the work this same poll claims.
             current = {(job.id, job.attempt): job for job in running}
-            for done in request.results:
-                key = (done.job, done.attempt)
-                try:
-                    status = self._record(
-                        machine, done.job, done.attempt, done, now, current.get(key)
-                    )
-                except Refusal as exc:
-                    acks.append(ResultAck(job=done.job, attempt=done.attempt, refused=str(exc)))
-                else:
-                    current.pop(key, None)
-                    acks.append(ResultAck(job=done.job, attempt=done.attempt, job_status=status))
+            acks = self._record_all(machine, request.results, now, current)
             running = list(current.values())  # the recorded ones run no more
             last = machine.last_seen_at
             if last is None or not 0 <= now - last < SEEN_RESOLUTION_SECONDS:
@@ -393,6 +383,51 @@ class Controller:
             now=now,
             results=acks,
         )
+
+    def _record_all(
+        self,
+        machine: Machine,
+        results: Sequence[FinishedAttempt],
+        now: float,
+        current: dict[tuple[str, str | None], Job],
+    ) -> list[ResultAck]:
+        """A poll's results, acknowledged in order: the successes in one batch
+        (``store.complete_many``: one statement on PostgreSQL), the others one by one. The
+        jobs recorded leave ``current`` (the machine's running jobs as this poll read them)."""
+        successes = [done for done in results if done.status == "success"]
+        batch = [(done.job, done.attempt, done.result) for done in successes]
+        recorded = iter(self.store.complete_many(batch, now, machine=machine.name))
+        acks: list[ResultAck] = []
+        for done in results:
+            key = (done.job, done.attempt)
+            if done.status != "success":
+                try:
+                    status = self._record(
+                        machine, done.job, done.attempt, done, now, current.get(key)
+                    )
+                except Refusal as exc:
+                    acks.append(ResultAck(job=done.job, attempt=done.attempt, refused=str(exc)))
+                else:
+                    current.pop(key, None)
+                    acks.append(ResultAck(job=done.job, attempt=done.attempt, job_status=status))
+                continue
+            outcome = next(recorded)
+            self.measures.posted(done.attempt, done.posted)
+            self.measures.forget(done.attempt)
+            if outcome.refused is not None:
+                acks.append(
+                    ResultAck(job=done.job, attempt=done.attempt, refused=str(outcome.refused))
+                )
+                continue
+            current.pop(key, None)
+            if outcome.started_at is not None:
+                self.measures.job_duration.labels(machine.pool, "success").observe(
+                    max(now - outcome.started_at, 0.0)
+                )
+            if outcome.status in ("success", "failed"):
+                self.measures.job_finished(machine.pool, outcome.status, outcome.code)
+            acks.append(ResultAck(job=done.job, attempt=done.attempt, job_status=outcome.status))
+        return acks
 
     def result(
         self, name: str, session: str, job_id: str, attempt: str, report: ResultRequest
