@@ -214,6 +214,23 @@ def running_controller(
 
 
 @contextmanager
+def paused_controller(folder: Path) -> Iterator[tuple[ControllerProcess, Client]]:
+    """One controller on a SQLite store in ``folder`` (pool ``render``, 0 to 1 machine, paused,
+    so rows stay as written) and a client on that store: for tests of what its APIs accept."""
+    store_url = f"sqlite:///{folder}/state.db"
+    app = backend_app("render", "render_job", folder / "backend.jsonl")
+    config = project(folder, {"render": {"min": 0, "autoscale": True, "max": 1}}, {"renderer": app})
+    client = Client(store_url, config)
+    try:
+        with running_controller(folder, config, store_url) as controller:
+            wait_for(controller.leader, what="leadership")
+            assert controller.admin("POST", "/pools/render/pause").status_code == 200
+            yield controller, client
+    finally:
+        client.close()
+
+
+@contextmanager
 def two_controllers(
     folder: Path, store_url: str, app: dict[str, Any], env: dict[str, str] | None = None
 ) -> Iterator[tuple[ControllerProcess, ControllerProcess, Client]]:

@@ -12,21 +12,13 @@ import pytest
 import requests
 
 from sp00ky_infra.client import Client
-from tests.controllers import ControllerProcess, backend_app, project, running_controller, wait_for
+from tests.controllers import ControllerProcess, paused_controller
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControllerProcess, Client]]:
-    folder = tmp_path_factory.mktemp("hot")
-    store_url = f"sqlite:///{folder}/state.db"
-    app = backend_app("render", "render_job", folder / "backend.jsonl")
-    config = project(folder, {"render": {"min": 0, "autoscale": True, "max": 1}}, {"renderer": app})
-    client = Client(store_url, config)
-    with running_controller(folder, config, store_url) as controller:
-        wait_for(controller.leader, what="leadership")
-        assert controller.admin("POST", "/pools/render/pause").status_code == 200
-        yield controller, client
-    client.close()
+    with paused_controller(tmp_path_factory.mktemp("hot")) as served:
+        yield served
 
 
 def _validation_schema(controller: ControllerProcess, path: str) -> dict[str, Any]:

@@ -19,9 +19,8 @@ from tests.controllers import (
     ADMIN_TOKEN,
     ControllerProcess,
     backend_app,
+    paused_controller,
     project,
-    running_controller,
-    wait_for,
 )
 from tests.helpers import cli
 
@@ -40,17 +39,8 @@ def strict_json(text: str) -> Any:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControllerProcess, Client]]:
-    """One controller (its pool paused, so rows stay as written) and a client on its store."""
-    folder = tmp_path_factory.mktemp("hostile")
-    store_url = f"sqlite:///{folder}/state.db"
-    app = backend_app("render", "render_job", folder / "backend.jsonl")
-    config = project(folder, {"render": {"min": 0, "autoscale": True, "max": 1}}, {"renderer": app})
-    client = Client(store_url, config)
-    with running_controller(folder, config, store_url) as controller:
-        wait_for(controller.leader, what="leadership")
-        assert controller.admin("POST", "/pools/render/pause").status_code == 200
-        yield controller, client
-    client.close()
+    with paused_controller(tmp_path_factory.mktemp("hostile")) as served:
+        yield served
 
 
 def _admin_raw(controller: ControllerProcess, path: str, body: str) -> requests.Response:

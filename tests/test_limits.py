@@ -20,9 +20,8 @@ from sp00ky_infra.store import InvalidJob
 from tests.controllers import (
     ControllerProcess,
     backend_app,
+    paused_controller,
     project,
-    running_controller,
-    wait_for,
 )
 
 FIFTY_MB = 50 * 1024 * 1024
@@ -30,17 +29,8 @@ FIFTY_MB = 50 * 1024 * 1024
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControllerProcess, Client]]:
-    folder = tmp_path_factory.mktemp("limits")
-    store_url = f"sqlite:///{folder}/state.db"
-    app = backend_app("render", "render_job", folder / "backend.jsonl")
-    pools = {"render": {"min": 0, "autoscale": True, "max": 1}}
-    config = project(folder, pools, {"renderer": app})
-    client = Client(store_url, config)
-    with running_controller(folder, config, store_url) as controller:
-        wait_for(controller.leader, what="leadership")
-        assert controller.admin("POST", "/pools/render/pause").status_code == 200
-        yield controller, client
-    client.close()
+    with paused_controller(tmp_path_factory.mktemp("limits")) as served:
+        yield served
 
 
 def _raw(url: str, path: str, headers: dict[str, str], body: bytes, finish: bool) -> bytes:

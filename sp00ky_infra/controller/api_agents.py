@@ -19,7 +19,7 @@ from sp00ky_infra import __version__
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.errors import AGENT_STATUS, ControllerError, Unauthorized, http_status
 from sp00ky_infra.controller.hub import Hub
-from sp00ky_infra.controller.limits import Receive, Scope, Send
+from sp00ky_infra.controller.limits import Receive, Scope, Send, send_json
 from sp00ky_infra.controller.protocol import (
     Ack,
     JoinReply,
@@ -169,17 +169,7 @@ class HotRoutes:
         except ControllerError as exc:
             status = http_status(exc, AGENT_STATUS)
             answer = json.dumps({"error": str(exc)}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(answer)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": answer, "more_body": False})
+        await send_json(send, status, answer)
 
 
 def _not_json(kind: bytes) -> ValidationError:

@@ -160,16 +160,17 @@ def _too_large(what: str, limit: int, seen: str) -> str:
 
 
 async def _answer(send: Send, status: int, error: str) -> None:
-    body = json.dumps({"error": error}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
+    # the body may not have been read whole: the connection cannot carry another request
+    await send_json(send, status, json.dumps({"error": error}).encode(), close=True)
+
+
+async def send_json(send: Send, status: int, body: bytes, close: bool = False) -> None:
+    """Answer an ASGI request with ``body``, JSON already encoded."""
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
