@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -23,3 +24,18 @@ def cli(
         text=True,
         timeout=timeout,
     )
+
+
+def drain_pty(fd: int, wait: float = 0.1) -> bytes:
+    """What a pty's leader side holds now: read until nothing more comes within ``wait``
+    seconds, or the other side is gone (EOF; an OSError once the process has exited)."""
+    got = b""
+    while select.select([fd], [], [], wait)[0]:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    return got

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sp00ky_infra.store import open_store
 from tests.controllers import ADMIN_TOKEN, backend_app, project, running_controller, wait_for
-from tests.helpers import ROOT, cli
+from tests.helpers import ROOT, cli, drain_pty
 
 
 def _processing(db: Path) -> int:
@@ -122,11 +122,7 @@ def test_dev_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> No
                 seen += os.read(leader, 65536)
         proc.send_signal(signal.SIGINT)  # Ctrl-C again: abort
         assert proc.wait(timeout=30) == 130
-        while select.select([leader], [], [], 0.1)[0]:
-            try:
-                seen += os.read(leader, 65536)
-            except OSError:
-                break
+        seen += drain_pty(leader)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from sp00ky_infra.store import open_store
-from tests.helpers import ROOT, cli
+from tests.helpers import ROOT, cli, drain_pty
 
 
 @pytest.fixture
@@ -61,11 +61,7 @@ def _on_a_terminal(
                     os.write(leader, answer)
                     answer = None
         code = proc.wait(timeout=10)
-        while select.select([leader], [], [], 0.1)[0]:
-            try:
-                seen += os.read(leader, 65536)
-            except OSError:
-                break
+        seen += drain_pty(leader)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -32,7 +32,7 @@ from sp00ky_infra.shared.names import machine_image, pool_image
 from tests.conftest import BASE_IMAGE
 from tests.controllers import backend_app, project
 from tests.engines import REGISTRY_PASSWORD, REGISTRY_USER
-from tests.helpers import ROOT
+from tests.helpers import ROOT, drain_pty
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -207,14 +207,7 @@ def test_dev_on_a_terminal_shows_the_builds_and_piped_prints_none(
                     break
         dev.send_signal(signal.SIGINT)
         dev.wait(timeout=60)
-        while select.select([leader], [], [], 0.2)[0]:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
+        seen += drain_pty(leader, 0.2)
     finally:
         if dev.poll() is None:
             dev.kill()

@@ -10,7 +10,6 @@ import json
 import os
 import pty
 import secrets
-import select
 import signal
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from tests.controllers import (
     running_controller,
     wait_for,
 )
+from tests.helpers import drain_pty
 
 RENDER = {"min": 0, "autoscale": True, "max": 2}
 
@@ -124,14 +124,7 @@ def test_nothing_of_a_dead_agent_outlives_dev_ctrl_c(tmp_path: Path) -> None:
 
     def read() -> bool:
         """What dev printed so far, into ``seen``; False, so ``read() or check`` checks."""
-        while select.select([leader], [], [], 0.05)[0]:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen.extend(chunk)
+        seen.extend(drain_pty(leader, 0.05))
         return False
 
     client = Client(f"sqlite:///{tmp_path}/.sp00ky/state.db", config)
