@@ -420,14 +420,27 @@ class Controller:
                 )
                 continue
             current.pop(key, None)
-            if outcome.started_at is not None:
-                self.measures.job_duration.labels(machine.pool, "success").observe(
-                    max(now - outcome.started_at, 0.0)
-                )
-            if outcome.status in ("success", "failed"):
-                self.measures.job_finished(machine.pool, outcome.status, outcome.code)
+            self._ended(
+                machine.pool, "success", outcome.started_at, outcome.status, outcome.code, now
+            )
             acks.append(ResultAck(job=done.job, attempt=done.attempt, job_status=outcome.status))
         return acks
+
+    def _ended(
+        self,
+        pool: str,
+        reported: str,
+        started_at: float | None,
+        status: str | None,
+        code: str,
+        now: float,
+    ) -> None:
+        """An attempt's result was recorded: how long it ran (by what the machine reported)
+        and, when the job finished with it, the finished counter (by status and last code)."""
+        if started_at is not None:
+            self.measures.job_duration.labels(pool, reported).observe(max(now - started_at, 0.0))
+        if status in ("success", "failed"):
+            self.measures.job_finished(pool, status, code)
 
     def result(
         self, name: str, session: str, job_id: str, attempt: str, report: ResultRequest
@@ -477,12 +490,7 @@ class Controller:
             raise Refusal(str(exc)) from exc
         except Conflict as exc:
             raise Refusal(str(exc)) from exc
-        if job.started_at is not None:
-            self.measures.job_duration.labels(machine.pool, report.status).observe(
-                max(now - job.started_at, 0.0)
-            )
-        if done.status in ("success", "failed"):
-            self.measures.job_finished(machine.pool, done.status, last_code(done))
+        self._ended(machine.pool, report.status, job.started_at, done.status, last_code(done), now)
         return done.status
 
     def drained(self, name: str, session: str) -> None:

@@ -49,7 +49,7 @@ class DataVersionWatcher(Watcher):
         self._conn = sqlite3.connect(path, check_same_thread=False)
         self._last = self._version()
         self._socket: socket.socket | None = None
-        self._address = os.path.join(f"{path}.wake", f"{os.getpid()}.{next(self._count)}")
+        self._address = os.path.join(wake_folder(path), f"{os.getpid()}.{next(self._count)}")
         if len(os.fsencode(self._address)) <= MAX_SOCKET_PATH:
             with contextlib.suppress(OSError):
                 os.makedirs(os.path.dirname(self._address), mode=0o700, exist_ok=True)
@@ -94,6 +94,11 @@ class DataVersionWatcher(Watcher):
             with contextlib.suppress(OSError):
                 os.unlink(self._address)
         self._conn.close()
+
+
+def wake_folder(path: str) -> str:
+    """Where the watchers of the database at ``path`` bind their sockets."""
+    return f"{path}.wake"
 
 
 def wake_watchers(folder: str) -> None:
@@ -218,7 +223,7 @@ class SqliteStore(SqlStore):
                 self._writer.release()
         if not nested and getattr(self._wake_due, "due", False):
             self._wake_due.due = False
-            wake_watchers(f"{self.path}.wake")  # committed: now the watchers can see it
+            wake_watchers(wake_folder(self.path))  # committed: now the watchers can see it
 
     @contextmanager
     def _cursor(self) -> Iterator[Cursor]:
@@ -242,7 +247,7 @@ class SqliteStore(SqlStore):
         if self._connection().in_transaction:
             self._wake_due.due = True
         else:
-            wake_watchers(f"{self.path}.wake")
+            wake_watchers(wake_folder(self.path))
 
     def close(self) -> None:
         self._connections.close_all()
