@@ -27,7 +27,14 @@ def test_changing_sizing_and_timing_settings_keeps_every_machine(tmp_path: Path)
         after = {**before, "max": 4, "buffer": 1, "idleTimeout": "15m", "maxLifetime": "48h"}
         second = deploy.start({"render": after}, {"renderer": app})
         wait_for(second.leader, what="the new controller leading")
+        led = time.time()
         time.sleep(2.0)  # ten ticks at the tests' 200 ms: time enough to drain, if it would
+        # The agent lost its controller during the restart and retries with backoff (up to
+        # 10 s): a job queued before it polls again would go to the machine the buffer adds.
+        wait_for(
+            lambda: (store.machines.get(machine).last_seen_at or 0) > led,
+            what="the kept machine polling the new controller",
+        )
         kept = store.machines.get(machine)
         assert kept.state == "ready" and kept.drain_reason is None
         assert kept.revision == revision
