@@ -86,6 +86,15 @@ class Watcher(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def fileno(self) -> int | None:
+        """A descriptor that turns readable when another process's commit asks for a look,
+        for an event loop to wait on (then ``drain()``, and look); None: only ``wait()``
+        sees changes."""
+        return None
+
+    def drain(self) -> None:  # noqa: B027 - nothing to consume where fileno() is None
+        """Consume the wake-ups ``fileno()`` has waiting."""
+
 
 class Dialect(ABC):
     """A SQL database on per-thread connections. Subclasses supply the dialect."""
@@ -100,8 +109,9 @@ class Dialect(ABC):
         """The lock that makes one controller of this store the leader."""
 
     @abstractmethod
-    def watch(self) -> Watcher:
-        """A watcher of changes made by any process."""
+    def watch(self, wakeups: bool = True) -> Watcher:
+        """A watcher of changes made by any process. ``wakeups=False``: one that only
+        polls, where another watcher of this process takes the writers' wake-ups."""
 
     @abstractmethod
     def _changed(self, cur: Cursor) -> None:

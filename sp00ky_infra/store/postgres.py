@@ -188,8 +188,8 @@ class PostgresStore(SqlStore):
     def leader_lock(self) -> LeaderLock:
         return AdvisoryLock(self.url)
 
-    def watch(self) -> Watcher:
-        return NotifyWatcher(self.url)
+    def watch(self, wakeups: bool = True) -> Watcher:
+        return NotifyWatcher(self.url)  # a NOTIFY reaches every listener: nothing to share
 
     def _changed(self, cur: Cursor) -> None:
         cur.execute(f"SELECT pg_notify('{CHANNEL}_' || current_schema(), '')")

@@ -28,6 +28,8 @@ from sp00ky_infra.store.model import StoreUnavailable
 from sp00ky_infra.store.sql import SqlStore
 
 WATCH_INTERVAL_SECONDS = 0.005  # data_version is read this often, wake-up or not
+# ... and this often by a watcher whose process takes the wake-ups on another (wakeups=False)
+BACKSTOP_INTERVAL_SECONDS = 0.05
 MAX_SOCKET_PATH = 100  # sockaddr_un holds 108 bytes: a longer path has no wake-ups, only reads
 
 
@@ -41,16 +43,21 @@ class DataVersionWatcher(Watcher):
     watchers wait for sends every socket there one empty datagram after it commits
     (``SqliteStore._wake``). So a job's wait for the controller to see it is a context
     switch, not half a polling interval. A lost or missing datagram costs only that: the
-    data_version read finds the commit within WATCH_INTERVAL_SECONDS."""
+    data_version read finds the commit within WATCH_INTERVAL_SECONDS. A watcher made with
+    ``wakeups=False`` binds no socket and only reads, every BACKSTOP_INTERVAL_SECONDS: the
+    controller's dispatcher thread, when its event loop takes the wake-ups on a watcher of its
+    own (``fileno()``); its reads are then a backstop, and fewer of them leave the loop the
+    CPU."""
 
     _count = itertools.count()
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, wakeups: bool = True) -> None:
         self._conn = sqlite3.connect(path, check_same_thread=False)
         self._last = self._version()
         self._socket: socket.socket | None = None
+        self._interval = WATCH_INTERVAL_SECONDS if wakeups else BACKSTOP_INTERVAL_SECONDS
         self._address = os.path.join(wake_folder(path), f"{os.getpid()}.{next(self._count)}")
-        if len(os.fsencode(self._address)) <= MAX_SOCKET_PATH:
+        if wakeups and len(os.fsencode(self._address)) <= MAX_SOCKET_PATH:
             with contextlib.suppress(OSError):
                 os.makedirs(os.path.dirname(self._address), mode=0o700, exist_ok=True)
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -68,7 +75,7 @@ class DataVersionWatcher(Watcher):
     def wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while True:
-            self._drain()  # before the read: a wake-up sent after it is for a later commit
+            self.drain()  # before the read: a wake-up sent after it is for a later commit
             version = self._version()
             if version != self._last:
                 self._last = version
@@ -76,13 +83,16 @@ class DataVersionWatcher(Watcher):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            pause = min(left, WATCH_INTERVAL_SECONDS)
+            pause = min(left, self._interval)
             if self._socket is None:
                 time.sleep(pause)
             else:
                 select.select([self._socket], [], [], pause)
 
-    def _drain(self) -> None:
+    def fileno(self) -> int | None:
+        return None if self._socket is None else self._socket.fileno()
+
+    def drain(self) -> None:
         if self._socket is not None:
             with contextlib.suppress(OSError):  # BlockingIOError: none (left)
                 while True:
@@ -239,8 +249,8 @@ class SqliteStore(SqlStore):
     def leader_lock(self) -> LeaderLock:
         return FileLock(f"{self.path}.leader")
 
-    def watch(self) -> Watcher:
-        return DataVersionWatcher(self.path)
+    def watch(self, wakeups: bool = True) -> Watcher:
+        return DataVersionWatcher(self.path, wakeups)
 
     def _changed(self, cur: Cursor) -> None:
         """Wake the watchers once this commits (at once outside a transaction: committed)."""
