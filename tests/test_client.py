@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,6 +139,24 @@ def test_refs_into_components_resolve(tmp_path: Path, store: SqlStore) -> None:
     assert client.run("renderer", "/render", {"scene": "s"}).payload == {"scene": "s"}
     with pytest.raises(InvalidJob, match=r"payload\.scene is required"):
         client.run("renderer", "/render", {"gameId": "g"})
+
+
+def test_an_edited_spec_is_what_the_next_run_is_checked_against(
+    tmp_path: Path, store: SqlStore
+) -> None:
+    """The payload's validator is made once per version of the spec, not kept past an edit."""
+    client = Client(store, _project(tmp_path))
+    spec_path = tmp_path / "backend/openapi.yml"
+    with pytest.raises(InvalidJob, match=r"payload\.scene"):
+        client.run("renderer", "/render", {"gameId": "g", "scene": "s"})  # no such property
+    spec = yaml.safe_load(spec_path.read_text())
+    schema = spec["paths"]["/render"]["post"]["requestBody"]["content"]["application/json"]
+    schema["schema"]["properties"]["scene"] = {"type": "string"}
+    spec_path.write_text(yaml.safe_dump(spec))
+    stat = spec_path.stat()  # a later modification time, whatever the clock's resolution
+    os.utime(spec_path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    job = client.run("renderer", "/render", {"gameId": "g", "scene": "s"})
+    assert job.payload == {"gameId": "g", "scene": "s"}
 
 
 def test_a_backend_without_a_spec_takes_any_json(tmp_path: Path, store: SqlStore) -> None:
