@@ -12,6 +12,7 @@ import random
 import pytest
 
 from sp00ky_infra.store import Conflict, JobNotFound, NewJob, SqlStore, StaleAttempt
+from sp00ky_infra.store.model import ErrorEntry
 
 T0 = 1_000_000.0
 LEASE = 30.0
@@ -93,14 +94,14 @@ def step(store: SqlStore, rng: random.Random, now: float, added: set[str]) -> st
     elif what == "claim":
         machine = rng.choice((*MACHINES, LATE))
         store.claim("work_job", rng.randint(1, 4), "test", now, LEASE, machine=machine)
-    elif what in ("complete", "fail", "confirm") and (jobs := running(store)):
-        job, attempt, cancelled = rng.choice(jobs)
+    elif what in ("complete", "fail", "confirm") and (held := running(store)):
+        job, attempt, cancelled = rng.choice(held)
         try:
             if what == "complete":
-                machine = rng.choice((None, *MACHINES))
-                store.complete_many([(job, attempt, {"ok": True})], now, machine=machine)
+                on = rng.choice((None, *MACHINES))
+                store.complete_many([(job, attempt, {"ok": True})], now, machine=on)
             elif what == "fail":
-                error = {"code": "backend_error", "reason": "boom"}
+                error: ErrorEntry = {"code": "backend_error", "reason": "boom"}
                 store.fail_attempt(job, attempt, error, now, retryable=rng.random() < 0.7)
             elif cancelled:
                 store.confirm_cancel(job, attempt, now)

@@ -28,6 +28,7 @@ NOW = 100_000.0
 LEASE, LIFETIME, IDLE = 90.0, 86_400.0, 300.0
 STATES: tuple[MachineState, ...] = ("requested", "booting", "ready", "draining", "failed")
 SERVING: tuple[MachineState, ...] = ("ready", "booting", "draining")
+OTHERS: tuple[MachineState, ...] = ("requested", "failed", "draining")
 
 
 def view(machines: list[MachineView], shape: Shape, queued: int) -> PoolView:
@@ -159,9 +160,9 @@ def grid(now: float) -> list[MachineView]:
         for idle in (None, now - 5, now - IDLE, now - IDLE + 1e-6)
         for seen in (None, now - 1, now - LEASE, now - LEASE - 1e-6)
     ]
-    others = [
+    others: list[tuple[MachineState, float, str, int, float | None, float | None, bool]] = [
         (state, age, "r1", 0, None, seen, drained)
-        for state in ("requested", "failed", "draining")
+        for state in OTHERS
         for age in (10.0, LIFETIME + 1)
         for seen in (None, now - LEASE - 1)
         for drained in (False, True)
