@@ -238,10 +238,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "UPDATE machines SET busy_slots = (SELECT coalesce(sum(j.slots), 0) FROM jobs j "
             "WHERE j.status = 'processing' AND j.machine = machines.name)",
             # The tick (store.tick) reads each pool's ready machines counted (their number,
-            # busy slots, idle ones) from machines_ready alone, and seeks the ones a plan
-            # must decide about (not ready; maybe silent, past their lifetime, on another
+            # busy slots, idle ones) from machines_ready alone (state in it too: SQLite reads
+            # from an index alone only the columns it holds), and seeks the ones a plan must
+            # decide about (not ready; maybe silent, past their lifetime, on another
             # revision, their idle clock to start or stop): a range of a few entries each.
-            "CREATE INDEX machines_ready ON machines (pool, busy_slots, idle_since)"
+            "CREATE INDEX machines_ready ON machines (pool, state, busy_slots, idle_since)"
             " WHERE state = 'ready'",
             "CREATE INDEX machines_ready_seen ON machines (pool, last_seen_at)"
             " WHERE state = 'ready'",

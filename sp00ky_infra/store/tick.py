@@ -16,6 +16,7 @@ pool's cap, so the cost stays flat in the backlog, and none reads a steady machi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,17 +102,12 @@ _MAYBE_UNSTEADY = (
         "m.state = 'ready' AND m.busy_slots > 0 AND m.idle_since IS NOT NULL",
     ),
 )
-# policy.plan.idle_past in SQL, with the same arithmetic (IEEE doubles on both dialects), on
-# the range of machines_ready that holds every ready machine idle past the timeout.
-_IDLE_PAST = (
-    "CASE WHEN m.busy_slots = 0 AND m.idle_since < p.idle_bound "
-    "AND ? - m.idle_since >= p.idle_timeout THEN 1 ELSE 0 END"
-)
-
-
-def _values(rows: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
-    marks = ", ".join("(" + ", ".join("?" for _ in row) + ")" for row in rows)
-    return f"VALUES {marks}", [value for row in rows for value in row]
+@functools.cache
+def _with(columns: str, rows: int) -> str:
+    """``WITH p (columns) AS (VALUES ...)`` for ``rows`` rows: the statements' text is made
+    once for a number of pools, not every tick."""
+    marks = "(" + ", ".join("?" for _ in columns.split(",")) + ")"
+    return f"WITH p ({columns}) AS (VALUES {', '.join(marks for _ in range(rows))}) "
 
 
 def _row(found: Sequence[Any]) -> MachineRow:
@@ -145,49 +141,64 @@ class TickReads:
         if not terms:
             return found
         if not summarize:
-            values, params = _values([(each.pool,) for each in terms])
             rows = self._fetch(
-                f"WITH p (pool) AS ({values}) SELECT {_COLUMNS} FROM p JOIN machines m "
+                f"{_with('pool', len(terms))}SELECT {_COLUMNS} FROM p JOIN machines m "
                 "ON m.pool = p.pool WHERE m.state <> 'destroyed' ORDER BY 4, 2",
-                params,
+                [each.pool for each in terms],
             )
             for row in map(_row, rows):
                 found[row.pool].listed.append(row)
             return found
-        # Every ready machine counted, from machines_ready alone: the steady ones are these
-        # but the ones listed below.
-        values, params = _values(
-            [(each.pool, now - each.idle_timeout + MARGIN, each.idle_timeout) for each in terms]
-        )
+        # Every ready machine counted, its busy slots summed, from machines_ready alone (every
+        # pool's: the ones not configured are left out here); and the ones idle past the
+        # timeout (policy.plan.idle_past, the same arithmetic: IEEE doubles on both
+        # dialects), a range of it a pool. The steady ones are these but the ones listed
+        # below.
         counts = self._fetch(
-            f"WITH p (pool, idle_bound, idle_timeout) AS ({values}) "
-            f"SELECT p.pool, count(m.busy_slots), sum(m.busy_slots), sum({_IDLE_PAST}) "
-            f"FROM p JOIN {self._machines('machines_ready')} ON m.pool = p.pool "
-            "AND m.state = 'ready' GROUP BY p.pool",
-            [*params, now],
-        )
-        for pool, ready, busy, idle in counts:
-            into = found[pool]
-            into.steady, into.steady_busy, into.steady_idle = int(ready), int(busy), int(idle)
-        by_pool = {each.pool: each for each in terms}
-        values, params = _values(
+            f"{_with('pool, idle_bound, idle_timeout', len(terms))}"
+            f"SELECT 0, pool, count(*), sum(busy_slots) FROM {self._machines('machines_ready')} "
+            "WHERE m.state = 'ready' GROUP BY pool UNION ALL "
+            f"SELECT 1, p.pool, count(*), 0 FROM p JOIN {self._machines('machines_ready')} "
+            "ON m.pool = p.pool WHERE m.state = 'ready' AND m.busy_slots = 0 "
+            "AND m.idle_since < p.idle_bound AND ? - m.idle_since >= p.idle_timeout "
+            "GROUP BY p.pool",
             [
-                (
-                    each.pool,
-                    each.revision,
-                    now - each.silence + MARGIN,
-                    now - each.max_lifetime + MARGIN,
-                )
-                for each in terms
-            ]
+                *(
+                    value
+                    for each in terms
+                    for value in (each.pool, now - each.idle_timeout + MARGIN, each.idle_timeout)
+                ),
+                now,
+            ],
         )
-        cte = f"WITH p (pool, revision, seen_bound, born_bound) AS ({values}) "
+        for idle, pool, machines, busy in counts:
+            into = found.get(pool)
+            if into is None:
+                continue
+            if idle:
+                into.steady_idle = int(machines)
+            else:
+                into.steady, into.steady_busy = int(machines), int(busy)
+        by_pool = {each.pool: each for each in terms}
         union = " UNION ".join(
             f"SELECT {_COLUMNS} FROM p JOIN {self._machines(index)} ON m.pool = p.pool "
             f"WHERE {where}"
             for index, where in _MAYBE_UNSTEADY
         )
-        for row in map(_row, self._fetch(f"{cte}{union} ORDER BY 4, 2", params)):
+        rows = self._fetch(
+            f"{_with('pool, revision, seen_bound, born_bound', len(terms))}{union} ORDER BY 4, 2",
+            [
+                value
+                for each in terms
+                for value in (
+                    each.pool,
+                    each.revision,
+                    now - each.silence + MARGIN,
+                    now - each.max_lifetime + MARGIN,
+                )
+            ],
+        )
+        for row in map(_row, rows):
             into = found[row.pool]
             if row.state == "ready":  # counted above: steady, or taken out and listed
                 pool, view = by_pool[row.pool], row.view()
@@ -205,7 +216,6 @@ class TickReads:
         machines_ready_seen and machines_unready a pool)."""
         if not terms:
             return []
-        values, params = _values([(each.pool, now - each.silence + MARGIN) for each in terms])
         union = " UNION ".join(
             f"SELECT {_COLUMNS} FROM p JOIN {self._machines(index)} ON m.pool = p.pool "
             f"WHERE {where}"
@@ -217,7 +227,10 @@ class TickReads:
                 ),
             )
         )
-        rows = self._fetch(f"WITH p (pool, seen_bound) AS ({values}) {union} ORDER BY 4, 2", params)
+        rows = self._fetch(
+            f"{_with('pool, seen_bound', len(terms))}{union} ORDER BY 4, 2",
+            [value for each in terms for value in (each.pool, now - each.silence + MARGIN)],
+        )
         silence = {each.pool: each.silence for each in terms}
         return [row for row in map(_row, rows) if silent(row.view(), silence[row.pool], now)]
 
