@@ -291,31 +291,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
         postgres=(
+            # A row trigger for inserts and deletes (the WHEN skips any row not running
+            # before calling anything), a statement trigger for updates: one UPDATE of the
+            # machines a statement, not one a job (a claim or a batch of results moves many).
             """
             CREATE FUNCTION jobs_busy() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
-                IF TG_OP <> 'INSERT' THEN
-                    IF OLD.status = 'processing' THEN
-                        UPDATE machines SET busy_slots = busy_slots - OLD.slots
-                            WHERE name = OLD.machine;
-                    END IF;
-                END IF;
-                IF TG_OP <> 'DELETE' THEN
-                    IF NEW.status = 'processing' THEN
-                        UPDATE machines SET busy_slots = busy_slots + NEW.slots
-                            WHERE name = NEW.machine;
-                    END IF;
+                IF TG_OP = 'INSERT' THEN
+                    UPDATE machines SET busy_slots = busy_slots + NEW.slots
+                        WHERE name = NEW.machine;
+                ELSE
+                    UPDATE machines SET busy_slots = busy_slots - OLD.slots
+                        WHERE name = OLD.machine;
                 END IF;
                 RETURN NULL;
             END
             $$
-            """,
-            """
-            CREATE TRIGGER jobs_busy_update AFTER UPDATE OF status, machine, slots ON jobs
-            FOR EACH ROW WHEN ((OLD.status = 'processing' OR NEW.status = 'processing')
-                AND (OLD.status, OLD.machine, OLD.slots)
-                    IS DISTINCT FROM (NEW.status, NEW.machine, NEW.slots))
-            EXECUTE FUNCTION jobs_busy()
             """,
             """
             CREATE TRIGGER jobs_busy_insert AFTER INSERT ON jobs
@@ -324,6 +315,28 @@ MIGRATIONS: tuple[Migration, ...] = (
             """
             CREATE TRIGGER jobs_busy_delete AFTER DELETE ON jobs
             FOR EACH ROW WHEN (OLD.status = 'processing') EXECUTE FUNCTION jobs_busy()
+            """,
+            """
+            CREATE FUNCTION jobs_busy_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE machines m SET busy_slots = m.busy_slots + d.slots
+                FROM (
+                    SELECT machine, sum(slots) AS slots FROM (
+                        SELECT machine, slots FROM moved_to WHERE status = 'processing'
+                        UNION ALL
+                        SELECT machine, -slots FROM moved_from WHERE status = 'processing'
+                    ) AS c
+                    WHERE machine IS NOT NULL GROUP BY machine HAVING sum(slots) <> 0
+                ) AS d
+                WHERE m.name = d.machine;
+                RETURN NULL;
+            END
+            $$
+            """,
+            """
+            CREATE TRIGGER jobs_busy_update AFTER UPDATE ON jobs
+            REFERENCING OLD TABLE AS moved_from NEW TABLE AS moved_to
+            FOR EACH STATEMENT EXECUTE FUNCTION jobs_busy_moved()
             """,
             """
             CREATE FUNCTION machines_busy() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -102,6 +102,8 @@ _MAYBE_UNSTEADY = (
         "m.state = 'ready' AND m.busy_slots > 0 AND m.idle_since IS NOT NULL",
     ),
 )
+
+
 @functools.cache
 def _with(columns: str, rows: int) -> str:
     """``WITH p (columns) AS (VALUES ...)`` for ``rows`` rows: the statements' text is made
