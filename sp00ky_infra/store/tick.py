@@ -137,8 +137,8 @@ class TickReads:
         self, terms: Sequence[PoolTerms], now: float, summarize: bool = True
     ) -> dict[str, PoolMachines]:
         """Every configured pool's live machines with their busy slots; with ``summarize``,
-        the steady ones (``policy.plan.steady``) are only counted. Two statements, whatever
-        the pools; neither reads a steady machine's row."""
+        the steady ones (``policy.plan.steady``) are only counted. One statement, whatever
+        the pools; it reads no steady machine's row."""
         found = {each.pool: PoolMachines() for each in terms}
         if not terms:
             return found
@@ -151,56 +151,58 @@ class TickReads:
             for row in map(_row, rows):
                 found[row.pool].listed.append(row)
             return found
-        # Every ready machine counted, its busy slots summed, from machines_ready alone (every
-        # pool's: the ones not configured are left out here); and the ones idle past the
-        # timeout (policy.plan.idle_past, the same arithmetic: IEEE doubles on both
-        # dialects), a range of it a pool. The steady ones are these but the ones listed
-        # below.
-        counts = self._fetch(
-            f"{_with('pool, idle_bound, idle_timeout', len(terms))}"
-            f"SELECT 0, pool, count(*), sum(busy_slots) FROM {self._machines('machines_ready')} "
-            "WHERE m.state = 'ready' GROUP BY pool UNION ALL "
-            f"SELECT 1, p.pool, count(*), 0 FROM p JOIN {self._machines('machines_ready')} "
-            "ON m.pool = p.pool WHERE m.state = 'ready' AND m.busy_slots = 0 "
-            "AND m.idle_since < p.idle_bound AND ? - m.idle_since >= p.idle_timeout "
-            "GROUP BY p.pool",
+        # One statement, so that the counts and the rows are of one snapshot (the rows first:
+        # PostgreSQL types the columns of a UNION from the left): every ready
+        # machine counted, its busy slots summed, from machines_ready alone (every pool's:
+        # the ones not configured are left out here); the ones idle past the timeout
+        # (policy.plan.idle_past, the same arithmetic: IEEE doubles on both dialects), a
+        # range of it a pool; and the rows of the machines that may not be steady. The
+        # steady ones are the ones counted but these.
+        ready = self._machines("machines_ready")
+        counted = (
+            "SELECT 1, m.pool, NULL, NULL, NULL, NULL, count(*), NULL, NULL, sum(m.busy_slots) "
+            f"FROM {ready} WHERE m.state = 'ready' GROUP BY m.pool",
+            "SELECT 2, p.pool, NULL, NULL, NULL, NULL, count(*), NULL, NULL, 0 "
+            f"FROM p JOIN {ready} ON m.pool = p.pool WHERE m.state = 'ready' "
+            "AND m.busy_slots = 0 AND m.idle_since < p.idle_bound "
+            "AND ? - m.idle_since >= p.idle_timeout GROUP BY p.pool",
+        )
+        listed = (
+            f"SELECT 0, {_COLUMNS} FROM p JOIN {self._machines(index)} ON m.pool = p.pool "
+            f"WHERE {where}"
+            for index, where in _MAYBE_UNSTEADY
+        )
+        columns = "pool, revision, seen_bound, born_bound, idle_bound, idle_timeout"
+        rows = self._fetch(
+            f"{_with(columns, len(terms))}{' UNION '.join((*listed, *counted))} ORDER BY 5, 3",
             [
                 *(
                     value
                     for each in terms
-                    for value in (each.pool, now - each.idle_timeout + MARGIN, each.idle_timeout)
+                    for value in (
+                        each.pool,
+                        each.revision,
+                        now - each.silence + MARGIN,
+                        now - each.max_lifetime + MARGIN,
+                        now - each.idle_timeout + MARGIN,
+                        each.idle_timeout,
+                    )
                 ),
                 now,
             ],
         )
-        for idle, pool, machines, busy in counts:
-            into = found.get(pool)
-            if into is None:
-                continue
-            if idle:
-                into.steady_idle = int(machines)
-            else:
-                into.steady, into.steady_busy = int(machines), int(busy)
+        maybe = []
+        for kind, pool, *machine in rows:
+            if kind == 0:
+                maybe.append(_row((pool, *machine)))
+            elif (into := found.get(pool)) is not None:
+                count, summed = int(machine[4]), int(machine[7] or 0)
+                if kind == 1:
+                    into.steady, into.steady_busy = count, summed
+                else:
+                    into.steady_idle = count
         by_pool = {each.pool: each for each in terms}
-        union = " UNION ".join(
-            f"SELECT {_COLUMNS} FROM p JOIN {self._machines(index)} ON m.pool = p.pool "
-            f"WHERE {where}"
-            for index, where in _MAYBE_UNSTEADY
-        )
-        rows = self._fetch(
-            f"{_with('pool, revision, seen_bound, born_bound', len(terms))}{union} ORDER BY 4, 2",
-            [
-                value
-                for each in terms
-                for value in (
-                    each.pool,
-                    each.revision,
-                    now - each.silence + MARGIN,
-                    now - each.max_lifetime + MARGIN,
-                )
-            ],
-        )
-        for row in map(_row, rows):
+        for row in maybe:
             into = found[row.pool]
             if row.state == "ready":  # counted above: steady, or taken out and listed
                 pool, view = by_pool[row.pool], row.view()
