@@ -73,7 +73,7 @@ class PoolView:
     shape: Shape
     revision: str
     machines: Sequence[MachineView]
-    queued: int  # slots the eligible pending jobs need (counted up to the sizing cap)
+    queued: int  # slots the eligible pending jobs need (counted up to a cap: queue_cap_at)
     idle_timeout: float
     max_lifetime: float
     boot_timeout: float
