@@ -128,6 +128,17 @@ class TickReads:
         """``machines m``, on SQLite read through ``index``."""
         return f"machines m INDEXED BY {index}" if self._sqlite else "machines m"
 
+    def _each_pool(self, index: str, where: str) -> str:
+        """``FROM`` the machines of each pool of ``p`` ``where`` it holds: on SQLite through
+        ``index``; on PostgreSQL a lateral subquery, which it answers with a range of the
+        index a pool (it would rather hash the pools and read every machine a branch)."""
+        if self._sqlite:
+            return f"FROM p JOIN {self._machines(index)} ON m.pool = p.pool WHERE {where}"
+        return (
+            "FROM p CROSS JOIN LATERAL (SELECT * FROM machines m "
+            f"WHERE m.pool = p.pool AND {where} OFFSET 0) AS m"  # OFFSET 0: not pulled up
+        )
+
     def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
         with self._store._cursor() as cur:
             self._store._x(cur, sql, params)
@@ -163,13 +174,15 @@ class TickReads:
             "SELECT 1, m.pool, NULL, NULL, NULL, NULL, count(*), NULL, NULL, sum(m.busy_slots) "
             f"FROM {ready} WHERE m.state = 'ready' GROUP BY m.pool",
             "SELECT 2, p.pool, NULL, NULL, NULL, NULL, count(*), NULL, NULL, 0 "
-            f"FROM p JOIN {ready} ON m.pool = p.pool WHERE m.state = 'ready' "
-            "AND m.busy_slots = 0 AND m.idle_since < p.idle_bound "
-            "AND ? - m.idle_since >= p.idle_timeout GROUP BY p.pool",
+            + self._each_pool(
+                "machines_ready",
+                "m.state = 'ready' AND m.busy_slots = 0 AND m.idle_since < p.idle_bound "
+                "AND ? - m.idle_since >= p.idle_timeout",
+            )
+            + " GROUP BY p.pool",
         )
         listed = (
-            f"SELECT 0, {_COLUMNS} FROM p JOIN {self._machines(index)} ON m.pool = p.pool "
-            f"WHERE {where}"
+            f"SELECT 0, {_COLUMNS} {self._each_pool(index, where)}"
             for index, where in _MAYBE_UNSTEADY
         )
         columns = "pool, revision, seen_bound, born_bound, idle_bound, idle_timeout"
@@ -221,8 +234,7 @@ class TickReads:
         if not terms:
             return []
         union = " UNION ".join(
-            f"SELECT {_COLUMNS} FROM p JOIN {self._machines(index)} ON m.pool = p.pool "
-            f"WHERE {where}"
+            f"SELECT {_COLUMNS} {self._each_pool(index, where)}"
             for index, where in (
                 ("machines_ready_seen", "m.state = 'ready' AND m.last_seen_at < p.seen_bound"),
                 (
