@@ -255,16 +255,23 @@ MIGRATIONS: tuple[Migration, ...] = (
             " WHERE state <> 'ready' AND state <> 'destroyed'",
         ),
         sqlite=(
+            # A trigger a side of the move, each with its own WHEN: a claim runs the one that
+            # adds, a result the one that takes away, and a job that stays where it was
+            # (a renewal, a rewrite of the same row) neither.
             """
-            CREATE TRIGGER jobs_busy_update AFTER UPDATE OF status, machine, slots ON jobs
-            WHEN (OLD.status = 'processing' OR NEW.status = 'processing')
-                AND NOT (OLD.status = NEW.status AND OLD.machine IS NEW.machine
-                    AND OLD.slots = NEW.slots)
+            CREATE TRIGGER jobs_busy_from AFTER UPDATE OF status, machine, slots ON jobs
+            WHEN OLD.status = 'processing' AND NOT (NEW.status = 'processing'
+                AND OLD.machine IS NEW.machine AND OLD.slots = NEW.slots)
             BEGIN
-                UPDATE machines SET busy_slots = busy_slots - OLD.slots
-                    WHERE OLD.status = 'processing' AND name = OLD.machine;
-                UPDATE machines SET busy_slots = busy_slots + NEW.slots
-                    WHERE NEW.status = 'processing' AND name = NEW.machine;
+                UPDATE machines SET busy_slots = busy_slots - OLD.slots WHERE name = OLD.machine;
+            END
+            """,
+            """
+            CREATE TRIGGER jobs_busy_to AFTER UPDATE OF status, machine, slots ON jobs
+            WHEN NEW.status = 'processing' AND NOT (OLD.status = 'processing'
+                AND OLD.machine IS NEW.machine AND OLD.slots = NEW.slots)
+            BEGIN
+                UPDATE machines SET busy_slots = busy_slots + NEW.slots WHERE name = NEW.machine;
             END
             """,
             """
