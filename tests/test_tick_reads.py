@@ -15,13 +15,12 @@ from sp00ky_infra.policy.plan import (
     MachineView,
     PoolView,
     Unlisted,
-    idle_past,
     plan_pool,
+    queue_cap_at,
     silent,
-    steady,
     summarize,
 )
-from sp00ky_infra.policy.sizing import Shape
+from sp00ky_infra.policy.sizing import Shape, desired_machines, queue_cap
 from sp00ky_infra.store import NewJob, SqlStore
 from sp00ky_infra.store.tick import PoolTerms, TickReads
 
@@ -29,6 +28,7 @@ NOW = 100_000.0
 LEASE, LIFETIME, IDLE = 90.0, 86_400.0, 300.0
 STATES: tuple[MachineState, ...] = ("requested", "booting", "ready", "draining", "failed")
 SERVING: tuple[MachineState, ...] = ("ready", "booting", "draining")
+OTHERS: tuple[MachineState, ...] = ("requested", "failed", "draining")
 
 
 def view(machines: list[MachineView], shape: Shape, queued: int) -> PoolView:
@@ -139,67 +139,88 @@ def _insert(store: SqlStore, machine: MachineView, pool: str) -> None:
         )
 
 
-def _run(store: SqlStore, table: str, machine: str, jobs: int) -> None:
+def _run(store: SqlStore, table: str, machine: str, jobs: int, now: float = NOW) -> None:
     """``jobs`` jobs of ``table`` running on ``machine``."""
     news = [NewJob("app", table, "/run", {"n": n}, pool="any") for n in range(jobs)]
-    store.enqueue_many(news, NOW - 5)
+    store.enqueue_many(news, now - 5)
     for _ in range(jobs):
-        assert store.claim(table, 1, "test", NOW - 5, 3600, machine=machine)
+        assert store.claim(table, 1, "test", now - 5, 3600, machine=machine)
 
 
 # A grid over every threshold the steady test has (silence, lifetime, idle timeout, revision,
-# state, busy with or without an idle clock), each value on and beside its threshold.
-GRID = [
-    MachineView(f"m{n:03d}", state, NOW - age, revision, busy, idle, seen, drained)
-    for n, (state, age, revision, busy, idle, seen, drained) in enumerate(
-        (state, age, revision, busy, idle, seen, drained)
+# state, busy with or without an idle clock), each value on and beside its threshold, at a
+# small clock and at a real one (where a double's step is 2e-7 s).
+def grid(now: float) -> list[MachineView]:
+    serving = [
+        (state, age, revision, busy, idle, seen, False)
         for state in SERVING
         for age in (10.0, LIFETIME - 1e-6, LIFETIME, LIFETIME + 1)
         for revision in ("r1", "r0")
         for busy in (0, 2)
-        for idle in (None, NOW - 5, NOW - IDLE, NOW - IDLE + 1e-6)
-        for seen in (None, NOW - 1, NOW - LEASE, NOW - LEASE - 1e-6)
-        for drained in (False,)
-    )
-]
+        for idle in (None, now - 5, now - IDLE, now - IDLE + 1e-6)
+        for seen in (None, now - 1, now - LEASE, now - LEASE - 1e-6)
+    ]
+    others: list[tuple[MachineState, float, str, int, float | None, float | None, bool]] = [
+        (state, age, "r1", 0, None, seen, drained)
+        for state in OTHERS
+        for age in (10.0, LIFETIME + 1)
+        for seen in (None, now - LEASE - 1)
+        for drained in (False, True)
+    ]
+    return [
+        MachineView(f"m{n:04d}", state, now - age, revision, busy, idle, seen, drained)
+        for n, (state, age, revision, busy, idle, seen, drained) in enumerate(serving + others)
+    ]
 
 
-def test_the_store_counts_the_machines_the_policy_calls_steady(store: SqlStore) -> None:
-    other = MachineView("o1", "ready", NOW - 10, "r9", 0, NOW - 5, NOW)  # another pool's
+@pytest.mark.parametrize("now", [NOW, 1_796_000_000.123])
+def test_the_store_counts_the_machines_the_policy_calls_steady(store: SqlStore, now: float) -> None:
+    machines = grid(now)
+    other = MachineView("o1", "ready", now - 10, "r9", 0, now - 5, now)  # another pool's
     _insert(store, other, "other")
-    for machine in GRID:
+    for machine in machines:
         _insert(store, replace(machine, busy_slots=0), "render")
+        if machine.busy_slots > 1:
+            _run(store, "render_job", machine.name, machine.busy_slots - 1, now)
+    # a job of another table makes a machine busy too: a machine that runs a job is busy
+    for machine in machines:
         if machine.busy_slots:
-            _run(store, "render_job", machine.name, machine.busy_slots)
-    _run(store, "other_job", "m000", 1)  # another table's job does not make it busy
-    terms = [PoolTerms("render", "render_job", "r1", LEASE, LIFETIME, IDLE)]
+            _run(store, "other_job", machine.name, 1, now)
+    terms = [PoolTerms("render", "r1", LEASE, LIFETIME, IDLE)]
     reads = TickReads(store)
-    found = reads.machines(terms, NOW)["render"]
-    pool = view(GRID, Shape(0, 2, True, 0, 4), 0)
-    want_steady = [m for m in GRID if steady(m, pool, NOW)]
-    assert found.steady == len(want_steady) > 0
-    assert found.steady_busy == sum(m.busy_slots for m in want_steady)
-    assert found.steady_idle == sum(idle_past(m, pool, NOW) for m in want_steady) > 0
-    listed = sorted(
-        (m for m in GRID if not steady(m, pool, NOW)), key=lambda m: (m.created_at, m.name)
-    )
-    assert [row.name for row in found.listed] == [m.name for m in listed]
-    by_name = {m.name: m for m in GRID}
-    for row in found.listed:
-        machine = by_name[row.name]
-        assert (row.state, row.busy_slots, row.idle_since, row.last_seen_at) == (
-            machine.state,
-            machine.busy_slots,
-            machine.idle_since,
-            machine.last_seen_at,
-        )
+    found = reads.machines(terms, now)["render"]
+    pool = view(machines, Shape(0, 2, True, 0, 4), 0)
+    want = summarize(pool, now)
+    assert found.steady == want.steady > 0
+    assert found.steady_busy == want.steady_busy > 0
+    assert found.steady_idle == want.steady_idle > 0
+    listed = sorted(want.machines, key=lambda m: (m.created_at, m.name))
+    assert [row.view() for row in found.listed] == listed
     # every machine listed when not summarizing (explain), other pools' never
-    every = reads.machines(terms, NOW, summarize=False)["render"]
-    assert (every.steady, len(every.listed)) == (0, len(GRID))
+    every = reads.machines(terms, now, summarize=False)["render"]
+    assert (every.steady, len(every.listed)) == (0, len(machines))
+    assert sorted((row.view() for row in every.listed), key=lambda m: m.name) == machines
     # the fence's read: the serving machines silent for a whole lease, as the policy says
-    gone = reads.silent(terms, NOW)
-    assert [row.name for row in gone] == [m.name for m in listed if silent(m, LEASE, NOW)]
+    gone = reads.silent(terms, now)
+    assert [row.view() for row in gone] == [m for m in listed if silent(m, LEASE, now)]
     assert gone
+
+
+@given(
+    shapes,
+    st.integers(0, 40),
+    st.lists(st.integers(1, 3), max_size=60),
+)
+def test_a_queue_counted_to_its_cap_at_the_busy_slots_sizes_as_the_whole(
+    shape: Shape, busy: int, queue: list[int]
+) -> None:
+    """The tick counts a queue's first ``queue_cap_at`` jobs (their slots): the same desired
+    count as the whole queue, whatever the jobs' slots."""
+    cap = queue_cap_at(shape, busy)
+    assert 0 <= cap <= queue_cap(shape)
+    assert desired_machines(shape, busy, sum(queue[:cap])) == desired_machines(
+        shape, busy, sum(queue)
+    )
 
 
 def test_every_queue_counted_in_one_statement_as_one_at_a_time(store: SqlStore) -> None:

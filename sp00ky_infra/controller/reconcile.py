@@ -25,13 +25,15 @@ from sp00ky_infra.policy.plan import (
     Plan,
     PoolView,
     Unlisted,
+    busy_slots,
     fences,
     plan_pool,
     pool_view,
+    queue_cap_at,
 )
 from sp00ky_infra.policy.sizing import Shape, queue_cap
 from sp00ky_infra.store import JobNotFound, SweepReport
-from sp00ky_infra.store.tick import MachineRow, PoolTerms, TickReads
+from sp00ky_infra.store.tick import PoolTerms, TickReads
 
 log = logging.getLogger("sp00ky.controller")
 
@@ -49,68 +51,86 @@ def shape_of(controller: Controller, pool: str) -> Shape:
     return Shape.of(controller.pools[pool])
 
 
-_TERMS: weakref.WeakKeyDictionary[Controller, tuple[Deployment, list[PoolTerms]]] = (
+@dataclass(frozen=True, slots=True)
+class _Observed:
+    """A configured pool as the tick reads it: its terms, outbox table and shape."""
+
+    terms: PoolTerms
+    table: str
+    shape: Shape
+
+
+_OBSERVED: weakref.WeakKeyDictionary[Controller, tuple[Deployment, list[_Observed]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def terms_of(controller: Controller) -> list[PoolTerms]:
-    """What each configured pool's machines are compared with (``store.tick``): made once a
-    deployment, not every tick."""
+def _observed(controller: Controller) -> list[_Observed]:
+    """What each configured pool's machines and queue are read with (``store.tick``): made
+    once a deployment, not every tick."""
     deployment = controller.deployment
-    cached = _TERMS.get(controller)
+    cached = _OBSERVED.get(controller)
     if cached is not None and cached[0] is deployment:
         return cached[1]
-    terms = [
-        PoolTerms(
-            pool=name,
-            table=deployment.table_of(name),
-            revision=deployment.revisions[name],
-            silence=pool.lease,  # as pool_view has it
-            max_lifetime=pool.max_lifetime,
-            idle_timeout=pool.idle_timeout,
+    observed = [
+        _Observed(
+            PoolTerms(
+                pool=name,
+                revision=deployment.revisions[name],
+                silence=pool.lease,  # as pool_view has it
+                max_lifetime=pool.max_lifetime,
+                idle_timeout=pool.idle_timeout,
+            ),
+            deployment.table_of(name),
+            Shape.of(pool),
         )
         for name, pool in deployment.pools.items()
     ]
-    _TERMS[controller] = (deployment, terms)
-    return terms
+    _OBSERVED[controller] = (deployment, observed)
+    return observed
 
 
-def _view(row: MachineRow) -> MachineView:
-    return MachineView(
-        name=row.name,
-        state=row.state,
-        created_at=row.created_at,
-        revision=row.revision,
-        busy_slots=row.busy_slots,
-        idle_since=row.idle_since,
-        last_seen_at=row.last_seen_at,
-        drained=row.drained,
-    )
+def terms_of(controller: Controller) -> list[PoolTerms]:
+    """What each configured pool's machines are compared with (``store.tick``)."""
+    return [each.terms for each in _observed(controller)]
 
 
 def observe(controller: Controller, now: float, summarize: bool = False) -> list[PoolView]:
     """What every configured pool looks like at ``now``, read from the store (and nothing
     written: the plan says which idle clocks to keep, the executor keeps them). With
     ``summarize`` (the tick) the machines nothing can happen to are counted, not listed
-    (``policy.plan.steady``): the same plans, at a cost that follows the machines that need
-    a decision; ``explain`` lists them all. Two to three statements, whatever the pools."""
+    (``policy.plan.steady``), and each queue is counted only as far as it can change the
+    pool's desired count at its busy slots (``policy.plan.queue_cap_at``): the same plans,
+    at a cost that follows the machines that need a decision; ``explain`` lists them all and
+    counts each queue to ``sizing.queue_cap``. Three to four statements, whatever the pools."""
     reads = TickReads(controller.store)
-    terms = terms_of(controller)
-    machines = reads.machines(terms, now, summarize)
-    caps = [(each.table, queue_cap(shape_of(controller, each.pool))) for each in terms]
+    observed = _observed(controller)
+    machines = reads.machines([each.terms for each in observed], now, summarize)
+    listed = {name: [row.view() for row in found.listed] for name, found in machines.items()}
+    caps = [
+        (
+            each.table,
+            queue_cap_at(
+                each.shape,
+                busy_slots(listed[each.terms.pool], machines[each.terms.pool].steady_busy),
+            )
+            if summarize
+            else queue_cap(each.shape),
+        )
+        for each in observed
+    ]
     queued = reads.queued_slots(caps, now)
     views = []
-    for each, slots in zip(terms, queued, strict=True):
-        name = each.pool
+    for each, slots in zip(observed, queued, strict=True):
+        name = each.terms.pool
         state = controller.pool_states.get(name)
         found = machines[name]
         views.append(
             pool_view(
                 name,
                 controller.pools[name],
-                each.revision,
-                [_view(row) for row in found.listed],
+                each.terms.revision,
+                listed[name],
                 slots,
                 state.breaker,
                 state.paused,
@@ -130,10 +150,8 @@ def plan_of(controller: Controller, view: PoolView, now: float) -> Plan:
     except Unlisted:
         terms = [each for each in terms_of(controller) if each.pool == view.name]
         found = TickReads(controller.store).machines(terms, now, summarize=False)[view.name]
-        listed = [_view(row) for row in found.listed]
-        return plan_pool(
-            replace(view, machines=listed, steady=0, steady_busy=0, steady_idle=0), now
-        )
+        every = [row.view() for row in found.listed]
+        return plan_pool(replace(view, machines=every, steady=0, steady_busy=0, steady_idle=0), now)
 
 
 def tick(controller: Controller) -> TickReport:
@@ -171,7 +189,7 @@ def fence(controller: Controller, now: float) -> list[str]:
     them gone."""
     by_pool: dict[str, list[MachineView]] = defaultdict(list)
     for row in TickReads(controller.store).silent(terms_of(controller), now):
-        by_pool[row.pool].append(_view(row))
+        by_pool[row.pool].append(row.view())
     executor = controller.executor
     for name, pool in controller.pools.items():
         if name in by_pool:

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from sp00ky_infra.policy.breaker import Breaker
 from sp00ky_infra.policy.machines import IdleClock, MachineState, Reason, idle_since
-from sp00ky_infra.policy.sizing import Shape, SizingSettings, desired_machines
+from sp00ky_infra.policy.sizing import Shape, SizingSettings, desired_machines, queue_cap
 
 __all__ = [
     "Create",
@@ -24,11 +24,14 @@ __all__ = [
     "Plan",
     "PoolView",
     "Reason",  # the lifecycle's (policy.machines), which every action carries
+    "Terms",
     "Unlisted",
+    "busy_slots",
     "fences",
     "idle_past",
     "plan_pool",
     "pool_view",
+    "queue_cap_at",
     "silent",
     "steady",
     "summarize",
@@ -70,7 +73,7 @@ class PoolView:
     shape: Shape
     revision: str
     machines: Sequence[MachineView]
-    queued: int  # slots the eligible pending jobs need (counted up to the sizing cap)
+    queued: int  # slots the eligible pending jobs need (counted up to a cap: queue_cap_at)
     idle_timeout: float
     max_lifetime: float
     boot_timeout: float
@@ -192,17 +195,32 @@ def fences(pool: PoolView, now: float) -> tuple[Fail, ...]:
     )
 
 
+class Terms(Protocol):
+    """What ``steady`` and ``idle_past`` compare a machine with: its pool's revision and
+    timings (a ``PoolView``; the store's ``store.tick.PoolTerms``)."""
+
+    @property
+    def revision(self) -> str: ...
+    @property
+    def silence(self) -> float: ...
+    @property
+    def max_lifetime(self) -> float: ...
+    @property
+    def idle_timeout(self) -> float: ...
+
+
 class Unlisted(ValueError):
     """The pool has more machines than it wants and counts idle ones it does not list: the
     plan cannot choose which to drain. List them (a view without ``steady_idle``)."""
 
 
-def steady(machine: MachineView, pool: PoolView, now: float) -> bool:
+def steady(machine: MachineView, pool: Terms, now: float) -> bool:
     """Whether nothing happens to ``machine`` at ``now`` but to be counted: ready, answering,
     on the pool's revision, within its lifetime, its idle clock as it should be (stopped
     while it has a job, running while it has none). ``plan_pool`` gives the same plan whether
     such a machine is listed or counted in ``PoolView.steady`` (``steady_idle`` too when it
-    is ``idle_past`` the timeout). The tick's read makes this test in SQL (``store.tick``)."""
+    is ``idle_past`` the timeout). The tick's read (``store.tick``) finds in SQL every machine
+    that may fail it and makes this test on those."""
     clock_kept = (machine.idle_since is None) == (machine.busy_slots > 0)
     return (
         machine.state == "ready"
@@ -213,7 +231,7 @@ def steady(machine: MachineView, pool: PoolView, now: float) -> bool:
     )
 
 
-def idle_past(machine: MachineView, pool: PoolView, now: float) -> bool:
+def idle_past(machine: MachineView, pool: Terms, now: float) -> bool:
     """A ready machine idle for the pool's idle timeout: drained if the pool has a surplus."""
     return (
         machine.state == "ready"
@@ -270,9 +288,7 @@ def plan_pool(pool: PoolView, now: float) -> Plan:
         elif machine.state == "failed":  # e.g. its agent said the backend never became ready
             destroy.append(Destroy(machine.name, Reason.DESTROYED))
 
-    busy = pool.steady_busy + sum(
-        machine.busy_slots for machine in machines if machine.state in ("ready", "draining")
-    )
+    busy = busy_slots(machines, pool.steady_busy)
     desired = desired_machines(pool.shape, busy, pool.queued)
     current = pool.steady + len(serving)
 
@@ -310,6 +326,27 @@ def plan_pool(pool: PoolView, now: float) -> Plan:
         idle=idle_clocks,
         notes=tuple(notes),
     )
+
+
+def busy_slots(machines: Sequence[MachineView], steady_busy: int = 0) -> int:
+    """The pool's busy slots: its serving machines' (ready, draining), listed or counted."""
+    return steady_busy + sum(
+        machine.busy_slots for machine in machines if machine.state in ("ready", "draining")
+    )
+
+
+def queue_cap_at(shape: Shape, busy: int) -> int:
+    """Queued slots beyond this cannot change the desired count of a pool with ``busy`` slots
+    busy: from there it wants its top (its max; without autoscale its min, whatever the
+    queue). At most ``sizing.queue_cap``; 0 when the busy slots alone reach the top, so that
+    a pool at its max with a backlog reads none of it. A count of the first ``cap`` jobs'
+    slots (each job needs one or more) is then as good as the whole queue's."""
+    if not shape.autoscale:
+        return 0
+    top = shape.max if shape.max is not None else shape.min
+    # desired reaches top once ceil((busy + queued + buffer x slots) / slots) >= top
+    reach = (top - 1) * shape.slots + 1 - busy - shape.buffer * shape.slots
+    return min(max(0, reach), queue_cap(shape))
 
 
 def _with_idle_clocks(machines: Sequence[MachineView], now: float) -> list[MachineView]:

@@ -198,7 +198,8 @@ class Dialect(ABC):
             for migration in MIGRATIONS:
                 if migration.version in done:
                     continue
-                for statement in migration.statements:
+                only = migration.sqlite if self.placeholder == "?" else migration.postgres
+                for statement in (*migration.statements, *only):
                     self._x(cur, statement)
                 self._x(
                     cur,

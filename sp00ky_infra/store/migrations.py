@@ -14,6 +14,8 @@ class Migration:
     version: int
     description: str
     statements: tuple[str, ...]
+    sqlite: tuple[str, ...] = ()  # then these, on SQLite only (triggers: each dialect's own)
+    postgres: tuple[str, ...] = ()  # or these, on PostgreSQL only
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -222,6 +224,141 @@ MIGRATIONS: tuple[Migration, ...] = (
             " WHERE status = 'processing'",
             "CREATE INDEX jobs_deadline ON jobs (status, deadline)"
             " WHERE status = 'processing' AND deadline IS NOT NULL",
+        ),
+    ),
+    Migration(
+        7,
+        "each machine's busy slots kept on its row by the database; the tick's indexes",
+        (
+            # A machine's busy slots: the slots of the jobs running on it (any table), kept
+            # by triggers on jobs in the transaction that moves a job in or out of
+            # 'processing' (claim, result, sweep, kill, requeue, delete), whatever the path,
+            # and recomputed when a machine row is inserted: no writer can let it drift.
+            "ALTER TABLE machines ADD COLUMN busy_slots INTEGER NOT NULL DEFAULT 0",
+            "UPDATE machines SET busy_slots = (SELECT coalesce(sum(j.slots), 0) FROM jobs j "
+            "WHERE j.status = 'processing' AND j.machine = machines.name)",
+            # The tick (store.tick) reads each pool's ready machines counted (their number,
+            # busy slots, idle ones) from machines_ready alone (state in it too: SQLite reads
+            # from an index alone only the columns it holds), and seeks the ones a plan must
+            # decide about (not ready; maybe silent, past their lifetime, on another
+            # revision, their idle clock to start or stop): a range of a few entries each.
+            "CREATE INDEX machines_ready ON machines (pool, state, busy_slots, idle_since)"
+            " WHERE state = 'ready'",
+            "CREATE INDEX machines_ready_seen ON machines (pool, last_seen_at)"
+            " WHERE state = 'ready'",
+            "CREATE INDEX machines_ready_born ON machines (pool, created_at) WHERE state = 'ready'",
+            "CREATE INDEX machines_ready_revision ON machines (pool, revision)"
+            " WHERE state = 'ready'",
+            "CREATE INDEX machines_ready_clock ON machines (pool)"
+            " WHERE state = 'ready' AND busy_slots > 0 AND idle_since IS NOT NULL",
+            "CREATE INDEX machines_unready ON machines (pool)"
+            " WHERE state <> 'ready' AND state <> 'destroyed'",
+        ),
+        sqlite=(
+            # A trigger a side of the move, each with its own WHEN: a claim runs the one that
+            # adds, a result the one that takes away, and a job that stays where it was
+            # (a renewal, a rewrite of the same row) neither.
+            """
+            CREATE TRIGGER jobs_busy_from AFTER UPDATE OF status, machine, slots ON jobs
+            WHEN OLD.status = 'processing' AND NOT (NEW.status = 'processing'
+                AND OLD.machine IS NEW.machine AND OLD.slots = NEW.slots)
+            BEGIN
+                UPDATE machines SET busy_slots = busy_slots - OLD.slots WHERE name = OLD.machine;
+            END
+            """,
+            """
+            CREATE TRIGGER jobs_busy_to AFTER UPDATE OF status, machine, slots ON jobs
+            WHEN NEW.status = 'processing' AND NOT (OLD.status = 'processing'
+                AND OLD.machine IS NEW.machine AND OLD.slots = NEW.slots)
+            BEGIN
+                UPDATE machines SET busy_slots = busy_slots + NEW.slots WHERE name = NEW.machine;
+            END
+            """,
+            """
+            CREATE TRIGGER jobs_busy_insert AFTER INSERT ON jobs
+            WHEN NEW.status = 'processing'
+            BEGIN
+                UPDATE machines SET busy_slots = busy_slots + NEW.slots WHERE name = NEW.machine;
+            END
+            """,
+            """
+            CREATE TRIGGER jobs_busy_delete AFTER DELETE ON jobs
+            WHEN OLD.status = 'processing'
+            BEGIN
+                UPDATE machines SET busy_slots = busy_slots - OLD.slots WHERE name = OLD.machine;
+            END
+            """,
+            """
+            CREATE TRIGGER machines_busy_insert AFTER INSERT ON machines
+            BEGIN
+                UPDATE machines SET busy_slots = (SELECT coalesce(sum(j.slots), 0) FROM jobs j
+                    WHERE j.status = 'processing' AND j.machine = NEW.name)
+                WHERE name = NEW.name;
+            END
+            """,
+        ),
+        postgres=(
+            # A row trigger for inserts and deletes (the WHEN skips any row not running
+            # before calling anything), a statement trigger for updates: one UPDATE of the
+            # machines a statement, not one a job (a claim or a batch of results moves many).
+            """
+            CREATE FUNCTION jobs_busy() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF TG_OP = 'INSERT' THEN
+                    UPDATE machines SET busy_slots = busy_slots + NEW.slots
+                        WHERE name = NEW.machine;
+                ELSE
+                    UPDATE machines SET busy_slots = busy_slots - OLD.slots
+                        WHERE name = OLD.machine;
+                END IF;
+                RETURN NULL;
+            END
+            $$
+            """,
+            """
+            CREATE TRIGGER jobs_busy_insert AFTER INSERT ON jobs
+            FOR EACH ROW WHEN (NEW.status = 'processing') EXECUTE FUNCTION jobs_busy()
+            """,
+            """
+            CREATE TRIGGER jobs_busy_delete AFTER DELETE ON jobs
+            FOR EACH ROW WHEN (OLD.status = 'processing') EXECUTE FUNCTION jobs_busy()
+            """,
+            """
+            CREATE FUNCTION jobs_busy_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE machines m SET busy_slots = m.busy_slots + d.slots
+                FROM (
+                    SELECT machine, sum(slots) AS slots FROM (
+                        SELECT machine, slots FROM moved_to WHERE status = 'processing'
+                        UNION ALL
+                        SELECT machine, -slots FROM moved_from WHERE status = 'processing'
+                    ) AS c
+                    WHERE machine IS NOT NULL GROUP BY machine HAVING sum(slots) <> 0
+                ) AS d
+                WHERE m.name = d.machine;
+                RETURN NULL;
+            END
+            $$
+            """,
+            """
+            CREATE TRIGGER jobs_busy_update AFTER UPDATE ON jobs
+            REFERENCING OLD TABLE AS moved_from NEW TABLE AS moved_to
+            FOR EACH STATEMENT EXECUTE FUNCTION jobs_busy_moved()
+            """,
+            """
+            CREATE FUNCTION machines_busy() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE machines SET busy_slots = (SELECT coalesce(sum(j.slots), 0) FROM jobs j
+                    WHERE j.status = 'processing' AND j.machine = NEW.name)
+                WHERE name = NEW.name;
+                RETURN NULL;
+            END
+            $$
+            """,
+            """
+            CREATE TRIGGER machines_busy_insert AFTER INSERT ON machines
+            FOR EACH ROW EXECUTE FUNCTION machines_busy()
+            """,
         ),
     ),
 )

@@ -1,30 +1,43 @@
-"""What the controller's tick reads: one statement for every pool each, whatever the pools.
+"""What the controller's tick reads: a few index ranges a pool, whatever its machines.
 
-A tick used to read every live machine row into Python twice and ask each pool's queue and
-running jobs in turn (about 25 ms at 50 pools and 1,000 machines). Here the database does
-the counting: ``machines`` lists only the machines the plan must decide about and counts the
-others (``policy.plan.steady``, the same test written in SQL), ``silent`` lists only the
-machines to fence, and ``queued_slots`` counts every pool's queue, each capped, in one
-statement. None reads a pending job row beyond a pool's cap, so the cost stays flat in the
-backlog.
+A tick used to read every live machine row, then every pool's in one statement that sought
+each machine's running jobs (about 2 ms at 1,000 machines, a microsecond a machine). Here
+it reads none of the machines nothing can happen to: each machine's busy slots are kept on
+its row by the database (migration 7's triggers, in the transaction that moves a job), and
+``machines`` counts each pool's ready machines (how many, their busy slots, how many idle
+past the idle timeout) from one index alone, then seeks, in indexes that hold a few entries
+each, the machines that may need a decision: not ready, or ready and maybe silent, past their
+lifetime, on another revision, or with an idle clock to start or stop. The policy's own test
+(``policy.plan.steady``) sorts those out; the steady ones among them are counted, the others
+listed. ``silent`` seeks the machines to fence the same way, and ``queued_slots`` counts
+every pool's queue, each capped, in one statement. None reads a pending job row beyond a
+pool's cap, so the cost stays flat in the backlog, and none reads a steady machine's row.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sp00ky_infra.policy.machines import MachineState
+from sp00ky_infra.policy.plan import MachineView, idle_past, silent, steady
 from sp00ky_infra.store.dialect import Dialect
+
+# Seconds added to a threshold to seek a range that holds every machine past it: ``x + s <
+# now`` and ``now - x >= t``, computed in doubles, imply ``x < now - s + MARGIN`` and ``x <
+# now - t + MARGIN`` while a rounding error stays under a second (times and durations below
+# 10**15 s). The range may hold a few machines more, not fewer; the exact test follows.
+MARGIN = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class PoolTerms:
-    """What a pool's plan compares its machines with (its configured settings)."""
+    """What a pool's plan compares its machines with (its configured settings); the
+    ``policy.plan.Terms`` of ``steady`` and ``idle_past``."""
 
     pool: str
-    table: str  # its backend's outbox table: the jobs that make its machines busy
     revision: str
     silence: float  # the lease: a serving machine silent this long has stopped answering
     max_lifetime: float
@@ -45,6 +58,18 @@ class MachineRow:
     last_seen_at: float | None
     drained: bool
 
+    def view(self) -> MachineView:
+        return MachineView(
+            name=self.name,
+            state=self.state,
+            created_at=self.created_at,
+            revision=self.revision,
+            busy_slots=self.busy_slots,
+            idle_since=self.idle_since,
+            last_seen_at=self.last_seen_at,
+            drained=self.drained,
+        )
+
 
 @dataclass(slots=True)
 class PoolMachines:
@@ -57,58 +82,39 @@ class PoolMachines:
     steady_idle: int = 0
 
 
-def _pools_cte(terms: Sequence[PoolTerms]) -> tuple[str, list[Any]]:
-    rows = ", ".join("(?, ?, ?, ?, ?, ?)" for _ in terms)
-    params: list[Any] = []
-    for each in terms:
-        params += [
-            each.pool,
-            each.table,
-            each.revision,
-            float(each.silence),
-            float(each.max_lifetime),
-            float(each.idle_timeout),
-        ]
-    sql = f"pools (pool, tbl, revision, silence, max_lifetime, idle_timeout) AS (VALUES {rows})"
-    return sql, params
+_COLUMNS = (
+    "m.pool, m.name, m.state, m.created_at, m.revision, m.busy_slots, m.idle_since, "
+    "m.last_seen_at, m.drained"
+)
+# The machines that may not be steady, a branch each: a range of an index of migration 7 a
+# pool (its terms as the partial index has them). SQLite, without statistics, is told which
+# index (it would take machines_ready's range of every busy machine for the last branch).
+_MAYBE_UNSTEADY = (
+    ("machines_unready", "m.state <> 'ready' AND m.state <> 'destroyed'"),
+    ("machines_ready_seen", "m.state = 'ready' AND m.last_seen_at < p.seen_bound"),  # silent?
+    ("machines_ready_born", "m.state = 'ready' AND m.created_at < p.born_bound"),  # too old?
+    ("machines_ready_revision", "m.state = 'ready' AND m.revision < p.revision"),
+    ("machines_ready_revision", "m.state = 'ready' AND m.revision > p.revision"),
+    # an idle clock to start, or to stop
+    ("machines_ready", "m.state = 'ready' AND m.busy_slots = 0 AND m.idle_since IS NULL"),
+    (
+        "machines_ready_clock",
+        "m.state = 'ready' AND m.busy_slots > 0 AND m.idle_since IS NOT NULL",
+    ),
+)
 
 
-# policy.plan.steady and policy.plan.idle_past in SQL, with the same arithmetic (IEEE doubles
-# on both dialects), so that a machine on a threshold falls the same side in both. Over the
-# rows of ``seen`` (below): a machine's columns, its pool's terms and its busy slots.
-_STEADY = """CASE WHEN state = 'ready'
-    AND (last_seen_at IS NULL OR NOT (last_seen_at + silence < ?))
-    AND revision = want
-    AND ? - created_at < max_lifetime
-    AND (idle_since IS NULL) = (busy > 0)
-    THEN 1 ELSE 0 END"""
-_IDLE_PAST = """CASE WHEN state = 'ready' AND busy = 0
-    AND idle_since IS NOT NULL AND ? - idle_since >= idle_timeout
-    THEN 1 ELSE 0 END"""
-# Each live machine of a configured pool with its pool's terms and its busy slots (the
-# running jobs of the pool's table on it), read once. SQLite, in process, finds each
-# machine's busy slots with a seek in jobs_running_on (2.1 ms at 1,000 machines, against
-# 2.7 ms joining the grouped running jobs); PostgreSQL hashes the grouped running jobs
-# (3.2 ms, against 9.5 ms for a subplan a machine).
-_MACHINE = (
-    "SELECT m.pool AS pool, m.name AS name, m.state AS state, "
-    "m.created_at AS created_at, m.revision AS revision, m.idle_since AS idle_since, "
-    "m.last_seen_at AS last_seen_at, m.drained AS drained, p.revision AS want, "
-    "p.silence AS silence, p.max_lifetime AS max_lifetime, p.idle_timeout AS idle_timeout, "
-)
-_SEEN_BY_SEEK = (
-    f"seen AS MATERIALIZED ({_MACHINE}"
-    "(SELECT coalesce(sum(j.slots), 0) FROM jobs j WHERE j.status = 'processing' "
-    "AND j.machine = m.name AND j.tbl = p.tbl) AS busy "
-    "FROM machines m JOIN pools p ON p.pool = m.pool WHERE m.state <> 'destroyed')"
-)
-_SEEN_BY_JOIN = (
-    "busy (machine, tbl, slots) AS (SELECT machine, tbl, sum(slots) FROM jobs "
-    "WHERE status = 'processing' GROUP BY machine, tbl), "
-    f"seen AS MATERIALIZED ({_MACHINE}coalesce(b.slots, 0) AS busy "
-    "FROM machines m JOIN pools p ON p.pool = m.pool "
-    "LEFT JOIN busy b ON b.machine = m.name AND b.tbl = p.tbl WHERE m.state <> 'destroyed')"
-)
+@functools.cache
+def _with(columns: str, rows: int) -> str:
+    """``WITH p (columns) AS (VALUES ...)`` for ``rows`` rows: the statements' text is made
+    once for a number of pools, not every tick."""
+    marks = "(" + ", ".join("?" for _ in columns.split(",")) + ")"
+    return f"WITH p ({columns}) AS (VALUES {', '.join(marks for _ in range(rows))}) "
+
+
+def _row(found: Sequence[Any]) -> MachineRow:
+    pool, name, state, created, revision, busy, idle, seen, drained = found
+    return MachineRow(name, pool, state, created, revision, int(busy), idle, seen, bool(drained))
 
 
 class TickReads:
@@ -116,87 +122,142 @@ class TickReads:
 
     def __init__(self, store: Dialect) -> None:
         self._store = store
-        self._seen = _SEEN_BY_SEEK if store.placeholder == "?" else _SEEN_BY_JOIN  # SQLite
+        self._sqlite = store.placeholder == "?"
+
+    def _machines(self, index: str) -> str:
+        """``machines m``, on SQLite read through ``index``."""
+        return f"machines m INDEXED BY {index}" if self._sqlite else "machines m"
+
+    def _each_pool(self, index: str, where: str) -> str:
+        """``FROM`` the machines of each pool of ``p`` ``where`` it holds: on SQLite through
+        ``index``; on PostgreSQL a lateral subquery, which it answers with a range of the
+        index a pool (it would rather hash the pools and read every machine a branch)."""
+        if self._sqlite:
+            return f"FROM p JOIN {self._machines(index)} ON m.pool = p.pool WHERE {where}"
+        return (
+            "FROM p CROSS JOIN LATERAL (SELECT * FROM machines m "
+            f"WHERE m.pool = p.pool AND {where} OFFSET 0) AS m"  # OFFSET 0: not pulled up
+        )
+
+    def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        with self._store._cursor() as cur:
+            self._store._x(cur, sql, params)
+            return list(cur.fetchall())
 
     def machines(
         self, terms: Sequence[PoolTerms], now: float, summarize: bool = True
     ) -> dict[str, PoolMachines]:
         """Every configured pool's live machines with their busy slots; with ``summarize``,
-        the steady ones are only counted. One statement counts every pool's machines, steady
-        or not; a second lists the others, only for the pools that have any."""
+        the steady ones (``policy.plan.steady``) are only counted. One statement, whatever
+        the pools; it reads no steady machine's row."""
         found = {each.pool: PoolMachines() for each in terms}
         if not terms:
             return found
-        listing = list(terms)
-        if summarize:
-            pools, params = _pools_cte(terms)
-            sql = (
-                f"WITH {pools}, {self._seen}, flags AS MATERIALIZED (SELECT pool, busy, "
-                f"{_STEADY} AS steady, {_IDLE_PAST} AS idle FROM seen) "
-                "SELECT pool, count(*), sum(steady), sum(steady * busy), sum(steady * idle) "
-                "FROM flags GROUP BY pool"
+        if not summarize:
+            rows = self._fetch(
+                f"{_with('pool', len(terms))}SELECT {_COLUMNS} FROM p JOIN machines m "
+                "ON m.pool = p.pool WHERE m.state <> 'destroyed' ORDER BY 4, 2",
+                [each.pool for each in terms],
             )
-            with self._store._cursor() as cur:
-                self._store._x(cur, sql, [*params, now, now, now])
-                counts = cur.fetchall()
-            unsteady = set()
-            for pool, machines, steady, busy, idle in counts:
-                into = found[pool]
-                into.steady, into.steady_busy, into.steady_idle = int(steady), int(busy), int(idle)
-                if machines > steady:
-                    unsteady.add(pool)
-            listing = [each for each in terms if each.pool in unsteady]
-            if not listing:
-                return found
-        pools, params = _pools_cte(listing)
-        where = f"WHERE {_STEADY} = 0" if summarize else ""
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
-                f"WITH {pools}, {self._seen} SELECT pool, name, state, created_at, revision, busy, "
-                f"idle_since, last_seen_at, drained FROM seen {where} ORDER BY created_at, name",
-                [*params, now, now] if summarize else params,
+            for row in map(_row, rows):
+                found[row.pool].listed.append(row)
+            return found
+        # One statement, so that the counts and the rows are of one snapshot (the rows first:
+        # PostgreSQL types the columns of a UNION from the left): every ready
+        # machine counted, its busy slots summed, from machines_ready alone (every pool's:
+        # the ones not configured are left out here); the ones idle past the timeout
+        # (policy.plan.idle_past, the same arithmetic: IEEE doubles on both dialects), a
+        # range of it a pool; and the rows of the machines that may not be steady. The
+        # steady ones are the ones counted but these.
+        ready = self._machines("machines_ready")
+        counted = (
+            "SELECT 1, m.pool, NULL, NULL, NULL, NULL, count(*), NULL, NULL, sum(m.busy_slots) "
+            f"FROM {ready} WHERE m.state = 'ready' GROUP BY m.pool",
+            "SELECT 2, p.pool, NULL, NULL, NULL, NULL, count(*), NULL, NULL, 0 "
+            + self._each_pool(
+                "machines_ready",
+                "m.state = 'ready' AND m.busy_slots = 0 AND m.idle_since < p.idle_bound "
+                "AND ? - m.idle_since >= p.idle_timeout",
             )
-            rows = cur.fetchall()
-        for pool, name, state, created, revision, busy, idle, seen, drained in rows:
-            found[pool].listed.append(
-                MachineRow(
-                    name, pool, state, created, revision, int(busy), idle, seen, bool(drained)
-                )
-            )
+            + " GROUP BY p.pool",
+        )
+        listed = (
+            f"SELECT 0, {_COLUMNS} {self._each_pool(index, where)}"
+            for index, where in _MAYBE_UNSTEADY
+        )
+        columns = "pool, revision, seen_bound, born_bound, idle_bound, idle_timeout"
+        rows = self._fetch(
+            f"{_with(columns, len(terms))}{' UNION '.join((*listed, *counted))} ORDER BY 5, 3",
+            [
+                *(
+                    value
+                    for each in terms
+                    for value in (
+                        each.pool,
+                        each.revision,
+                        now - each.silence + MARGIN,
+                        now - each.max_lifetime + MARGIN,
+                        now - each.idle_timeout + MARGIN,
+                        each.idle_timeout,
+                    )
+                ),
+                now,
+            ],
+        )
+        maybe = []
+        for kind, pool, *machine in rows:
+            if kind == 0:
+                maybe.append(_row((pool, *machine)))
+            elif (into := found.get(pool)) is not None:
+                count, summed = int(machine[4]), int(machine[7] or 0)
+                if kind == 1:
+                    into.steady, into.steady_busy = count, summed
+                else:
+                    into.steady_idle = count
+        by_pool = {each.pool: each for each in terms}
+        for row in maybe:
+            into = found[row.pool]
+            if row.state == "ready":  # counted above: steady, or taken out and listed
+                pool, view = by_pool[row.pool], row.view()
+                if steady(view, pool, now):
+                    continue
+                into.steady -= 1
+                into.steady_busy -= row.busy_slots
+                into.steady_idle -= idle_past(view, pool, now)
+            into.listed.append(row)
         return found
 
     def silent(self, terms: Sequence[PoolTerms], now: float) -> list[MachineRow]:
         """The serving (ready, draining) machines of configured pools silent for a whole lease
-        (``policy.plan.silent``), oldest first: the ones to fence. Busy slots are not read
-        (0): fencing does not need them."""
+        (``policy.plan.silent``), oldest first: the ones to fence (a range of
+        machines_ready_seen and machines_unready a pool)."""
         if not terms:
             return []
-        pools, params = _pools_cte(terms)
-        store = self._store
-        with store._cursor() as cur:
-            store._x(
-                cur,
-                f"WITH {pools} SELECT m.name, m.pool, m.state, m.created_at, m.revision, "
-                "m.idle_since, m.last_seen_at, m.drained FROM machines m "
-                "JOIN pools p ON p.pool = m.pool WHERE m.state <> 'destroyed' "  # machines_live
-                "AND m.state IN ('ready', 'draining') "
-                "AND m.last_seen_at IS NOT NULL AND m.last_seen_at + p.silence < ? "
-                "ORDER BY m.created_at, m.name",
-                (*params, now),
+        union = " UNION ".join(
+            f"SELECT {_COLUMNS} {self._each_pool(index, where)}"
+            for index, where in (
+                ("machines_ready_seen", "m.state = 'ready' AND m.last_seen_at < p.seen_bound"),
+                (
+                    "machines_unready",
+                    "m.state <> 'ready' AND m.state <> 'destroyed' AND m.state = 'draining'",
+                ),
             )
-            rows = cur.fetchall()
-        return [
-            MachineRow(name, pool, state, created, revision, 0, idle, seen, bool(drained))
-            for name, pool, state, created, revision, idle, seen, drained in rows
-        ]
+        )
+        rows = self._fetch(
+            f"{_with('pool, seen_bound', len(terms))}{union} ORDER BY 4, 2",
+            [value for each in terms for value in (each.pool, now - each.silence + MARGIN)],
+        )
+        silence = {each.pool: each.silence for each in terms}
+        return [row for row in map(_row, rows) if silent(row.view(), silence[row.pool], now)]
 
     def queued_slots(self, queues: Sequence[tuple[str, int]], now: float) -> list[int]:
         """For each (table, cap): the slots its eligible pending jobs need over the first
         ``cap`` of them (``Jobs.queued_slots``, every queue in one statement): a range of
-        the jobs_pending_due index each, never longer than its cap."""
-        if not queues:
-            return []
+        the jobs_pending_due index each, never longer than its cap; none for a cap of 0."""
+        found = [0] * len(queues)
+        counted = [(n, table, cap) for n, (table, cap) in enumerate(queues) if cap > 0]
+        if not counted:
+            return found
         head = (
             "(SELECT coalesce(sum(slots), 0) FROM (SELECT slots FROM jobs WHERE tbl = {tbl} "
             "AND status = 'pending' AND run_after <= {now} LIMIT {cap}) AS head)"
@@ -204,24 +265,19 @@ class TickReads:
         params: list[Any] = []
         if self._store.placeholder == "?":  # SQLite: a LIMIT names no outer column
             one = "SELECT {n}, " + head.format(tbl="?", now="?", cap="?")
-            sql = " UNION ALL ".join(one.format(n=n) for n in range(len(queues)))
-            for table, cap in queues:
+            sql = " UNION ALL ".join(one.format(n=n) for n, _, _ in counted)
+            for _, table, cap in counted:
                 params += [table, now, cap]
         else:  # one statement to plan, not one a queue (0.8 ms against 1.3 at 50 queues)
-            rows = ", ".join(f"({n}, ?, ?)" for n in range(len(queues)))
+            rows = ", ".join(f"({n}, ?, ?)" for n, _, _ in counted)
             sql = (
                 f"WITH q (n, tbl, cap) AS (VALUES {rows}) SELECT q.n, "
                 + head.format(tbl="q.tbl", now="?", cap="q.cap")
                 + " FROM q"
             )
-            for table, cap in queues:
+            for _, table, cap in counted:
                 params += [table, cap]
             params.append(now)
-        store = self._store
-        with store._cursor() as cur:
-            store._x(cur, sql, params)
-            rows_found = cur.fetchall()
-        found = [0] * len(queues)
-        for n, slots in rows_found:
+        for n, slots in self._fetch(sql, params):
             found[int(n)] = int(slots)
         return found
