@@ -373,7 +373,10 @@ class Controller:
                 assignments += [_assignment(job) for job in claimed]
                 for job in claimed:
                     self.measures.claimed(job.attempt or "", machine.pool, now - job.run_after)
-                if claimed:
+                if claimed and machine.idle_since is not None:
+                    # An idle machine took work. A ready machine with its idle clock stopped
+                    # is busy already (its busy period open: the tick opens it too when it
+                    # stops the clock): no write, none inside PostgreSQL's admission lock.
                     self.executor.claimed(name, now)
         return PollReply(
             assignments=assignments,

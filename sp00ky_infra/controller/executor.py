@@ -89,7 +89,10 @@ class Executor:
 
     def _apply(self, pool: str, action: Action, deployment: Deployment, now: float) -> None:
         if isinstance(action, IdleClock):
-            self.store.machines.set_idle(action.machine, action.since)
+            if action.since is None:  # it runs a job: its busy period opens, if not open
+                self.store.machines.busy(action.machine, now)
+            else:
+                self.store.machines.set_idle(action.machine, action.since)
         elif isinstance(action, Create):
             if not self.pools.breaker(pool).allows(now):
                 return  # this plan's own failed boots opened the breaker: no machine for now
