@@ -22,7 +22,9 @@ import requests
 import yaml
 
 from sp00ky_infra.client import Client
+from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.provisioners.local import session_members
+from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.store import SqlStore, open_store
 from tests.helpers import ROOT
@@ -211,6 +213,18 @@ def running_controller(
     finally:
         process.stop()
         kill_machines(store_url)
+
+
+@contextmanager
+def leading(controller: Controller) -> Iterator[Controller]:
+    """An in-process controller after its first tick (it leads its store, or this fails);
+    its leadership released and its store closed at the end."""
+    try:
+        assert tick(controller).leader, "another controller leads this store"
+        yield controller
+    finally:
+        controller.leader_lock.release()
+        controller.store.close()
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.store import NewJob, open_store
 from sp00ky_infra.store.sqlite import SqliteStore
-from tests.controllers import backend_app, project
+from tests.controllers import backend_app, leading, project
 from tests.test_controller_executor import Recording
 
 MACHINE = "render-m1"
@@ -44,13 +44,8 @@ def controller(tmp_path: Path) -> Iterator[Controller]:
     store.machines.move(MACHINE, Reason.PROVISIONED, now)
     store.machines.join(MACHINE, tokens.session_hash("tok"), now)
     store.machines.move(MACHINE, Reason.READY, now)
-    made = Controller(settings, config, store, Recording(delivers_join_token=True))
-    assert tick(made).leader
-    try:
+    with leading(Controller(settings, config, store, Recording(delivers_join_token=True))) as made:
         yield made
-    finally:
-        made.leader_lock.release()
-        store.close()
 
 
 def _poll(controller: Controller, free: int, done: list[str] | None = None) -> list[str]:

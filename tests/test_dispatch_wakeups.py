@@ -18,12 +18,11 @@ from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller import admin
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.hub import Hub
-from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.controller.server import Dispatcher
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.store import NewJob, open_store
 from sp00ky_infra.store.sqlite import SqliteStore
-from tests.controllers import backend_app, project
+from tests.controllers import backend_app, leading, project
 from tests.test_controller_executor import Recording
 
 
@@ -59,18 +58,10 @@ def controller(tmp_path: Path) -> Iterator[Controller]:
     pools = {"render": {"min": 0, "autoscale": True, "max": 2}}
     config = load_config(project(tmp_path, pools, {"renderer": app}))
     store = open_store(f"sqlite:///{tmp_path}/state.db")
-    made = Controller(
-        ControllerSettings(secret="s", state_dir=str(tmp_path)),
-        config,
-        store,
-        Recording(delivers_join_token=True),
-    )
-    assert tick(made).leader
-    try:
+    settings = ControllerSettings(secret="s", state_dir=str(tmp_path))
+    provisioner = Recording(delivers_join_token=True)
+    with leading(Controller(settings, config, store, provisioner)) as made:
         yield made
-    finally:
-        made.leader_lock.release()
-        store.close()
 
 
 def test_a_job_another_process_writes_wakes_the_held_poll_from_the_event_loop(
