@@ -224,7 +224,7 @@ class Jobs(Dialect):
                 START_ATTEMPTS_PG,
                 (owner, machine, now + lease, now, now,
                  [start[0] for start in starts], [start[1] for start in starts],
-                 [start[3] for start in starts], entries),
+                 [start[3] for start in starts], entries, ["pending"] * len(starts)),
             )  # fmt: skip
             by_id = {job.id: job for job in map(job_from_row, cur.fetchall())}
             return [by_id[start[0]] for start in starts if start[0] in by_id]
@@ -314,7 +314,7 @@ class Jobs(Dialect):
             cur.execute(
                 COMPLETE_ATTEMPTS_PG,
                 (now, now, ended, [each[0] for each in results], [each[1] for each in results],
-                 list(payloads), machine, machine),
+                 list(payloads), ["processing"] * len(results), machine, machine),
             )  # fmt: skip
             return {row[0]: row[1] for row in cur.fetchall()}
         started: dict[str, float | None] = {}

@@ -47,14 +47,20 @@ START_ATTEMPT_PG = START_ATTEMPT.replace(
     "json_insert(attempts, '$[#]', json(?))",
     "(attempts::jsonb || jsonb_build_array(?::jsonb))::text",
 )
+# The batched statements find their rows by id (jobs_pkey, a lookup a row) whatever the
+# statistics say. Their status check compares with a column of the unnested arrays
+# (``v.status``), a join clause, not the constant: a constant would let the planner take a
+# partial index on status instead, which on a table not analyzed since a burst of enqueues
+# it believes holds a dozen rows, and the UPDATE then read every pending job (measured:
+# 7.7 ms for 16 claims at 10,000 pending, against 0.6 ms by id).
 START_ATTEMPTS_PG = (
     "UPDATE jobs SET status = 'processing', assignee = %s, machine = %s, attempt = v.attempt, "
     "attempt_number = jobs.attempt_number + 1, lease_expires_at = %s, deadline = v.deadline, "
     "started_at = %s, updated_at = %s, "
     "attempts = (jobs.attempts::jsonb || jsonb_build_array(v.entry::jsonb))::text "
-    "FROM unnest(%b::text[], %b::text[], %b::float8[], %b::text[]) "
-    "AS v(id, attempt, deadline, entry) "
-    "WHERE jobs.id = v.id AND jobs.status = 'pending' "
+    "FROM unnest(%b::text[], %b::text[], %b::float8[], %b::text[], %b::text[]) "
+    "AS v(id, attempt, deadline, entry, status) "
+    "WHERE jobs.id = v.id AND jobs.status = v.status "
     "RETURNING " + ", ".join(f"jobs.{name}" for name in _COLUMN_NAMES)
 )
 # A result for the current attempt of a running job nobody killed (the common case): success,
@@ -78,8 +84,8 @@ COMPLETE_ATTEMPTS_PG = (
     "lease_expires_at = NULL, attempts = CASE WHEN jobs.attempts = '[]' THEN jobs.attempts "
     "ELSE jsonb_set(jobs.attempts::jsonb, '{-1}', (jobs.attempts::jsonb -> -1) || "
     "jsonb_build_object('ended_at', %s::jsonb, 'outcome', 'success'))::text END "
-    "FROM unnest(%b::text[], %b::text[], %b::text[]) AS v(id, attempt, result) "
-    "WHERE jobs.id = v.id AND jobs.attempt = v.attempt AND jobs.status = 'processing' "
+    "FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[]) AS v(id, attempt, result, status) "
+    "WHERE jobs.id = v.id AND jobs.attempt = v.attempt AND jobs.status = v.status "
     "AND jobs.cancel_requested = 0 AND (%s::text IS NULL OR jobs.machine = %s) "
     "RETURNING jobs.id, jobs.started_at"
 )
