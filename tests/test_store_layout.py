@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+from sp00ky_infra.policy.jobs import Queued, admit
 from sp00ky_infra.store import SqlStore, open_store
 from sp00ky_infra.store.postgres import GENERIC_PLANS
 from sp00ky_infra.store.rows import COMPLETE_ATTEMPTS_PG, START_ATTEMPTS_PG
@@ -67,3 +70,39 @@ def test_batched_writes_find_their_rows_by_id_on_a_table_never_analyzed(
 
 class Rollback(Exception):
     """Leaves the EXPLAINed statements' transaction undone."""
+
+
+@pytest.mark.parametrize(
+    ("slots", "free", "running", "concurrency"),
+    [
+        ([1, 1, 1, 1], 3, 0, None),
+        ([1, 2, 1, 1], 2, 0, None),  # the 2-slot job waits, and the one behind it
+        ([3, 1, 1], 2, 0, None),  # the head does not fit: nothing starts
+        ([1, 1, 2, 1, 1], 8, 0, None),
+        ([1, 1, 1, 1, 1], 8, 2, 4),  # two running of four allowed: two start
+        ([1, 1, 1], 8, 3, 3),  # none left under the cap
+        ([2, 1, 1], 3, 1, 3),
+    ],
+)
+def test_a_claim_admits_what_policy_admit_does(
+    store: SqlStore, slots: list[int], free: int, running: int, concurrency: int | None
+) -> None:
+    # The claim's admission (in SQL on PostgreSQL, by policy.jobs.admit on SQLite) against
+    # admit itself, over the same queue: priorities, ages and slots mixed.
+    for n in range(running):
+        store.enqueue(new(payload={"running": n}, priority=10), T0 - 100)
+    if running:
+        store.claim("render_job", running, "controller-1", T0 - 100, LEASE, machine="m0")
+    for n, need in enumerate(slots):
+        store.enqueue(new(payload={"n": n}, slots=need, priority=n % 2), T0 + n % 3)
+    queue = store.queue("render_job", T0 + 10)
+    expected = admit([Queued(job.id, job.slots) for job in queue], free, running, concurrency)
+    claimed = store.claim(
+        "render_job", free, "controller-1", T0 + 10, LEASE, machine="m1", concurrency=concurrency
+    )
+    assert [job.id for job in claimed] == expected
+    for job in claimed:
+        assert job.status == "processing" and job.machine == "m1"
+        assert job.attempts[-1]["id"] == job.attempt and job.attempts[-1]["started_at"] == T0 + 10
+        assert store.get(job.id) == job
+    assert len({job.attempt for job in claimed}) == len(claimed)

@@ -155,6 +155,11 @@ class Dialect(ABC):
             rows.append(cur.fetchall())
         return rows
 
+    def _claim_rows(self, table: str, sql: str, params: dict[str, Any]) -> list[Any]:
+        """A claim made by one statement, ``sql`` (rows.CLAIM_PG), after the queue's
+        admission lock: the rows it returns. Only where ``arrays`` (PostgreSQL)."""
+        raise NotImplementedError("claims in one statement are PostgreSQL's")
+
     def _generic_plans(self, cur: Cursor) -> None:
         """Inside a transaction, plan prepared statements once (PostgreSQL)."""
         return None

@@ -63,6 +63,38 @@ START_ATTEMPTS_PG = (
     "WHERE jobs.id = v.id AND jobs.status = v.status "
     "RETURNING " + ", ".join(f"jobs.{name}" for name in _COLUMN_NAMES)
 )
+# A whole claim on PostgreSQL, in one statement after the queue's admission lock: the head of
+# the queue locked in admission order, admitted as policy.jobs.admit does (the longest
+# prefix whose slots fit in the free ones, ``room`` jobs at most: the concurrency left), and
+# each admitted row started with the attempt id of its rank. A job's deadline is
+# policy.jobs.job_deadline_seconds after now (LEAST skips NULLs as it does), its history
+# entry transitions.attempt_entry's; ``n`` puts the rows back in admission order.
+CLAIM_PG = (
+    "WITH head AS (SELECT id, slots, priority, created_at FROM jobs "
+    "WHERE tbl = %(table)s AND status = 'pending' AND run_after <= %(now)s "
+    "AND (queue_deadline IS NULL OR queue_deadline > %(now)s) "
+    f"ORDER BY {QUEUE_ORDER} LIMIT %(free)s FOR UPDATE SKIP LOCKED), "
+    "ranked AS (SELECT id, sum(slots) OVER w AS need, row_number() OVER w AS n FROM head "
+    f"WINDOW w AS (ORDER BY {QUEUE_ORDER} ROWS UNBOUNDED PRECEDING)), "
+    "chosen AS (SELECT id, n FROM ranked WHERE need <= %(free)s AND n <= {room}) "
+    "UPDATE jobs SET status = 'processing', assignee = %(owner)s, machine = %(machine)s, "
+    "attempt = (%(attempts)s::text[])[chosen.n], attempt_number = jobs.attempt_number + 1, "
+    "lease_expires_at = %(lease)s, "
+    "deadline = %(now)s + LEAST(jobs.timeout, jobs.max_job_duration), "
+    "started_at = %(now)s, updated_at = %(now)s, "
+    "attempts = (jobs.attempts::jsonb || jsonb_build_array(jsonb_build_object("
+    "'id', (%(attempts)s::text[])[chosen.n], 'number', jobs.attempt_number + 1, "
+    "'machine', %(machine)s::text, 'started_at', %(started)s::jsonb, "
+    "'ended_at', NULL, 'outcome', NULL)))::text "
+    "FROM chosen WHERE jobs.id = chosen.id "
+    "RETURNING chosen.n, " + ", ".join(f"jobs.{name}" for name in _COLUMN_NAMES)
+)
+CLAIM_ANY_PG = CLAIM_PG.format(room="%(free)s")
+# With a concurrency cap: the room left under it, counted after the lock.
+CLAIM_CAPPED_PG = CLAIM_PG.format(
+    room="%(concurrency)s - (SELECT count(*) FROM jobs "
+    "WHERE tbl = %(table)s AND status = 'processing')"
+)
 # A result for the current attempt of a running job nobody killed (the common case): success,
 # and the attempt's entry closed. ``ended_at`` is JSON text, so the float keeps every digit.
 # Any other case (killed, stale, another machine's) matches no row and takes the full
