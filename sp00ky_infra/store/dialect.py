@@ -160,9 +160,10 @@ class Dialect(ABC):
         admission lock: the rows it returns. Only where ``arrays`` (PostgreSQL)."""
         raise NotImplementedError("claims in one statement are PostgreSQL's")
 
-    def _generic_plans(self, cur: Cursor) -> None:
-        """Inside a transaction, plan prepared statements once (PostgreSQL)."""
-        return None
+    def _batch_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of one statement that writes a batch with arrays (where ``arrays``),
+        its prepared plan made once inside a transaction."""
+        raise NotImplementedError("statements with arrays are PostgreSQL's")
 
     skip_locked = ""  # appended to the queue's SELECT
 

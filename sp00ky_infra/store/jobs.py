@@ -342,13 +342,12 @@ class Jobs(Dialect):
         """The common case of ``complete_many``: the started_at of the jobs it completed."""
         ended = json.dumps(now)
         if self.arrays and len(results) > 1:
-            self._generic_plans(cur)
-            cur.execute(
+            rows = self._batch_rows(
                 COMPLETE_ATTEMPTS_PG,
                 (now, now, ended, [each[0] for each in results], [each[1] for each in results],
                  list(payloads), ["processing"] * len(results), machine, machine),
             )  # fmt: skip
-            return {row[0]: row[1] for row in cur.fetchall()}
+            return {row[0]: row[1] for row in rows}
         started: dict[str, float | None] = {}
         for (job_id, attempt, _), payload in zip(results, payloads, strict=True):
             self._x(

@@ -166,9 +166,15 @@ class PostgresStore(SqlStore):
         # Scoped by schema so that stores in different schemas of one database never contend.
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s))", (key,))
 
-    def _generic_plans(self, cur: Cursor) -> None:
-        if self._connection().info.transaction_status == TransactionStatus.INTRANS:
-            cur.execute(GENERIC_PLANS)
+    def _batch_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        # Inside a transaction, generic plans for the rest of it (GENERIC_PLANS), sent with
+        # the statement in one round trip (a pipeline).
+        conn = self._connection()
+        with conn.pipeline(), conn.cursor() as plans, conn.cursor() as cur:
+            if conn.info.transaction_status == TransactionStatus.INTRANS:
+                plans.execute(GENERIC_PLANS)
+            cur.execute(sql, params)
+            return cur.fetchall()
 
     def _locked_reads(
         self, cur: Cursor, table: str, reads: Sequence[tuple[str, Sequence[Any]]]
