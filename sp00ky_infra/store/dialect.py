@@ -165,8 +165,6 @@ class Dialect(ABC):
         its prepared plan made once inside a transaction."""
         raise NotImplementedError("statements with arrays are PostgreSQL's")
 
-    skip_locked = ""  # appended to the queue's SELECT
-
     @abstractmethod
     def close(self) -> None: ...
 

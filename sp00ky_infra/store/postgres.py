@@ -113,7 +113,6 @@ def redact(url: str) -> str:
 class PostgresStore(SqlStore):
     placeholder = "%s"
     arrays = True
-    skip_locked = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -175,23 +174,6 @@ class PostgresStore(SqlStore):
                 plans.execute(GENERIC_PLANS)
             cur.execute(sql, params)
             return cur.fetchall()
-
-    def _locked_reads(
-        self, cur: Cursor, table: str, reads: Sequence[tuple[str, Sequence[Any]]]
-    ) -> list[list[Any]]:
-        # The lock and the reads in one round trip: one query of several statements, bound
-        # client-side (the simple protocol takes no parameters). Each statement takes its
-        # snapshot when it starts, after the lock, as separate round trips would.
-        assert isinstance(cur, psycopg.Cursor)
-        statements = [LOCK_QUEUE, *(self._sql(sql) for sql, _ in reads)]
-        params = [f"claim:{table}", *(value for _, values in reads for value in values)]
-        with psycopg.ClientCursor(cur.connection) as many:
-            many.execute("; ".join(statements), params)
-            rows = []
-            for _ in reads:
-                many.nextset()
-                rows.append(many.fetchall())
-        return rows
 
     def _claim_rows(self, table: str, sql: str, params: dict[str, Any]) -> list[Any]:
         # The queue's admission lock, then the claim (rows.CLAIM_PG): two statements in one
