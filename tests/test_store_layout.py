@@ -4,7 +4,10 @@ both dialects."""
 
 from __future__ import annotations
 
+import multiprocessing
 import re
+import time
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +15,7 @@ from sp00ky_infra.policy.jobs import Queued, admit
 from sp00ky_infra.store import SqlStore, open_store
 from sp00ky_infra.store.postgres import GENERIC_PLANS
 from sp00ky_infra.store.rows import COMPLETE_ATTEMPTS_PG
+from sp00ky_infra.store.sqlite import WriterQueue
 from tests.test_store_contract import LEASE, T0, new
 
 
@@ -103,3 +107,46 @@ def test_a_claim_admits_what_policy_admit_does(
         assert job.attempts[-1]["id"] == job.attempt and job.attempts[-1]["started_at"] == T0 + 10
         assert store.get(job.id) == job
     assert len({job.attempt for job in claimed}) == len(claimed)
+
+
+def test_writers_of_other_processes_queue_on_a_file_beside_the_database(tmp_path: Path) -> None:
+    # Two descriptors of one file lock apart, as two processes' do: the second waits for
+    # the first, gives up at its timeout (SQLite's own lock then decides), and takes the
+    # lock as soon as the first lets go.
+    first, second = (
+        WriterQueue(f"{tmp_path}/state.db.writers"),
+        WriterQueue(f"{tmp_path}/state.db.writers"),
+    )
+    assert first.acquire(1.0)
+    started = time.monotonic()
+    assert not second.acquire(0.02)
+    assert 0.02 <= time.monotonic() - started < 1.0
+    first.release()
+    assert second.acquire(0.02)
+    second.release()
+
+
+def test_a_store_writes_from_several_processes_through_the_queue(sqlite_url: str) -> None:
+    store = open_store(sqlite_url)
+    try:
+        store.enqueue_many([new(payload={"n": n}) for n in range(40)], T0)
+        context = multiprocessing.get_context("fork")
+        with context.Pool(2) as pool:
+            claimed = pool.map(_claim_all, [sqlite_url] * 2)
+        ids = [job for batch in claimed for job in batch]
+        assert len(ids) == len(set(ids)) == 40
+        assert store.counts()["success"] == 40
+    finally:
+        store.close()
+
+
+def _claim_all(url: str) -> list[str]:
+    store = open_store(url, migrate=False)
+    done: list[str] = []
+    try:
+        while jobs := store.claim("render_job", 4, "controller-1", T0, LEASE, machine="m1"):
+            store.complete_many([(job.id, job.attempt or "", None) for job in jobs], T0)
+            done += [job.id for job in jobs]
+    finally:
+        store.close()
+    return done
