@@ -165,11 +165,15 @@ class Dialect(ABC):
             rows.append(cur.fetchall())
         return rows
 
-    def _generic_plans(self, cur: Cursor) -> None:
-        """Inside a transaction, plan prepared statements once (PostgreSQL)."""
-        return None
+    def _claim_rows(self, table: str, sql: str, params: dict[str, Any]) -> list[Any]:
+        """A claim made by one statement, ``sql`` (rows.CLAIM_PG), after the queue's
+        admission lock: the rows it returns. Only where ``arrays`` (PostgreSQL)."""
+        raise NotImplementedError("claims in one statement are PostgreSQL's")
 
-    skip_locked = ""  # appended to the queue's SELECT
+    def _batch_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of one statement that writes a batch with arrays (where ``arrays``),
+        its prepared plan made once inside a transaction."""
+        raise NotImplementedError("statements with arrays are PostgreSQL's")
 
     @abstractmethod
     def close(self) -> None: ...

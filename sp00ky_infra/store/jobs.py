@@ -28,6 +28,8 @@ from sp00ky_infra.store.model import (
     StaleAttempt,
 )
 from sp00ky_infra.store.rows import (
+    CLAIM_ANY_PG,
+    CLAIM_CAPPED_PG,
     COLUMNS,
     COMPLETE_ATTEMPT,
     COMPLETE_ATTEMPT_PG,
@@ -35,12 +37,12 @@ from sp00ky_infra.store.rows import (
     INSERT_JOB,
     QUEUE_ORDER,
     START_ATTEMPT,
-    START_ATTEMPT_PG,
-    START_ATTEMPTS_PG,
     UPDATE_JOB,
     filters,
+    insert_order,
     insert_row,
     job_from_row,
+    started_job,
     update_row,
 )
 from sp00ky_infra.store.transitions import (
@@ -56,6 +58,10 @@ from sp00ky_infra.store.transitions import (
 )
 
 CAS_TRIES = 5
+_SLOTS, _NUMBER, _TIMEOUT, _MAX_DURATION = (
+    COLUMNS.replace(" ", "").split(",").index(name)
+    for name in ("slots", "attempt_number", "timeout", "max_job_duration")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +137,11 @@ class Jobs(Dialect):
                         adding[key] = adding.get(key, 0) + 1
                 for (pool, table), count in sorted(adding.items()):
                     self._check_room(cur, pool, table, count, max_queued)
-            cur.executemany(self._sql(INSERT_JOB), rows)
+            # Written in admission order (rows.insert_order): a fan-out's rows share
+            # created_at and its ids are random, so in the order given they would be claimed
+            # from all over the table and its indexes (measured on SQLite: 90 pages written a
+            # poll of 16 results and 16 claims, against 15 in admission order).
+            cur.executemany(self._sql(INSERT_JOB), sorted(rows, key=insert_order))
             self._changed(cur)
         return [row[0] for row in rows]
 
@@ -164,15 +174,18 @@ class Jobs(Dialect):
         """
         if free_slots < 1:
             return []
-        # The head of the queue, only what admission and the new attempt need. Read
-        # through jobs_queue, already in admission order: ``+run_after`` keeps SQLite off
-        # jobs_pending_due, whose range on run_after it would rather take, then sort every
-        # due row (1.3 ms a claim at 5,000 pending, against 35 us).
+        if self.arrays:
+            return self._claim_in_sql(table, free_slots, owner, now, lease, machine, concurrency)
+        # The head of the queue (SQLite: BEGIN IMMEDIATE holds the database, so the rows
+        # read are the rows written). Read through jobs_queue, already in admission order:
+        # ``+run_after`` keeps SQLite off jobs_pending_due, whose range on run_after it would
+        # rather take, then sort every due row (1.3 ms a claim at 5,000 pending, against
+        # 35 us). Every column: the started jobs are built from these rows, not read back.
         head = (
-            "SELECT id, slots, attempt_number, timeout, max_job_duration FROM jobs "
+            f"SELECT {COLUMNS} FROM jobs "
             "WHERE tbl = ? AND status = 'pending' AND +run_after <= ? "
             "AND (queue_deadline IS NULL OR queue_deadline > ?) "
-            f"ORDER BY {QUEUE_ORDER} LIMIT ?{self.skip_locked}",
+            f"ORDER BY {QUEUE_ORDER} LIMIT ?",
             (table, now, now, free_slots),
         )
         running = ("SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'processing'", (table,))
@@ -184,56 +197,62 @@ class Jobs(Dialect):
                 counted, queue = self._locked_reads(cur, table, [running, head])
                 in_flight = int(counted[0][0])
             chosen = set(
-                admit((Queued(row[0], row[1]) for row in queue), free_slots, in_flight, concurrency)
+                admit(
+                    (Queued(row[0], row[_SLOTS]) for row in queue),
+                    free_slots,
+                    in_flight,
+                    concurrency,
+                )
             )
-            starts = [
-                (row[0], new_attempt_id(), row[2] + 1, attempt_deadline(row[3], row[4], now))
-                for row in queue
-                if row[0] in chosen
-            ]
-            if not starts:
-                return []
-            # Rows locked (PostgreSQL) or the database held (SQLite): every one must start.
-            started = self._start_attempts(cur, starts, owner, machine, now, lease)
-            if len(started) != len(starts):
-                raise Conflict(f"claim of {table} raced another writer; try again")
+            started = []
+            for row in queue:
+                if row[0] not in chosen:
+                    continue
+                attempt = new_attempt_id()
+                number = row[_NUMBER] + 1
+                deadline = attempt_deadline(row[_TIMEOUT], row[_MAX_DURATION], now)
+                entry = attempt_entry(number, attempt, machine, now)
+                self._x(
+                    cur,
+                    START_ATTEMPT,
+                    (owner, machine, attempt, now + lease, deadline, now, now,
+                     json.dumps(entry), row[0]),
+                )  # fmt: skip
+                # The database is held: every admitted row must start.
+                if cur.rowcount != 1:
+                    raise Conflict(f"claim of {table} raced another writer; try again")
+                started.append(
+                    started_job(row, owner, machine, attempt, now + lease, deadline, now, entry)
+                )
         return started
 
-    def _start_attempts(
+    def _claim_in_sql(
         self,
-        cur: Cursor,
-        starts: Sequence[tuple[str, str, int, float | None]],
+        table: str,
+        free_slots: int,
         owner: str,
-        machine: str | None,
         now: float,
         lease: float,
+        machine: str | None,
+        concurrency: int | None,
     ) -> list[Job]:
-        """Write the attempts ``starts`` names, as (job id, attempt, attempt number, deadline),
-        and return the jobs they started, in that order."""
-        entries = [
-            json.dumps(attempt_entry(number, attempt, machine, now))
-            for _, attempt, number, _ in starts
-        ]
-        if self.arrays and len(starts) > 1:
-            cur.execute(
-                START_ATTEMPTS_PG,
-                (owner, machine, now + lease, now, now,
-                 [start[0] for start in starts], [start[1] for start in starts],
-                 [start[3] for start in starts], entries),
-            )  # fmt: skip
-            by_id = {job.id: job for job in map(job_from_row, cur.fetchall())}
-            return [by_id[start[0]] for start in starts if start[0] in by_id]
-        started: list[Job] = []
-        for (job_id, attempt, _, deadline), entry in zip(starts, entries, strict=True):
-            self._x(
-                cur,
-                START_ATTEMPT_PG if self.arrays else START_ATTEMPT,
-                (owner, machine, attempt, now + lease, deadline, now, now, entry, job_id),
-            )
-            row = cur.fetchone()
-            if row is not None:
-                started.append(job_from_row(row))
-        return started
+        """``claim`` on PostgreSQL: admission and the attempts' start in one statement
+        (rows.CLAIM_PG), one round trip after the lock instead of a read, admission here and
+        a write (two, and the lock held across both)."""
+        params = {
+            "table": table,
+            "now": now,
+            "free": free_slots,
+            "concurrency": concurrency,
+            "owner": owner,
+            "machine": machine,
+            "attempts": [new_attempt_id() for _ in range(free_slots)],
+            "lease": now + lease,
+            "started": json.dumps(now),
+        }
+        sql = CLAIM_ANY_PG if concurrency is None else CLAIM_CAPPED_PG
+        rows = sorted(self._claim_rows(table, sql, params), key=lambda row: int(row[0]))
+        return [job_from_row(row[1:]) for row in rows]
 
     def renew(self, leases: Sequence[tuple[str, str]], now: float, lease: float) -> set[str]:
         """Extend the leases of (job id, attempt) pairs still current; returns their job ids."""
@@ -305,13 +324,12 @@ class Jobs(Dialect):
         """The common case of ``complete_many``: the started_at of the jobs it completed."""
         ended = json.dumps(now)
         if self.arrays and len(results) > 1:
-            self._generic_plans(cur)
-            cur.execute(
+            rows = self._batch_rows(
                 COMPLETE_ATTEMPTS_PG,
                 (now, now, ended, [each[0] for each in results], [each[1] for each in results],
-                 list(payloads), machine, machine),
+                 list(payloads), ["processing"] * len(results), machine, machine),
             )  # fmt: skip
-            return {row[0]: row[1] for row in cur.fetchall()}
+            return {row[0]: row[1] for row in rows}
         started: dict[str, float | None] = {}
         for (job_id, attempt, _), payload in zip(results, payloads, strict=True):
             self._x(

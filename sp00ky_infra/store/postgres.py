@@ -30,10 +30,12 @@ GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true
 # already in admission order. With stale statistics (a table analyzed while nearly empty,
 # then filled by a burst) the planner expects one row and sorts every pending row instead:
 # 25 ms a claim at 10,000 pending. Turning sorts off for this transaction only keeps the
-# index walk. And generic plans for the attempts' UPDATE that follows (GENERIC_PLANS).
+# index walk. And generic plans for the attempts' UPDATE that follows (GENERIC_PLANS). And no
+# JIT: the claim's window sorts its 16 rows, which with sorts off costs 1e10 to the planner,
+# far past jit_above_cost, and compiling it took 370 ms a claim.
 LOCK_QUEUE = (
     "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s)), "
-    "set_config('enable_sort', 'off', true), "
+    "set_config('enable_sort', 'off', true), set_config('jit', 'off', true), "
     "set_config('plan_cache_mode', 'force_generic_plan', true)"
 )
 CHANNEL = "sp00ky_jobs"
@@ -111,7 +113,6 @@ def redact(url: str) -> str:
 class PostgresStore(SqlStore):
     placeholder = "%s"
     arrays = True
-    skip_locked = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -164,26 +165,26 @@ class PostgresStore(SqlStore):
         # Scoped by schema so that stores in different schemas of one database never contend.
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s))", (key,))
 
-    def _generic_plans(self, cur: Cursor) -> None:
-        if self._connection().info.transaction_status == TransactionStatus.INTRANS:
-            cur.execute(GENERIC_PLANS)
+    def _batch_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        # Inside a transaction, generic plans for the rest of it (GENERIC_PLANS), sent with
+        # the statement in one round trip (a pipeline).
+        conn = self._connection()
+        with conn.pipeline(), conn.cursor() as plans, conn.cursor() as cur:
+            if conn.info.transaction_status == TransactionStatus.INTRANS:
+                plans.execute(GENERIC_PLANS)
+            cur.execute(sql, params)
+            return cur.fetchall()
 
-    def _locked_reads(
-        self, cur: Cursor, table: str, reads: Sequence[tuple[str, Sequence[Any]]]
-    ) -> list[list[Any]]:
-        # The lock and the reads in one round trip: one query of several statements, bound
-        # client-side (the simple protocol takes no parameters). Each statement takes its
-        # snapshot when it starts, after the lock, as separate round trips would.
-        assert isinstance(cur, psycopg.Cursor)
-        statements = [LOCK_QUEUE, *(self._sql(sql) for sql, _ in reads)]
-        params = [f"claim:{table}", *(value for _, values in reads for value in values)]
-        with psycopg.ClientCursor(cur.connection) as many:
-            many.execute("; ".join(statements), params)
-            rows = []
-            for _ in reads:
-                many.nextset()
-                rows.append(many.fetchall())
-        return rows
+    def _claim_rows(self, table: str, sql: str, params: dict[str, Any]) -> list[Any]:
+        # The queue's admission lock, then the claim (rows.CLAIM_PG): two statements in one
+        # round trip (a pipeline; with the BEGIN and COMMIT of a claim made alone), the
+        # claim's snapshot taken after the lock, as its own statement's always is.
+        conn = self._connection()
+        with conn.pipeline(), self._joined() as cur, conn.cursor() as lock:
+            assert isinstance(cur, psycopg.Cursor)
+            lock.execute(LOCK_QUEUE, (f"claim:{table}",))
+            cur.execute(sql, params)
+            return cur.fetchall()
 
     def leader_lock(self) -> LeaderLock:
         return AdvisoryLock(self.url)

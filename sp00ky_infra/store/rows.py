@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from sp00ky_infra.store.model import Job, NewJob
+from sp00ky_infra.store.model import AttemptEntry, Job, NewJob
 
 COLUMNS = (
     "id, backend, tbl, path, payload, status, retries, max_retries, retry_strategy, delay_ms, "
@@ -36,26 +36,51 @@ UPDATE_JOB = (
     "WHERE id = ? AND status = ? AND attempt IS NOT DISTINCT FROM ? AND cancel_requested = ? "
     "AND lease_expires_at IS NOT DISTINCT FROM ?"
 )
-# Start an attempt: its entry (JSON text) appended to the history.
+# Start an attempt (SQLite; the row read by the claim, which builds the Job it returns): its
+# entry (JSON text) appended to the history.
 START_ATTEMPT = (
     "UPDATE jobs SET status = 'processing', assignee = ?, machine = ?, attempt = ?, "
     "attempt_number = attempt_number + 1, lease_expires_at = ?, deadline = ?, started_at = ?, "
     "updated_at = ?, attempts = json_insert(attempts, '$[#]', json(?)) "
-    f"WHERE id = ? AND status = 'pending' RETURNING {COLUMNS}"
+    "WHERE id = ? AND status = 'pending'"
 )
-START_ATTEMPT_PG = START_ATTEMPT.replace(
-    "json_insert(attempts, '$[#]', json(?))",
-    "(attempts::jsonb || jsonb_build_array(?::jsonb))::text",
+# The batched results find their rows by id (jobs_pkey, a lookup a row) whatever the
+# statistics say. The status check compares with a column of the unnested arrays
+# (``v.status``), a join clause, not the constant: a constant would let the planner take a
+# partial index on status instead, which on a table not analyzed since a burst of enqueues
+# it believes holds a dozen rows, and the UPDATE then read every pending job (measured:
+# 7.7 ms for 16 claims at 10,000 pending, against 0.6 ms by id).
+# A whole claim on PostgreSQL, in one statement after the queue's admission lock: the head of
+# the queue locked in admission order, admitted as policy.jobs.admit does (the longest
+# prefix whose slots fit in the free ones, ``room`` jobs at most: the concurrency left), and
+# each admitted row started with the attempt id of its rank. A job's deadline is
+# policy.jobs.job_deadline_seconds after now (LEAST skips NULLs as it does), its history
+# entry transitions.attempt_entry's; ``n`` puts the rows back in admission order.
+CLAIM_PG = (
+    "WITH head AS (SELECT id, slots, priority, created_at FROM jobs "
+    "WHERE tbl = %(table)s AND status = 'pending' AND run_after <= %(now)s "
+    "AND (queue_deadline IS NULL OR queue_deadline > %(now)s) "
+    f"ORDER BY {QUEUE_ORDER} LIMIT %(free)s FOR UPDATE SKIP LOCKED), "
+    "ranked AS (SELECT id, sum(slots) OVER w AS need, row_number() OVER w AS n FROM head "
+    f"WINDOW w AS (ORDER BY {QUEUE_ORDER} ROWS UNBOUNDED PRECEDING)), "
+    "chosen AS (SELECT id, n FROM ranked WHERE need <= %(free)s AND n <= {room}) "
+    "UPDATE jobs SET status = 'processing', assignee = %(owner)s, machine = %(machine)s, "
+    "attempt = (%(attempts)s::text[])[chosen.n], attempt_number = jobs.attempt_number + 1, "
+    "lease_expires_at = %(lease)s, "
+    "deadline = %(now)s + LEAST(jobs.timeout, jobs.max_job_duration), "
+    "started_at = %(now)s, updated_at = %(now)s, "
+    "attempts = (jobs.attempts::jsonb || jsonb_build_array(jsonb_build_object("
+    "'id', (%(attempts)s::text[])[chosen.n], 'number', jobs.attempt_number + 1, "
+    "'machine', %(machine)s::text, 'started_at', %(started)s::jsonb, "
+    "'ended_at', NULL, 'outcome', NULL)))::text "
+    "FROM chosen WHERE jobs.id = chosen.id "
+    "RETURNING chosen.n, " + ", ".join(f"jobs.{name}" for name in _COLUMN_NAMES)
 )
-START_ATTEMPTS_PG = (
-    "UPDATE jobs SET status = 'processing', assignee = %s, machine = %s, attempt = v.attempt, "
-    "attempt_number = jobs.attempt_number + 1, lease_expires_at = %s, deadline = v.deadline, "
-    "started_at = %s, updated_at = %s, "
-    "attempts = (jobs.attempts::jsonb || jsonb_build_array(v.entry::jsonb))::text "
-    "FROM unnest(%b::text[], %b::text[], %b::float8[], %b::text[]) "
-    "AS v(id, attempt, deadline, entry) "
-    "WHERE jobs.id = v.id AND jobs.status = 'pending' "
-    "RETURNING " + ", ".join(f"jobs.{name}" for name in _COLUMN_NAMES)
+CLAIM_ANY_PG = CLAIM_PG.format(room="%(free)s")
+# With a concurrency cap: the room left under it, counted after the lock.
+CLAIM_CAPPED_PG = CLAIM_PG.format(
+    room="%(concurrency)s - (SELECT count(*) FROM jobs "
+    "WHERE tbl = %(table)s AND status = 'processing')"
 )
 # A result for the current attempt of a running job nobody killed (the common case): success,
 # and the attempt's entry closed. ``ended_at`` is JSON text, so the float keeps every digit.
@@ -78,8 +103,8 @@ COMPLETE_ATTEMPTS_PG = (
     "lease_expires_at = NULL, attempts = CASE WHEN jobs.attempts = '[]' THEN jobs.attempts "
     "ELSE jsonb_set(jobs.attempts::jsonb, '{-1}', (jobs.attempts::jsonb -> -1) || "
     "jsonb_build_object('ended_at', %s::jsonb, 'outcome', 'success'))::text END "
-    "FROM unnest(%b::text[], %b::text[], %b::text[]) AS v(id, attempt, result) "
-    "WHERE jobs.id = v.id AND jobs.attempt = v.attempt AND jobs.status = 'processing' "
+    "FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[]) AS v(id, attempt, result, status) "
+    "WHERE jobs.id = v.id AND jobs.attempt = v.attempt AND jobs.status = v.status "
     "AND jobs.cancel_requested = 0 AND (%s::text IS NULL OR jobs.machine = %s) "
     "RETURNING jobs.id, jobs.started_at"
 )
@@ -118,6 +143,46 @@ def job_from_row(row: Sequence[Any]) -> Job:
     return Job(*values)
 
 
+_STATUS, _ASSIGNEE, _MACHINE, _ATTEMPT, _NUMBER, _LEASE, _DEADLINE, _STARTED, _UPDATED = (
+    _COLUMN_NAMES.index(name)
+    for name in (
+        "status", "assignee", "machine", "attempt", "attempt_number", "lease_expires_at",
+        "deadline", "started_at", "updated_at",
+    )
+)  # fmt: skip
+
+
+def started_job(
+    row: Sequence[Any],
+    owner: str,
+    machine: str | None,
+    attempt: str,
+    lease_expires_at: float,
+    deadline: float | None,
+    now: float,
+    entry: AttemptEntry,
+) -> Job:
+    """The Job START_ATTEMPT makes of the pending ``row`` (all COLUMNS, as read before it):
+    built here rather than read back, what the statement wrote field by field."""
+    values = list(row)
+    values[_STATUS] = "processing"
+    values[_ASSIGNEE] = owner
+    values[_MACHINE] = machine
+    values[_ATTEMPT] = attempt
+    values[_NUMBER] = values[_NUMBER] + 1
+    values[_LEASE] = lease_expires_at
+    values[_DEADLINE] = deadline
+    values[_STARTED] = now
+    values[_UPDATED] = now
+    values[_PAYLOAD] = json.loads(values[_PAYLOAD])
+    values[_ERRORS] = _history(values[_ERRORS])
+    if values[_RESULT] is not None:
+        values[_RESULT] = json.loads(values[_RESULT])
+    values[_CANCEL] = bool(values[_CANCEL])
+    values[_ATTEMPTS] = (*_history(values[_ATTEMPTS]), entry)
+    return Job(*values)
+
+
 def filters(**columns: Any) -> tuple[str, tuple[Any, ...]]:
     present = {name: value for name, value in columns.items() if value is not None}
     if not present:
@@ -149,6 +214,14 @@ def insert_row(new: NewJob, job_id: str, now: float) -> tuple[Any, ...]:
         queue_deadline,
         new.max_job_duration,
     )
+
+
+def insert_order(row: Sequence[Any]) -> tuple[Any, ...]:
+    """An ``insert_row``'s place in admission order (QUEUE_ORDER: priority descending, then
+    created_at, then id). Rows written in that order sit together in the table and in each
+    index on the pending jobs, so that claiming the head of the queue and completing it
+    change a few pages, not a page a job."""
+    return (-row[13], row[10], row[0])
 
 
 def update_row(before: Job, after: Job) -> tuple[Any, ...]:

@@ -1,0 +1,152 @@
+"""Where the store puts job rows and how much it writes for them: rows that are claimed
+together lie together (a claim and its results change a few pages, not a page a job), on
+both dialects."""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from sp00ky_infra.policy.jobs import Queued, admit
+from sp00ky_infra.store import SqlStore, open_store
+from sp00ky_infra.store.postgres import GENERIC_PLANS
+from sp00ky_infra.store.rows import COMPLETE_ATTEMPTS_PG
+from sp00ky_infra.store.sqlite import WriterQueue
+from tests.test_store_contract import LEASE, T0, new
+
+
+def physical_order(store: SqlStore) -> list[str]:
+    """The jobs' ids in the order the database laid the rows down (SQLite's rowid,
+    PostgreSQL's tuple id, which for rows never updated is the order they were written)."""
+    order = "ctid" if store.arrays else "rowid"
+    with store._cursor() as cur:
+        cur.execute(f"SELECT id FROM jobs ORDER BY {order}")
+        return [row[0] for row in cur.fetchall()]
+
+
+def test_a_fan_out_is_written_in_admission_order(store: SqlStore) -> None:
+    # Rows of one enqueue_many share created_at; their random ids decide their admission
+    # order, and the priorities come first.
+    priorities = [0, 5, 0, 0, 5, 1, 0, 0, 1, 0] * 3
+    ids = store.enqueue_many(
+        [new(priority=p, payload={"n": n}) for n, p in enumerate(priorities)], T0
+    )
+    queued = [job.id for job in store.queue("render_job", T0, limit=100)]
+    assert sorted(queued) == sorted(ids) and ids != queued  # returned in the order given
+    assert physical_order(store) == queued
+
+
+def test_batched_results_find_their_rows_by_id_on_a_table_never_analyzed(
+    postgres_url: str,
+) -> None:
+    # A burst of enqueues leaves the table without statistics: a batch of results must
+    # still look its rows up by id, not read every running job through a partial index on
+    # status that the planner believes nearly empty.
+    store = open_store(postgres_url)
+    try:
+        store.enqueue_many([new(payload={"n": n}) for n in range(3000)], T0)
+        running = store.claim("render_job", 16, "controller-1", T0, LEASE, machine="m1")
+        plans = []
+        with store._write() as cur:
+            cur.execute(GENERIC_PLANS)
+            for sql, params in [
+                (COMPLETE_ATTEMPTS_PG, (T0, T0, "1.0", [job.id for job in running],
+                                        [job.attempt for job in running], [None] * 16,
+                                        ["processing"] * 16, None, None)),
+            ]:  # fmt: skip
+                cur.execute("EXPLAIN " + sql, params)
+                plans.append("\n".join(row[0] for row in cur.fetchall()))
+            raise Rollback
+    except Rollback:
+        pass
+    finally:
+        store.close()
+    for plan in plans:  # by id (or, on so small a table, one pass), never a status index
+        assert not re.search(r"jobs_(queue|pending_due|running|lease|deadline)", plan), plan
+
+
+class Rollback(Exception):
+    """Leaves the EXPLAINed statements' transaction undone."""
+
+
+@pytest.mark.parametrize(
+    ("slots", "free", "running", "concurrency"),
+    [
+        ([1, 1, 1, 1], 3, 0, None),
+        ([1, 2, 1, 1], 2, 0, None),  # the 2-slot job waits, and the one behind it
+        ([3, 1, 1], 2, 0, None),  # the head does not fit: nothing starts
+        ([1, 1, 2, 1, 1], 8, 0, None),
+        ([1, 1, 1, 1, 1], 8, 2, 4),  # two running of four allowed: two start
+        ([1, 1, 1], 8, 3, 3),  # none left under the cap
+        ([2, 1, 1], 3, 1, 3),
+    ],
+)
+def test_a_claim_admits_what_policy_admit_does(
+    store: SqlStore, slots: list[int], free: int, running: int, concurrency: int | None
+) -> None:
+    # The claim's admission (in SQL on PostgreSQL, by policy.jobs.admit on SQLite) against
+    # admit itself, over the same queue: priorities, ages and slots mixed.
+    for n in range(running):
+        store.enqueue(new(payload={"running": n}, priority=10), T0 - 100)
+    if running:
+        store.claim("render_job", running, "controller-1", T0 - 100, LEASE, machine="m0")
+    for n, need in enumerate(slots):
+        store.enqueue(new(payload={"n": n}, slots=need, priority=n % 2), T0 + n % 3)
+    queue = store.queue("render_job", T0 + 10)
+    expected = admit([Queued(job.id, job.slots) for job in queue], free, running, concurrency)
+    claimed = store.claim(
+        "render_job", free, "controller-1", T0 + 10, LEASE, machine="m1", concurrency=concurrency
+    )
+    assert [job.id for job in claimed] == expected
+    for job in claimed:
+        assert job.status == "processing" and job.machine == "m1"
+        assert job.attempts[-1]["id"] == job.attempt and job.attempts[-1]["started_at"] == T0 + 10
+        assert store.get(job.id) == job
+    assert len({job.attempt for job in claimed}) == len(claimed)
+
+
+def test_writers_of_other_processes_queue_on_a_file_beside_the_database(tmp_path: Path) -> None:
+    # Two descriptors of one file lock apart, as two processes' do: the second waits for
+    # the first, gives up at its timeout (SQLite's own lock then decides), and takes the
+    # lock as soon as the first lets go.
+    first, second = (
+        WriterQueue(f"{tmp_path}/state.db.writers"),
+        WriterQueue(f"{tmp_path}/state.db.writers"),
+    )
+    assert first.acquire(1.0)
+    started = time.monotonic()
+    assert not second.acquire(0.02)
+    assert 0.02 <= time.monotonic() - started < 1.0
+    first.release()
+    assert second.acquire(0.02)
+    second.release()
+
+
+def test_a_store_writes_from_several_processes_through_the_queue(sqlite_url: str) -> None:
+    store = open_store(sqlite_url)
+    try:
+        store.enqueue_many([new(payload={"n": n}) for n in range(40)], T0)
+        context = multiprocessing.get_context("fork")
+        with context.Pool(2) as pool:
+            claimed = pool.map(_claim_all, [sqlite_url] * 2)
+        ids = [job for batch in claimed for job in batch]
+        assert len(ids) == len(set(ids)) == 40
+        assert store.counts()["success"] == 40
+    finally:
+        store.close()
+
+
+def _claim_all(url: str) -> list[str]:
+    store = open_store(url, migrate=False)
+    done: list[str] = []
+    try:
+        while jobs := store.claim("render_job", 4, "controller-1", T0, LEASE, machine="m1"):
+            store.complete_many([(job.id, job.attempt or "", None) for job in jobs], T0)
+            done += [job.id for job in jobs]
+    finally:
+        store.close()
+    return done
