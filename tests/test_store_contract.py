@@ -193,6 +193,27 @@ def test_an_attempt_past_its_deadline_times_out_and_retries(store: SqlStore) -> 
 # --- leases ------------------------------------------------------------------------------------
 
 
+def test_one_renewal_of_a_polls_leases_extends_exactly_the_current_ones(store: SqlStore) -> None:
+    """A poll's leases go in one call (one statement on PostgreSQL): the running attempts are
+    extended, a stale attempt, a finished job's and an unknown job's are not."""
+    for _ in range(4):
+        store.enqueue(new(), T0)
+    first, second, third, done = (claim_one(store, T0) for _ in range(4))
+    store.complete(done.id, done.attempt, {}, T0 + 1)
+    leases = [
+        (first.id, first.attempt),
+        (second.id, second.attempt),
+        (third.id, "stale"),
+        (done.id, done.attempt),
+        ("job_unknown", "a1"),
+        (third.id, third.attempt),
+    ]
+    assert store.renew(leases, T0 + 50, LEASE) == {first.id, second.id, third.id}
+    for job in (first, second, third):
+        assert store.get(job.id).lease_expires_at == T0 + 50 + LEASE
+    assert store.get(done.id).lease_expires_at is None and store.get(done.id).status == "success"
+
+
 def test_renewal_keeps_an_attempt_and_expiry_requeues_it(store: SqlStore) -> None:
     job = store.enqueue(new(max_retries=1), T0)
     running = claim_one(store, T0)

@@ -36,6 +36,7 @@ from sp00ky_infra.store.rows import (
     COMPLETE_ATTEMPTS_PG,
     INSERT_JOB,
     QUEUE_ORDER,
+    RENEW_PG,
     START_ATTEMPT,
     UPDATE_JOB,
     filters,
@@ -259,7 +260,12 @@ class Jobs(Dialect):
         renewed: set[str] = set()
         if not leases:
             return renewed
-        with self._write() as cur:
+        if self.arrays:  # one statement (one round trip, one run of the jobs triggers)
+            with self._cursor() as cur:
+                ids, attempts = [job for job, _ in leases], [attempt for _, attempt in leases]
+                cur.execute(RENEW_PG, (now + lease, now, ids, attempts, ["processing"] * len(ids)))
+                return {row[0] for row in cur.fetchall()}
+        with self._joined() as cur:  # each UPDATE stands alone: no savepoint needed
             for job_id, attempt in leases:
                 self._x(
                     cur,

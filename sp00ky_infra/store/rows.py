@@ -108,6 +108,14 @@ COMPLETE_ATTEMPTS_PG = (
     "AND jobs.cancel_requested = 0 AND (%s::text IS NULL OR jobs.machine = %s) "
     "RETURNING jobs.id, jobs.started_at"
 )
+# The leases a poll renews, in one statement (the status compared with a column of the arrays,
+# as above, so that the planner looks the rows up by id).
+RENEW_PG = (
+    "UPDATE jobs SET lease_expires_at = %s, updated_at = %s "
+    "FROM unnest(%b::text[], %b::text[], %b::text[]) AS v(id, attempt, status) "
+    "WHERE jobs.id = v.id AND jobs.attempt = v.attempt AND jobs.status = v.status "
+    "RETURNING jobs.id"
+)
 INSERT_JOB = (
     "INSERT INTO jobs (id, backend, tbl, path, payload, status, max_retries, retry_strategy, "
     "delay_ms, timeout, assigned_to, created_at, updated_at, pool, priority, slots, run_after, "
