@@ -77,6 +77,29 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
+def _next_start(log: Path, offset: int) -> tuple[int, float] | None:
+    """The time of the first whole "start" line of the backend's log past ``offset``, and the
+    offset past it; None before there is one. A stat while the log has not grown: the bench's
+    own wait must not take the CPU the controller, the agent and the backend need (a read
+    and parse of the whole log every half millisecond did), and a line the backend is still
+    writing is not read."""
+    try:
+        if log.stat().st_size <= offset:
+            return None
+        with log.open("rb") as out:
+            out.seek(offset)
+            text = out.read()
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            return None
+        offset += len(line)
+        if b'"start"' in line:
+            return offset, float(json.loads(line)["t"])
+    return None
+
+
 def latency(folder: Path, count: int) -> dict[str, float]:
     log = folder / "backend.jsonl"
     app = backend_app("render", "render_job", log)
@@ -88,19 +111,17 @@ def latency(folder: Path, count: int) -> dict[str, float]:
         wait_for(
             lambda: [m.state for m in client.store.machines.live("render")] == ["ready"], timeout=30
         )
-        seen = 0
+        read = 0  # bytes of the backend's log read so far
         for n in range(count + 5):
             sent = time.time()
             job = client.run("renderer", "/render", {"gameId": f"g{n}", "seconds": 0})
-            while True:  # the backend's own log line says when the POST arrived
-                lines = log.read_text().splitlines() if log.exists() else []
-                starts = [json.loads(x) for x in lines[seen:] if '"start"' in x]
-                if starts:
-                    break
+            start = _next_start(log, read)
+            while start is None:  # the backend's own log line says when the POST arrived
                 time.sleep(0.0005)
-            seen = len(lines)
+                start = _next_start(log, read)
+            read, started_at = start
             if n >= 5:  # the first few warm the connection pool and the caches
-                samples.append((starts[0]["t"] - sent) * 1000)
+                samples.append((started_at - sent) * 1000)
             wait_for(functools.partial(succeeded, client, job.id), timeout=10, interval=0.001)
     client.close()
     return {
