@@ -191,9 +191,10 @@ def test_dev_on_a_terminal_shows_the_builds_and_piped_prints_none(
     command = [sys.executable, "-m", "sp00ky_infra", "dev", "sp00ky.yml", "--plain",
                "--machines", "docker"]  # fmt: skip
     leader, follower = pty.openpty()
+    # faulthandler: a dev that does not stop is sent SIGABRT and prints where each thread is
     dev = subprocess.Popen(
-        command, cwd=tmp_path, env=env, stdin=follower, stdout=follower, stderr=follower,
-        start_new_session=True,
+        command, cwd=tmp_path, env={**env, "PYTHONFAULTHANDLER": "1"}, stdin=follower,
+        stdout=follower, stderr=follower, start_new_session=True,
     )  # fmt: skip
     os.close(follower)
     seen = b""
@@ -206,7 +207,17 @@ def test_dev_on_a_terminal_shows_the_builds_and_piped_prints_none(
                 except OSError:
                     break
         dev.send_signal(signal.SIGINT)
-        dev.wait(timeout=60)
+        try:
+            dev.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            dev.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                dev.wait(timeout=10)
+            seen += drain_pty(leader, 0.5)
+            raise AssertionError(
+                "dev did not stop within 60 s of Ctrl-C; it printed:\n"
+                + seen.decode(errors="replace")
+            ) from None
         seen += drain_pty(leader, 0.2)
     finally:
         if dev.poll() is None:
