@@ -122,6 +122,9 @@ def controller(config_file: str, store_url: str | None) -> None:
         settings = _settings(config_path=config_file, store_url=store_url)
         with image_progress() as bars, engine.reporting(bars):
             runtime = _start(settings)
+    # Before the line that says it runs: a signal sent as soon as it is read must stop it
+    # (Python's own SIGINT and SIGTERM would end it there, without its cleanup).
+    _signals(runtime)
     state = runtime.write_state()
     public = runtime.settings.agents_url
     reached = f" (machines reach it at {public})" if public != runtime.listen_url else ""
@@ -130,7 +133,6 @@ def controller(config_file: str, store_url: str | None) -> None:
         f"{runtime.admin_url} (state in {state})",
         flush=True,
     )
-    _signals(runtime)
     try:
         runtime.run()
     finally:
@@ -220,6 +222,9 @@ def dev(
     )
     with refusals(), image_progress() as bars, engine.reporting(bars):
         runtime = _start(settings, fresh=True)  # a new session: an earlier one's leftovers go
+    # Before "Ctrl-C stops everything" is printed: a Ctrl-C as soon as it is read drains (with
+    # Python's own SIGINT it would end dev there, its machines not destroyed).
+    _signals(runtime, drains=True)
     runtime.write_state()
     ledger = _Ledger(runtime)
     console = Console(soft_wrap=True, highlight=False)  # status lines stay whole, uncoloured
@@ -246,7 +251,6 @@ def dev(
     )
     if not runtime.controller.leader:
         console.print("dev: " + _standby(runtime) + "; waiting for leadership")
-    _signals(runtime, drains=True)
     started = time.monotonic()
 
     def on_progress(line: str) -> None:
