@@ -44,12 +44,6 @@ START_ATTEMPT = (
     "updated_at = ?, attempts = json_insert(attempts, '$[#]', json(?)) "
     "WHERE id = ? AND status = 'pending'"
 )
-# The batched results find their rows by id (jobs_pkey, a lookup a row) whatever the
-# statistics say. The status check compares with a column of the unnested arrays
-# (``v.status``), a join clause, not the constant: a constant would let the planner take a
-# partial index on status instead, which on a table not analyzed since a burst of enqueues
-# it believes holds a dozen rows, and the UPDATE then read every pending job (measured:
-# 7.7 ms for 16 claims at 10,000 pending, against 0.6 ms by id).
 # A whole claim on PostgreSQL, in one statement after the queue's admission lock: the head of
 # the queue locked in admission order, admitted as policy.jobs.admit does (the longest
 # prefix whose slots fit in the free ones, ``room`` jobs at most: the concurrency left), and
@@ -98,6 +92,12 @@ COMPLETE_ATTEMPT_PG = COMPLETE_ATTEMPT.replace(
     "jsonb_set(attempts::jsonb, '{-1}', (attempts::jsonb -> -1) || "
     "jsonb_build_object('ended_at', ?::jsonb, 'outcome', 'success'))::text",
 ).replace("(? IS NULL OR", "(?::text IS NULL OR")
+# The batched results find their rows by id (jobs_pkey, a lookup a row) whatever the
+# statistics say. The status check compares with a column of the unnested arrays
+# (``v.status``), a join clause, not the constant: a constant would let the planner take a
+# partial index on status instead, which on a table not analyzed since a burst of enqueues
+# it believes holds a dozen rows, and the UPDATE then read every pending job (measured:
+# 7.7 ms for 16 claims at 10,000 pending, against 0.6 ms by id).
 COMPLETE_ATTEMPTS_PG = (
     "UPDATE jobs SET status = 'success', result = v.result, updated_at = %s, finished_at = %s, "
     "lease_expires_at = NULL, attempts = CASE WHEN jobs.attempts = '[]' THEN jobs.attempts "
@@ -140,15 +140,19 @@ def _history(text: str) -> tuple[Any, ...]:
     return () if text == "[]" else tuple(json.loads(text))
 
 
-def job_from_row(row: Sequence[Any]) -> Job:
-    values = list(row)
+def _decoded(values: list[Any]) -> list[Any]:
+    """A row's values with its JSON and flag columns as Job has them (in place)."""
     values[_PAYLOAD] = json.loads(values[_PAYLOAD])
     values[_ERRORS] = _history(values[_ERRORS])
     if values[_RESULT] is not None:
         values[_RESULT] = json.loads(values[_RESULT])
     values[_CANCEL] = bool(values[_CANCEL])
     values[_ATTEMPTS] = _history(values[_ATTEMPTS])
-    return Job(*values)
+    return values
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    return Job(*_decoded(list(row)))
 
 
 _STATUS, _ASSIGNEE, _MACHINE, _ATTEMPT, _NUMBER, _LEASE, _DEADLINE, _STARTED, _UPDATED = (
@@ -182,12 +186,8 @@ def started_job(
     values[_DEADLINE] = deadline
     values[_STARTED] = now
     values[_UPDATED] = now
-    values[_PAYLOAD] = json.loads(values[_PAYLOAD])
-    values[_ERRORS] = _history(values[_ERRORS])
-    if values[_RESULT] is not None:
-        values[_RESULT] = json.loads(values[_RESULT])
-    values[_CANCEL] = bool(values[_CANCEL])
-    values[_ATTEMPTS] = (*_history(values[_ATTEMPTS]), entry)
+    _decoded(values)
+    values[_ATTEMPTS] = (*values[_ATTEMPTS], entry)
     return Job(*values)
 
 
