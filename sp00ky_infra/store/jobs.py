@@ -261,10 +261,11 @@ class Jobs(Dialect):
         if not leases:
             return renewed
         if self.arrays:  # one statement (one round trip, one run of the jobs triggers)
-            with self._cursor() as cur:
-                ids, attempts = [job for job, _ in leases], [attempt for _, attempt in leases]
-                cur.execute(RENEW_PG, (now + lease, now, ids, attempts, ["processing"] * len(ids)))
-                return {row[0] for row in cur.fetchall()}
+            ids, attempts = [job for job, _ in leases], [attempt for _, attempt in leases]
+            rows = self._batch_rows(
+                RENEW_PG, (now + lease, now, ids, attempts, ["processing"] * len(ids))
+            )
+            return {row[0] for row in rows}
         with self._joined() as cur:  # each UPDATE stands alone: no savepoint needed
             for job_id, attempt in leases:
                 self._x(
