@@ -231,10 +231,6 @@ def _spec_version(path: str) -> int:
         raise InvalidJob(f"spec: cannot read the backend's OpenAPI spec {path}: {exc}") from exc
 
 
-def _load_spec(path: str) -> dict[str, Any]:
-    return _parse_spec(path, _spec_version(path))
-
-
 @functools.lru_cache(maxsize=64)
 def _parse_spec(path: str, modified: int) -> dict[str, Any]:
     """Parsed once per version of the file (``modified`` is part of the cache key)."""
