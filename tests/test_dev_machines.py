@@ -137,10 +137,21 @@ def test_dev_runs_docker_machines_by_default_and_removes_an_earlier_sessions(
     assert processes_in(folder) == []
 
 
+def _build_containers() -> set[str]:
+    """Every container made from the base image (a build's steps are), stopped ones too."""
+    client = docker.from_env()
+    try:
+        found = client.containers.list(all=True, filters={"ancestor": BASE_IMAGE})
+        return {str(container.id) for container in found}
+    finally:
+        client.close()
+
+
 def test_a_failed_image_build_is_one_message_with_its_last_lines(
     docker_dev: tuple[Path, str, dict[str, str]],
 ) -> None:
     folder, _, env = docker_dev
+    before = _build_containers()
     (folder / "backend" / "Dockerfile").write_text(
         f"FROM {BASE_IMAGE}\n"
         'RUN echo "resolving the wheels" && echo "boom: no such package: renderr" && exit 3\n'
@@ -152,6 +163,7 @@ def test_a_failed_image_build_is_one_message_with_its_last_lines(
     tail = done.stderr.split("the build's last lines:", 1)[1]
     assert "boom: no such package: renderr" in tail
     assert "Traceback" not in done.stderr
+    assert _build_containers() - before == set()  # the failed step's container went too
 
 
 def test_ctrl_c_while_the_image_builds_stops_without_a_traceback(

@@ -121,7 +121,8 @@ def _report(what: str, event: Mapping[str, Any]) -> None:
 
 def _build(client: docker.DockerClient, what: str, **kwargs: Any) -> Image:
     """``client.images.build`` (the same errors: BuildError with the build's log), telling
-    each event of the build's stream as it comes."""
+    each event of the build's stream as it comes. Callers pass ``forcerm``: a failed step's
+    container is removed too (``docker build --force-rm``), not left stopped on the engine."""
     seen: deque[dict[str, Any]] = deque(maxlen=BUILD_LOG_KEPT)
     image_id: str | None = None
     for decoded in json_stream(client.api.build(**kwargs)):
@@ -155,7 +156,7 @@ def build_pool_image(
     return _build(
         client, f"building {pool_image(backend)}",
         path=context, dockerfile=str(Path(dockerfile).resolve()), tag=pool_image(backend),
-        labels={labels.PROJECT: project, labels.ROLE: "pool-image"}, rm=True,
+        labels={labels.PROJECT: project, labels.ROLE: "pool-image"}, rm=True, forcerm=True,
     )  # fmt: skip
 
 
@@ -170,7 +171,7 @@ def build_machine_image(client: docker.DockerClient, backend: str) -> None:
     _build(
         client, f"building {machine_image(backend)}",
         fileobj=_machine_context(pool_image(backend)), custom_context=True,
-        tag=machine_image(backend), rm=True,
+        tag=machine_image(backend), rm=True, forcerm=True,
     )  # fmt: skip
 
 
