@@ -76,6 +76,38 @@ def _booted(fake: FakeHetzner, server_id: int, timeout: float = 120) -> Timeline
     return found
 
 
+def _until_status(
+    cloud: FakeHetzner, api: HetznerAPI, server_id: int, want: str, timeout: float = 120
+) -> None:
+    """Wait until the API says the server is ``want``; if it never is, fail with what it was
+    meanwhile, its actions, and its container's state and console."""
+    started, seen = time.monotonic(), list[tuple[float, str]]()
+
+    def check() -> bool:
+        status = api.get_server(server_id).status
+        if not seen or seen[-1][1] != status:
+            seen.append((round(time.monotonic() - started, 1), status))
+        return status == want
+
+    try:
+        wait_for(check, timeout=timeout, interval=0.2, what=f"server {server_id} {want}")
+    except AssertionError as exc:
+        assert cloud.boot is not None
+        actions = [
+            (a["command"], a["status"], a.get("error"))
+            for a in list(cloud.actions.values())
+            if any(r["id"] == server_id for r in a["resources"])
+        ]
+        try:
+            console = cloud.boot.console(server_id, lines=30)
+        except Exception as error:  # the container may be gone: say so instead
+            console = f"(no console: {error})"
+        raise AssertionError(
+            f"{exc}\nstatuses (seconds, status): {seen}\nactions: {actions}\n"
+            f"container running: {cloud.boot.running(server_id)}\n{console}"
+        ) from None
+
+
 def test_a_server_boots_its_cloud_config_and_goes_when_deleted(cloud: FakeHetzner) -> None:
     assert cloud.boot is not None
     api = _api(cloud)
@@ -88,7 +120,7 @@ def test_a_server_boots_its_cloud_config_and_goes_when_deleted(cloud: FakeHetzne
         user_data="#cloud-config\n" + yaml.safe_dump(config), labels={"sp00ky/pool": "render"},
     )  # fmt: skip
     assert server.status == "initializing"
-    wait_for(lambda: api.get_server(server.id).status == "running", what="running")
+    _until_status(cloud, api, server.id, "running")
     address = api.request("GET", f"/servers/{server.id}")["server"]["public_net"]["ipv4"]["ip"]
     timeline = _booted(cloud, server.id)
     assert timeline.cloud_init_errors == ()
@@ -112,11 +144,11 @@ def test_a_server_boots_its_cloud_config_and_goes_when_deleted(cloud: FakeHetzne
 
     # a machine that powers itself off (as a refused agent does) is off, and stays listed
     cloud.boot.exec(server.id, "systemctl", "poweroff")
-    wait_for(lambda: api.get_server(server.id).status == "off", what="off")
+    _until_status(cloud, api, server.id, "off")
     # powered on again it is the same server: its disk, its instance (per-instance modules
     # do not run twice), a fresh boot
     api.request("POST", f"/servers/{server.id}/actions/poweron")
-    wait_for(lambda: api.get_server(server.id).status == "running", what="running again")
+    _until_status(cloud, api, server.id, "running")
     # (a VM is "running" before its init answers, here too: wait until systemd's bus does)
     boot = cloud.boot
     wait_for(

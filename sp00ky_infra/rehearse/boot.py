@@ -219,7 +219,7 @@ class Booter:
                     container.remove(force=True, v=True)
                     return
             container.start()
-        except (DockerException, OSError) as exc:
+        except Exception as exc:  # the thread's end: any failure is the server's, never silent
             server.error = f"server {server.name} did not boot: {exc}"
             failed(server.id, server.error)
             return
