@@ -165,9 +165,13 @@ class Dialect(ABC):
             rows.append(cur.fetchall())
         return rows
 
-    def _claim_rows(self, table: str, sql: str, params: dict[str, Any]) -> list[Any]:
+    def _claim_rows(
+        self, table: str, sql: str, params: dict[str, Any], shared: bool = False
+    ) -> list[Any]:
         """A claim made by one statement, ``sql`` (rows.CLAIM_PG), after the queue's
-        admission lock: the rows it returns. Only where ``arrays`` (PostgreSQL)."""
+        admission lock (``shared``: shared with other claims while no wide job waits, for a
+        queue without a concurrency cap): the rows it returns. Only where ``arrays``
+        (PostgreSQL)."""
         raise NotImplementedError("claims in one statement are PostgreSQL's")
 
     def _batch_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:

@@ -251,8 +251,11 @@ class Jobs(Dialect):
             "lease": now + lease,
             "started": json.dumps(now),
         }
-        sql = CLAIM_ANY_PG if concurrency is None else CLAIM_CAPPED_PG
-        rows = sorted(self._claim_rows(table, sql, params), key=lambda row: int(row[0]))
+        if concurrency is None:  # claims of the queue run side by side (rows.CLAIM_ANY_PG)
+            claimed = self._claim_rows(table, CLAIM_ANY_PG, params, shared=True)
+        else:
+            claimed = self._claim_rows(table, CLAIM_CAPPED_PG, params)
+        rows = sorted(claimed, key=lambda row: int(row[0]))
         return [job_from_row(row[1:]) for row in rows]
 
     def renew(self, leases: Sequence[tuple[str, str]], now: float, lease: float) -> set[str]:

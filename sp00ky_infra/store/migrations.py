@@ -361,4 +361,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        8,
+        "the wide jobs (slots > 1) waiting, in admission order: whether a claim may share its "
+        "queue's lock (PostgreSQL)",
+        (),
+        postgres=(
+            "CREATE INDEX jobs_pending_wide ON jobs (tbl, priority DESC, created_at, id)"
+            " WHERE status = 'pending' AND slots > 1",
+        ),
+    ),
 )

@@ -38,6 +38,19 @@ LOCK_QUEUE = (
     "set_config('enable_sort', 'off', true), set_config('jit', 'off', true), "
     "set_config('plan_cache_mode', 'force_generic_plan', true)"
 )
+# For a queue without a concurrency cap: its admission lock shared while it has no wide job
+# (slots > 1) pending, alone otherwise (rows.CLAIM_ANY_PG says why that is safe); which one,
+# kept for the claim that follows in the transaction (``sp00ky.claim_lock``). The check reads
+# the snapshot before the lock: the claim's own, taken after, looks again (the wall).
+_KEY = "hashtext(current_schema() || ':' || %(key)s)"
+LOCK_QUEUE_SHARED = (
+    "SELECT set_config('sp00ky.claim_lock', CASE WHEN EXISTS (SELECT 1 FROM jobs "
+    "WHERE tbl = %(table)s AND status = 'pending' AND slots > 1) "
+    f"THEN (SELECT 'exclusive' FROM pg_advisory_xact_lock({_KEY})) "
+    f"ELSE (SELECT 'shared' FROM pg_advisory_xact_lock_shared({_KEY})) END, true), "
+    "set_config('enable_sort', 'off', true), set_config('jit', 'off', true), "
+    "set_config('plan_cache_mode', 'force_generic_plan', true)"
+)
 CHANNEL = "sp00ky_jobs"
 
 
@@ -175,14 +188,20 @@ class PostgresStore(SqlStore):
             cur.execute(sql, params)
             return cur.fetchall()
 
-    def _claim_rows(self, table: str, sql: str, params: dict[str, Any]) -> list[Any]:
+    def _claim_rows(
+        self, table: str, sql: str, params: dict[str, Any], shared: bool = False
+    ) -> list[Any]:
         # The queue's admission lock, then the claim (rows.CLAIM_PG): two statements in one
         # round trip (a pipeline; with the BEGIN and COMMIT of a claim made alone), the
         # claim's snapshot taken after the lock, as its own statement's always is.
         conn = self._connection()
+        key = f"claim:{table}"
         with conn.pipeline(), self._joined() as cur, conn.cursor() as lock:
             assert isinstance(cur, psycopg.Cursor)
-            lock.execute(LOCK_QUEUE, (f"claim:{table}",))
+            if shared:
+                lock.execute(LOCK_QUEUE_SHARED, {"table": table, "key": key})
+            else:
+                lock.execute(LOCK_QUEUE, (key,))
             cur.execute(sql, params)
             return cur.fetchall()
 

@@ -51,9 +51,9 @@ START_ATTEMPT = (
 # policy.jobs.job_deadline_seconds after now (LEAST skips NULLs as it does), its history
 # entry transitions.attempt_entry's; ``n`` puts the rows back in admission order.
 CLAIM_PG = (
-    "WITH head AS (SELECT id, slots, priority, created_at FROM jobs "
+    "WITH {wall}head AS (SELECT id, slots, priority, created_at FROM jobs "
     "WHERE tbl = %(table)s AND status = 'pending' AND run_after <= %(now)s "
-    "AND (queue_deadline IS NULL OR queue_deadline > %(now)s) "
+    "AND (queue_deadline IS NULL OR queue_deadline > %(now)s){before_wall} "
     f"ORDER BY {QUEUE_ORDER} LIMIT %(free)s FOR UPDATE SKIP LOCKED), "
     "ranked AS (SELECT id, sum(slots) OVER w AS need, row_number() OVER w AS n FROM head "
     f"WINDOW w AS (ORDER BY {QUEUE_ORDER} ROWS UNBOUNDED PRECEDING)), "
@@ -70,11 +70,30 @@ CLAIM_PG = (
     "FROM chosen WHERE jobs.id = chosen.id "
     "RETURNING chosen.n, " + ", ".join(f"jobs.{name}" for name in _COLUMN_NAMES)
 )
-CLAIM_ANY_PG = CLAIM_PG.format(room="%(free)s")
-# With a concurrency cap: the room left under it, counted after the lock.
+# Without a concurrency cap, claims of one queue share its admission lock while it holds no
+# wide job (slots > 1) pending, and skip each other's rows (the lock statement,
+# postgres.LOCK_QUEUE_SHARED, says which it took). Every row such a claim locks it starts
+# (its rows take a slot each), so nothing behind a row another claim holds is left waiting
+# for it. A wide job that became due between the lock and the claim is the wall: a claim
+# under the shared lock takes only the rows ahead of it and never locks it, so that no claim
+# passes it; the next claim sees it and takes the lock alone.
+CLAIM_ANY_PG = CLAIM_PG.format(
+    room="%(free)s",
+    wall="wall AS (SELECT priority, created_at, id FROM jobs "
+    "WHERE tbl = %(table)s AND status = 'pending' AND slots > 1 AND run_after <= %(now)s "
+    "AND (queue_deadline IS NULL OR queue_deadline > %(now)s) "
+    "AND current_setting('sp00ky.claim_lock', true) = 'shared' "
+    f"ORDER BY {QUEUE_ORDER} LIMIT 1), ",
+    before_wall=" AND NOT EXISTS (SELECT 1 FROM wall WHERE wall.priority > jobs.priority "
+    "OR (wall.priority = jobs.priority "
+    "AND (wall.created_at, wall.id) <= (jobs.created_at, jobs.id)))",
+)
+# With a concurrency cap: the room left under it, counted after the lock (always held alone).
 CLAIM_CAPPED_PG = CLAIM_PG.format(
     room="%(concurrency)s - (SELECT count(*) FROM jobs "
-    "WHERE tbl = %(table)s AND status = 'processing')"
+    "WHERE tbl = %(table)s AND status = 'processing')",
+    wall="",
+    before_wall="",
 )
 # A result for the current attempt of a running job nobody killed (the common case): success,
 # and the attempt's entry closed. ``ended_at`` is JSON text, so the float keeps every digit.
