@@ -46,20 +46,21 @@ def _claim(store: SqlStore, free: int, machine: str) -> list[Job]:
 
 
 class Held:
-    """A claim inside a transaction that stays open (its lock held) until ``release``."""
+    """A claim (``claim``) inside a transaction of ``store`` that stays open, its lock held,
+    until ``release``."""
 
-    def __init__(self, store: SqlStore, free: int, machine: str) -> None:
+    def __init__(self, store: SqlStore, claim: Callable[[], list[Job]]) -> None:
         self.claimed: list[Job] = []
         self._in, self._out = threading.Event(), threading.Event()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(store, free, machine))
+        self._thread = threading.Thread(target=self._run, args=(store, claim))
         self._thread.start()
         assert self._in.wait(10), "the first claim never got its lock"
 
-    def _run(self, store: SqlStore, free: int, machine: str) -> None:
+    def _run(self, store: SqlStore, claim: Callable[[], list[Job]]) -> None:
         try:
             with store.transaction():
-                self.claimed = _claim(store, free, machine)
+                self.claimed = claim()
                 self._in.set()
                 self._out.wait(30)
         except BaseException as exc:  # reported by release()
@@ -85,7 +86,7 @@ def test_claims_of_a_queue_of_narrow_jobs_run_side_by_side(
 ) -> None:
     first, second = stores
     ids = _enqueue(first, 8, time.time() - 5)
-    held = Held(first, 3, "m1")
+    held = Held(first, lambda: _claim(first, 3, "m1"))
     try:
         thread, out = _in_thread(lambda: _claim(second, 3, "m2"))
         thread.join(SHORT)
@@ -108,7 +109,9 @@ def test_a_wide_job_waiting_makes_claims_take_the_lock_alone(
     narrow = _enqueue(first, 2, now - 1)
     wide = _enqueue(first, 1, now, slots=4)
     behind = _enqueue(first, 3, now + 1)
-    held = Held(first, 2, "m1")  # takes the two narrow jobs; the wide one is next
+    held = Held(
+        first, lambda: _claim(first, 2, "m1")
+    )  # takes the two narrow jobs; the wide one is next
     try:
         thread, out = _in_thread(lambda: _claim(second, 3, "m2"))
         thread.join(SHORT)
@@ -165,25 +168,12 @@ def test_a_capped_queue_keeps_its_lock_alone(stores: tuple[SqlStore, SqlStore]) 
     def capped(store: SqlStore, machine: str) -> list[Job]:
         return store.claim(TABLE, 3, "ctl", time.time(), lease=60, machine=machine, concurrency=4)
 
-    result: list[list[Job]] = []
-    started = threading.Event()
-    release = threading.Event()
-
-    def hold() -> None:
-        with first.transaction():
-            result.append(capped(first, "m1"))
-            started.set()
-            release.wait(30)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert started.wait(10)
+    held = Held(first, lambda: capped(first, "m1"))
     try:
         thread, out = _in_thread(lambda: capped(second, "m2"))
         thread.join(SHORT)
         assert thread.is_alive(), "a capped queue's claims shared its lock"
     finally:
-        release.set()
-        holder.join(30)
+        held.release()
     thread.join(10)
-    assert len(result[0]) == 3 and len(out[0]) == 1  # 4 in flight at most
+    assert len(held.claimed) == 3 and len(out[0]) == 1  # 4 in flight at most

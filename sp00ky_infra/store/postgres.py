@@ -33,23 +33,24 @@ GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true
 # index walk. And generic plans for the attempts' UPDATE that follows (GENERIC_PLANS). And no
 # JIT: the claim's window sorts its 16 rows, which with sorts off costs 1e10 to the planner,
 # far past jit_above_cost, and compiling it took 370 ms a claim.
-LOCK_QUEUE = (
-    "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s)), "
+# A lock's key: scoped by schema so that stores in different schemas of one database never
+# contend.
+_KEY = "hashtext(current_schema() || ':' || %(key)s)"
+_CLAIM_SETTINGS = (
     "set_config('enable_sort', 'off', true), set_config('jit', 'off', true), "
     "set_config('plan_cache_mode', 'force_generic_plan', true)"
 )
+LOCK_QUEUE = f"SELECT pg_advisory_xact_lock({_KEY}), {_CLAIM_SETTINGS}"
 # For a queue without a concurrency cap: its admission lock shared while it has no wide job
 # (slots > 1) pending, alone otherwise (rows.CLAIM_ANY_PG says why that is safe); which one,
 # kept for the claim that follows in the transaction (``sp00ky.claim_lock``). The check reads
 # the snapshot before the lock: the claim's own, taken after, looks again (the wall).
-_KEY = "hashtext(current_schema() || ':' || %(key)s)"
 LOCK_QUEUE_SHARED = (
     "SELECT set_config('sp00ky.claim_lock', CASE WHEN EXISTS (SELECT 1 FROM jobs "
     "WHERE tbl = %(table)s AND status = 'pending' AND slots > 1) "
     f"THEN (SELECT 'exclusive' FROM pg_advisory_xact_lock({_KEY})) "
     f"ELSE (SELECT 'shared' FROM pg_advisory_xact_lock_shared({_KEY})) END, true), "
-    "set_config('enable_sort', 'off', true), set_config('jit', 'off', true), "
-    "set_config('plan_cache_mode', 'force_generic_plan', true)"
+    f"{_CLAIM_SETTINGS}"
 )
 CHANNEL = "sp00ky_jobs"
 
@@ -175,7 +176,7 @@ class PostgresStore(SqlStore):
             yield cur
 
     def _lock(self, cur: Cursor, key: str) -> None:
-        # Scoped by schema so that stores in different schemas of one database never contend.
+        # The key as _KEY's (the store's Cursor takes parameters by position).
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s))", (key,))
 
     def _batch_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
@@ -201,7 +202,7 @@ class PostgresStore(SqlStore):
             if shared:
                 lock.execute(LOCK_QUEUE_SHARED, {"table": table, "key": key})
             else:
-                lock.execute(LOCK_QUEUE, (key,))
+                lock.execute(LOCK_QUEUE, {"key": key})
             cur.execute(sql, params)
             return cur.fetchall()
 

@@ -44,6 +44,10 @@ START_ATTEMPT = (
     "updated_at = ?, attempts = json_insert(attempts, '$[#]', json(?)) "
     "WHERE id = ? AND status = 'pending'"
 )
+_QUEUED_PG = (  # the rows of a queue a claim may take now (the head's, and the wall's)
+    "tbl = %(table)s AND status = 'pending' AND run_after <= %(now)s "
+    "AND (queue_deadline IS NULL OR queue_deadline > %(now)s)"
+)
 # A whole claim on PostgreSQL, in one statement after the queue's admission lock: the head of
 # the queue locked in admission order, admitted as policy.jobs.admit does (the longest
 # prefix whose slots fit in the free ones, ``room`` jobs at most: the concurrency left), and
@@ -52,8 +56,7 @@ START_ATTEMPT = (
 # entry transitions.attempt_entry's; ``n`` puts the rows back in admission order.
 CLAIM_PG = (
     "WITH {wall}head AS (SELECT id, slots, priority, created_at FROM jobs "
-    "WHERE tbl = %(table)s AND status = 'pending' AND run_after <= %(now)s "
-    "AND (queue_deadline IS NULL OR queue_deadline > %(now)s){before_wall} "
+    f"WHERE {_QUEUED_PG}{{before_wall}} "
     f"ORDER BY {QUEUE_ORDER} LIMIT %(free)s FOR UPDATE SKIP LOCKED), "
     "ranked AS (SELECT id, sum(slots) OVER w AS need, row_number() OVER w AS n FROM head "
     f"WINDOW w AS (ORDER BY {QUEUE_ORDER} ROWS UNBOUNDED PRECEDING)), "
@@ -79,10 +82,8 @@ CLAIM_PG = (
 # passes it; the next claim sees it and takes the lock alone.
 CLAIM_ANY_PG = CLAIM_PG.format(
     room="%(free)s",
-    wall="wall AS (SELECT priority, created_at, id FROM jobs "
-    "WHERE tbl = %(table)s AND status = 'pending' AND slots > 1 AND run_after <= %(now)s "
-    "AND (queue_deadline IS NULL OR queue_deadline > %(now)s) "
-    "AND current_setting('sp00ky.claim_lock', true) = 'shared' "
+    wall=f"wall AS (SELECT priority, created_at, id FROM jobs WHERE {_QUEUED_PG} "
+    "AND slots > 1 AND current_setting('sp00ky.claim_lock', true) = 'shared' "
     f"ORDER BY {QUEUE_ORDER} LIMIT 1), ",
     before_wall=" AND NOT EXISTS (SELECT 1 FROM wall WHERE wall.priority > jobs.priority "
     "OR (wall.priority = jobs.priority "
