@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from sp00ky_infra.policy.jobs import Queued, admit
 from sp00ky_infra.store import SqlStore, open_store
 from sp00ky_infra.store.postgres import GENERIC_PLANS
 from sp00ky_infra.store.rows import COMPLETE_ATTEMPTS_PG
-from sp00ky_infra.store.sqlite import WriterQueue
+from sp00ky_infra.store.sqlite import WriterQueue, _Waiter
+from tests.controllers import wait_for
 from tests.test_store_contract import LEASE, T0, new
 
 
@@ -109,20 +111,90 @@ def test_a_claim_admits_what_policy_admit_does(
     assert len({job.attempt for job in claimed}) == len(claimed)
 
 
+def _queues(tmp_path: Path, count: int) -> list[WriterQueue]:
+    """``count`` queues of one database, each with a descriptor of its own: they lock apart
+    as the queues of different processes do."""
+    return [WriterQueue(f"{tmp_path}/state.db.writers") for _ in range(count)]
+
+
+def _acquire_in_thread(queue: WriterQueue, timeout: float) -> tuple[threading.Thread, list[bool]]:
+    answer: list[bool] = []
+    waiting = threading.Thread(target=lambda: answer.append(queue.acquire(timeout)))
+    waiting.start()
+    return waiting, answer
+
+
+def _waits_in_flock(queue: WriterQueue) -> bool:
+    waiter = queue._waiter
+    return waiter is not None and waiter._blocked
+
+
 def test_writers_of_other_processes_queue_on_a_file_beside_the_database(tmp_path: Path) -> None:
-    # Two descriptors of one file lock apart, as two processes' do: the second waits for
-    # the first, gives up at its timeout (SQLite's own lock then decides), and takes the
-    # lock as soon as the first lets go.
-    first, second = (
-        WriterQueue(f"{tmp_path}/state.db.writers"),
-        WriterQueue(f"{tmp_path}/state.db.writers"),
-    )
+    # The second waits for the first, gives up at its timeout (SQLite's own lock then
+    # decides), and takes the lock as soon as the first lets go.
+    first, second = _queues(tmp_path, 2)
     assert first.acquire(1.0)
     started = time.monotonic()
     assert not second.acquire(0.02)
     assert 0.02 <= time.monotonic() - started < 1.0
     first.release()
-    assert second.acquire(0.02)
+    assert second.acquire(0.5)
+    second.release()
+
+
+def test_a_waiting_writer_is_handed_the_lock_and_holds_it_alone(tmp_path: Path) -> None:
+    first, second, third = _queues(tmp_path, 3)
+    assert first.acquire(1.0)
+    waiting, answer = _acquire_in_thread(second, 10.0)
+    wait_for(lambda: _waits_in_flock(second), timeout=5, interval=0.005)
+    assert answer == []  # still waiting: the first holds it
+    first.release()
+    waiting.join(timeout=5)
+    assert answer == [True]
+    assert not third.acquire(0.05)  # the second holds it now, alone
+    second.release()
+    assert third.acquire(0.5)
+    third.release()
+
+
+def test_a_writer_that_gave_up_leaves_the_lock_to_the_others(tmp_path: Path) -> None:
+    # The second's thread still waits in flock after its writer gave up; when it gets the
+    # lock it lets it go at once, and a try of the second's own in between cannot take a
+    # lock its thread is about to let go (an flock its descriptor holds would succeed).
+    first, second, third = _queues(tmp_path, 3)
+    assert first.acquire(1.0)
+    assert not second.acquire(0.02)
+    assert _waits_in_flock(second)
+    first.release()
+    assert third.acquire(2.0)
+    assert not second.acquire(0.05)
+    third.release()
+    assert second.acquire(2.0)
+    assert not first.acquire(0.05)
+    second.release()
+
+
+def test_the_waiting_thread_ends_when_nobody_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_Waiter, "IDLE_SECONDS", 0.05)
+    first, second = _queues(tmp_path, 2)
+    assert first.acquire(1.0)
+    assert not second.acquire(0.02)
+    first.release()
+    assert second.acquire(1.0)
+    second.release()
+    wait_for(
+        lambda: not any(t.name == "sp00ky-sqlite-writers" for t in threading.enumerate()),
+        timeout=5,
+        interval=0.01,
+    )
+    assert first.acquire(1.0)  # and comes again for the next writer that waits
+    waiting, answer = _acquire_in_thread(second, 10.0)
+    wait_for(lambda: _waits_in_flock(second), timeout=5, interval=0.005)
+    first.release()
+    waiting.join(timeout=5)
+    assert answer == [True]
     second.release()
 
 
