@@ -12,7 +12,7 @@ never shadows the SDK.
   host's gateway (``host-gateway``) so a controller on the host is reachable on Linux too.
 
 Docker's own errors (DockerException and its kinds) are the callers' to word, except
-``connect``, which raises EngineError.
+``connect`` and ``ipv4_pool``, which raise EngineError.
 
 Builds and pulls tell their progress, the engine's own JSON events as they stream (build steps,
 pulled layers), to the reporter a caller installs with ``reporting`` (the CLI draws it on a
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import ipaddress
 import json
 import logging
 import re
@@ -55,6 +56,7 @@ __all__ = [
     "connect",
     "ensure_network",
     "image_command",
+    "ipv4_pool",
     "machine_containers",
     "network_gateway",
     "pull_images",
@@ -80,7 +82,7 @@ CMD ["python3", "-m", "agent"]
 
 
 class EngineError(Exception):
-    """No Docker engine answers."""
+    """No Docker engine answers, or it answers what cannot be used (a network with no IPv4)."""
 
 
 def connect() -> docker.DockerClient:
@@ -258,8 +260,20 @@ def ensure_network(client: docker.DockerClient, name: str, project: str) -> str:
 
 def network_gateway(client: docker.DockerClient, name: str) -> str:
     """The address the network's containers reach this host at."""
-    config = client.networks.get(name).attrs["IPAM"]["Config"]
-    return str(config[0]["Gateway"])
+    return ipv4_pool(client.networks.get(name).attrs["IPAM"]["Config"])[1]
+
+
+def ipv4_pool(config: list[dict[str, str]]) -> tuple[str, str]:
+    """The subnet and gateway of a network's first IPv4 pool (its ``IPAM.Config``).
+
+    A daemon's first start on a machine (no docker0 yet) reports the default bridge's pool
+    without its Gateway (moby/moby#26799; after a restart it is there): the gateway is then
+    the subnet's first address, the one the engine's IPAM gives the bridge by default."""
+    for pool in config:
+        subnet = ipaddress.ip_network(pool["Subnet"])
+        if subnet.version == 4:
+            return pool["Subnet"], pool.get("Gateway") or str(next(subnet.hosts()))
+    raise EngineError(f"the network has no IPv4 pool (IPAM config: {config})")
 
 
 def remove_network(client: docker.DockerClient, name: str) -> None:

@@ -52,6 +52,7 @@ import docker
 from docker.errors import APIError, DockerException, NotFound
 from docker.models.containers import Container
 
+from sp00ky_infra import engine
 from sp00ky_infra.rehearse.errors import BootError
 
 ROLE = "sp00ky-rehearse/role"  # server | network
@@ -160,7 +161,7 @@ class Booter:
             config = probe.attrs["IPAM"]["Config"]
         finally:
             probe.remove()
-        subnet, gateway = config[0]["Subnet"], config[0]["Gateway"]
+        subnet, gateway = engine.ipv4_pool(config)
         ipam = docker.types.IPAMConfig(
             pool_configs=[docker.types.IPAMPool(subnet=subnet, gateway=gateway)]
         )
