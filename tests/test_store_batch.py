@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from sp00ky_infra.store import SqlStore
+from sp00ky_infra.store import SqlStore, jobs, open_store
 from sp00ky_infra.store.model import CANCELLED, Conflict, Job, JobNotFound, StaleAttempt
+from sp00ky_infra.store.rows import complete_attempts, start_attempts
 from tests.test_store_contract import LEASE, T0, claim_one, new
 
 # A time whose float needs 17 digits (SQLite's own float to JSON keeps 15): the attempt
@@ -120,3 +121,39 @@ def test_complete_alone_is_a_batch_of_one(store: SqlStore) -> None:
     assert done.attempts[-1]["ended_at"] == NOW
     with pytest.raises(StaleAttempt):
         store.complete(*answer(job, {}), NOW)
+
+
+def test_claims_and_batches_larger_than_a_statement_go_in_chunks(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite starts a claim's attempts and records a batch of results a statement for at
+    # most START_ROWS_MAX rows: a larger claim or batch goes in several, every row once.
+    monkeypatch.setattr(jobs, "START_ROWS_MAX", 2)
+    for n in range(5):
+        store.enqueue(new(payload={"n": n}), T0)
+    running = store.claim("render_job", 5, "controller-1", T0, LEASE, machine="m1")
+    assert len(running) == len({job.attempt for job in running}) == 5
+    for job in running:
+        assert store.get(job.id) == job
+    done = store.complete_many([answer(job, {"n": job.payload["n"]}) for job in running], NOW)
+    assert [each.status for each in done] == ["success"] * 5
+    assert [store.get(job.id).result for job in running] == [job.payload for job in running]
+
+
+def test_sqlite_writes_a_claim_and_a_batch_of_results_by_id(sqlite_url: str) -> None:
+    # With statistics that make the partial indexes on status look cheap, the statements
+    # that start attempts and record results still find each row by its id.
+    store = open_store(sqlite_url)
+    try:
+        store.enqueue_many([new(payload={"n": n}) for n in range(3000)], T0)
+        store.claim("render_job", 1000, "controller-1", T0, LEASE, machine="m1")
+        with store._cursor() as cur:
+            cur.execute("ANALYZE")
+            plans = []
+            for sql, variables in ((start_attempts(3), 5 + 12), (complete_attempts(3), 5 + 9)):
+                cur.execute("EXPLAIN QUERY PLAN " + sql, [None] * variables)
+                plans.append(" / ".join(row[3] for row in cur.fetchall()))
+    finally:
+        store.close()
+    for plan in plans:
+        assert "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)" in plan, plan

@@ -37,12 +37,14 @@ from sp00ky_infra.store.rows import (
     INSERT_JOB,
     QUEUE_ORDER,
     RENEW_PG,
-    START_ATTEMPT,
+    START_ROWS_MAX,
     UPDATE_JOB,
+    complete_attempts,
     filters,
     insert_order,
     insert_row,
     job_from_row,
+    start_attempts,
     started_job,
     update_row,
 )
@@ -205,7 +207,7 @@ class Jobs(Dialect):
                     concurrency,
                 )
             )
-            started = []
+            started, values = [], list[Any]()
             for row in queue:
                 if row[0] not in chosen:
                     continue
@@ -213,18 +215,17 @@ class Jobs(Dialect):
                 number = row[_NUMBER] + 1
                 deadline = attempt_deadline(row[_TIMEOUT], row[_MAX_DURATION], now)
                 entry = attempt_entry(number, attempt, machine, now)
-                self._x(
-                    cur,
-                    START_ATTEMPT,
-                    (owner, machine, attempt, now + lease, deadline, now, now,
-                     json.dumps(entry), row[0]),
-                )  # fmt: skip
-                # The database is held: every admitted row must start.
-                if cur.rowcount != 1:
-                    raise Conflict(f"claim of {table} raced another writer; try again")
+                values += (row[0], attempt, deadline, json.dumps(entry))
                 started.append(
                     started_job(row, owner, machine, attempt, now + lease, deadline, now, entry)
                 )
+            for first in range(0, len(started), START_ROWS_MAX):
+                rows = min(START_ROWS_MAX, len(started) - first)
+                chunk = values[4 * first : 4 * (first + rows)]
+                self._x(cur, start_attempts(rows), (owner, machine, now + lease, now, now, *chunk))
+                # The database is held: every admitted row must start.
+                if cur.rowcount != rows:
+                    raise Conflict(f"claim of {table} raced another writer; try again")
         return started
 
     def _claim_in_sql(
@@ -300,8 +301,8 @@ class Jobs(Dialect):
         machine: str | None = None,
     ) -> list[Recorded]:
         """Record the backends' answers, as (job id, attempt, result), each for its current
-        attempt: what ``complete`` does for each, in one statement per batch on PostgreSQL
-        (per row on SQLite, no round trips) for the common case, a running job nobody killed.
+        attempt: what ``complete`` does for each, in one statement per batch (on SQLite per
+        chunk of START_ROWS_MAX) for the common case, a running job nobody killed.
 
         ``machine``: the machine that reports them; a result for an attempt that runs on
         another machine is refused (Conflict). Each result is recorded or refused on its own:
@@ -312,7 +313,7 @@ class Jobs(Dialect):
             return []
         payloads = [None if result is None else json.dumps(result) for _, _, result in results]
         # One statement a batch on PostgreSQL needs no transaction of its own (inside
-        # transaction() it is part of it); SQLite's statements a row commit together.
+        # transaction() it is part of it); SQLite's statements (a chunk each) commit together.
         with self._cursor() if self.arrays else self._joined() as cur:
             started = self._complete_attempts(cur, results, payloads, now, machine)
         recorded = []
@@ -333,6 +334,13 @@ class Jobs(Dialect):
     ) -> dict[str, float | None]:
         """The common case of ``complete_many``: the started_at of the jobs it completed."""
         ended = json.dumps(now)
+        if len(results) > 1:
+            # A job's first result only: a join with two rows for one job would update it
+            # with either (PostgreSQL and SQLite alike), and a later one must be stale.
+            firsts = {job_id: n for n, (job_id, _, _) in reversed(list(enumerate(results)))}
+            if len(firsts) < len(results):
+                kept = sorted(firsts.values())
+                results, payloads = [results[n] for n in kept], [payloads[n] for n in kept]
         if self.arrays and len(results) > 1:
             rows = self._batch_rows(
                 COMPLETE_ATTEMPTS_PG,
@@ -341,6 +349,25 @@ class Jobs(Dialect):
             )  # fmt: skip
             return {row[0]: row[1] for row in rows}
         started: dict[str, float | None] = {}
+        if len(results) > 1:  # SQLite: a statement for the batch (its rows a chunk)
+            for first in range(0, len(results), START_ROWS_MAX):
+                chunk = [
+                    value
+                    for (job_id, attempt, _), payload in zip(
+                        results[first : first + START_ROWS_MAX],
+                        payloads[first : first + START_ROWS_MAX],
+                        strict=True,
+                    )
+                    for value in (job_id, attempt, payload)
+                ]
+                self._x(
+                    cur,
+                    complete_attempts(len(chunk) // 3),
+                    (now, now, ended, *chunk, machine, machine),
+                )
+                for job_id, started_at in cur.fetchall():
+                    started.setdefault(job_id, started_at)
+            return started
         for (job_id, attempt, _), payload in zip(results, payloads, strict=True):
             self._x(
                 cur,

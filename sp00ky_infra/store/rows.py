@@ -4,10 +4,11 @@
 
 The hot path (a claim starting attempts, a result ending one) does not rewrite whole rows: its
 statements change the columns that change and append to, or close the last entry of, the
-attempt history in SQL. SQLite runs them once a row (a cached statement, no round trip);
-PostgreSQL once a batch of several rows, with the rows' values as arrays (one round trip;
-``%b``: sent in binary, which spares psycopg quoting every element of a text array), and a
-single row with the one-row statement (cheaper to send, bind and plan than a join with arrays).
+attempt history in SQL, once a batch of several rows: SQLite with the rows' values in VALUES
+(one statement a claim or a poll's results: a statement a row cost twice the whole claim and
+complete), PostgreSQL with them as arrays (one round trip; ``%b``: sent in binary, which
+spares psycopg quoting every element of a text array); a single result with the one-row
+statement (cheaper to send, bind and plan than a join).
 """
 
 from __future__ import annotations
@@ -36,14 +37,25 @@ UPDATE_JOB = (
     "WHERE id = ? AND status = ? AND attempt IS NOT DISTINCT FROM ? AND cancel_requested = ? "
     "AND lease_expires_at IS NOT DISTINCT FROM ?"
 )
-# Start an attempt (SQLite; the row read by the claim, which builds the Job it returns): its
-# entry (JSON text) appended to the history.
-START_ATTEMPT = (
-    "UPDATE jobs SET status = 'processing', assignee = ?, machine = ?, attempt = ?, "
-    "attempt_number = attempt_number + 1, lease_expires_at = ?, deadline = ?, started_at = ?, "
-    "updated_at = ?, attempts = json_insert(attempts, '$[#]', json(?)) "
-    "WHERE id = ? AND status = 'pending'"
+# Start attempts (SQLite; the rows read by the claim, which builds the Jobs it returns): one
+# statement for the claim's rows, each with its attempt id, deadline and entry (JSON text,
+# appended to the history) from VALUES, each row found by id (``+``: the status is checked,
+# never a way in through a partial index on status, which would read every pending row).
+# Measured on 16-row claims: 22-24 us a row, against 68 for a statement a row.
+START_ATTEMPTS = (
+    "UPDATE jobs SET status = 'processing', assignee = ?, machine = ?, attempt = v.column2, "
+    "attempt_number = attempt_number + 1, lease_expires_at = ?, deadline = v.column3, "
+    "started_at = ?, updated_at = ?, attempts = json_insert(attempts, '$[#]', json(v.column4)) "
+    "FROM (VALUES {rows}) AS v WHERE jobs.id = v.column1 AND +jobs.status = 'pending'"
 )
+START_ROWS_MAX = 1000  # rows a statement: 4 variables each, well under SQLite's 32,766
+
+
+def start_attempts(rows: int) -> str:
+    """START_ATTEMPTS for ``rows`` rows (SQLite caches each count's statement)."""
+    return START_ATTEMPTS.format(rows=", ".join(["(?, ?, ?, ?)"] * rows))
+
+
 _QUEUED_PG = (  # the rows of a queue a claim may take now (the head's, and the wall's)
     "tbl = %(table)s AND status = 'pending' AND run_after <= %(now)s "
     "AND (queue_deadline IS NULL OR queue_deadline > %(now)s)"
@@ -107,6 +119,23 @@ COMPLETE_ATTEMPT = (
     "WHERE id = ? AND attempt = ? AND status = 'processing' AND cancel_requested = 0 "
     "AND (? IS NULL OR machine = ?) RETURNING started_at"
 )
+# The same for several results at once (SQLite): one statement, the results from VALUES,
+# each row found by id as above; the rows it completed come back as (id, started_at).
+COMPLETE_ATTEMPTS = (
+    "UPDATE jobs SET status = 'success', result = v.column3, updated_at = ?, finished_at = ?, "
+    "lease_expires_at = NULL, attempts = CASE WHEN attempts = '[]' THEN attempts ELSE "
+    "json_set(attempts, '$[#-1].ended_at', json(?), '$[#-1].outcome', 'success') END "
+    "FROM (VALUES {rows}) AS v WHERE jobs.id = v.column1 AND jobs.attempt = v.column2 "
+    "AND +jobs.status = 'processing' AND jobs.cancel_requested = 0 "
+    "AND (? IS NULL OR jobs.machine = ?) RETURNING jobs.id, jobs.started_at"
+)
+
+
+def complete_attempts(rows: int) -> str:
+    """COMPLETE_ATTEMPTS for ``rows`` results (3 variables each)."""
+    return COMPLETE_ATTEMPTS.format(rows=", ".join(["(?, ?, ?)"] * rows))
+
+
 COMPLETE_ATTEMPT_PG = COMPLETE_ATTEMPT.replace(
     "json_set(attempts, '$[#-1].ended_at', json(?), '$[#-1].outcome', 'success')",
     "jsonb_set(attempts::jsonb, '{-1}', (attempts::jsonb -> -1) || "
@@ -194,7 +223,7 @@ def started_job(
     now: float,
     entry: AttemptEntry,
 ) -> Job:
-    """The Job START_ATTEMPT makes of the pending ``row`` (all COLUMNS, as read before it):
+    """The Job START_ATTEMPTS makes of the pending ``row`` (all COLUMNS, as read before it):
     built here rather than read back, what the statement wrote field by field."""
     values = list(row)
     values[_STATUS] = "processing"
