@@ -306,8 +306,12 @@ def test_kill_a_running_job_is_delivered_then_confirmed(store: SqlStore) -> None
     running = claim_one(store, T0, machine="m7")
     marked = store.kill(job.id, T0 + 1)
     assert marked.status == "processing" and marked.cancel_requested
-    assert store.cancels_for("m7") == [(job.id, running.attempt)]
-    assert store.cancels_for("m1") == []
+    # what the machine's next poll reads (running_on) says the kill
+    assert [(j.id, j.attempt) for j in store.running_on("m7") if j.cancel_requested] == [
+        (job.id, running.attempt)
+    ]
+    assert store.running_on("m1") == []
+    assert store.cancelling_machines() == {"m7"}
     done = store.confirm_cancel(job.id, running.attempt, T0 + 2)
     assert done.status == "failed" and done.errors[-1]["code"] == "cancelled"
     assert done.attempts[-1]["outcome"] == "cancelled"

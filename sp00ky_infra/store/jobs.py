@@ -592,17 +592,6 @@ class Jobs(Dialect):
             )
             return {row[0] for row in cur.fetchall() if row[0] is not None}
 
-    def cancels_for(self, machine: str) -> list[tuple[str, str]]:
-        """(job id, attempt) of the killed jobs a machine still runs."""
-        with self._cursor() as cur:
-            self._x(
-                cur,
-                "SELECT id, attempt FROM jobs WHERE status = 'processing' AND machine = ? "
-                "AND cancel_requested = 1",
-                (machine,),
-            )
-            return [(row[0], row[1]) for row in cur.fetchall()]
-
 
 def _require_current(job: Job, attempt: str) -> None:
     if job.status != "processing" or job.attempt != attempt:

@@ -216,7 +216,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             # jobs_finished, which holds every row and would have it read the running rows
             # one by one from a table of a million (1.3 ms at 1,000 running jobs).
             # The busy slots of each machine, read from the index alone (the tick), and the
-            # jobs a machine runs (a poll's running_on, cancels_for).
+            # jobs a machine runs (a poll's running_on).
             "CREATE INDEX jobs_running_on ON jobs (status, machine, tbl, slots)"
             " WHERE status = 'processing'",
             # The sweep: a range each, the leases run out and the attempts past their deadline.
