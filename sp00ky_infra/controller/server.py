@@ -243,6 +243,7 @@ class Runtime:
             admin_port=self.admin_socket.getsockname()[1],
         )
         store = open_store(settings.store_url)
+        store.checkpoint_in_background()  # SQLite: its checkpoints off the dispatch path
         self.controller = Controller(
             settings, config, store, provisioner, images=images, image_server=image_server
         )

@@ -101,7 +101,8 @@ class Dialect(ABC):
 
     placeholder = "?"
     # Whether the database takes arrays as parameters: PostgreSQL writes a batch of rows in
-    # one statement (one round trip); SQLite, in process, runs a cached statement per row.
+    # one statement with the rows' values as arrays (one round trip); SQLite with them in
+    # VALUES (rows.start_attempts, rows.complete_attempts).
     arrays = False
 
     @abstractmethod

@@ -23,6 +23,10 @@ class SqlStore(Sweeper, Retention):
     # thread (the agents' hot routes do).
     embedded = False
 
+    def checkpoint_in_background(self) -> None:
+        """A long-running process's store: keep the database's housekeeping off its commits
+        where the database leaves it to them (SQLite's checkpoints); nothing elsewhere."""
+
     @functools.cached_property
     def machines(self) -> MachineTable:
         return MachineTable(self)
