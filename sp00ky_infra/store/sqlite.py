@@ -302,6 +302,7 @@ class Checkpointer(threading.Thread):
     def run(self) -> None:
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # as the store's (memory)
         except sqlite3.Error:
             log.exception("checkpointer: cannot open %s; commits checkpoint instead", self.path)
             return
