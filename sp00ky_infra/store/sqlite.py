@@ -288,15 +288,14 @@ class _Waiter:
 
 
 class Checkpointer(threading.Thread):
-    """Checkpoints the WAL (PASSIVE: it never waits for readers or writers, nor they for
-    it) every ``interval`` seconds when another connection has committed since, on a
-    connection of its own, until ``stop()``."""
+    """Checkpoints the WAL (PASSIVE: it waits for no reader or writer) every ``interval``
+    seconds when another connection has committed since, on a connection of its own, until
+    ``stop()``."""
 
     def __init__(self, path: str, interval: float = CHECKPOINT_INTERVAL_SECONDS) -> None:
         super().__init__(name="sqlite-checkpointer", daemon=True)
         self.path = path
         self.interval = interval
-        self.checkpoints = 0  # completed, for tests
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -314,7 +313,6 @@ class Checkpointer(threading.Thread):
                     if version != seen:
                         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                         seen = version
-                        self.checkpoints += 1
                 except sqlite3.Error:  # the next round tries again; the backstop still holds
                     log.warning("checkpointer: checkpoint of %s failed", self.path, exc_info=True)
         finally:
@@ -440,6 +438,7 @@ class SqliteStore(SqlStore):
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
+            self._autocheckpoint = None  # a connection opened after this has no thread
         self._connections.close_all()
 
     def __repr__(self) -> str:
