@@ -24,6 +24,14 @@ def test_every_command_resolves_to_the_command_of_its_name() -> None:
         assert cli.get_command(ctx, "nonesuch") is None
 
 
+def test_a_mistyped_command_is_named_with_the_one_meant() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sp00ky_infra", "jbos"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "No such command 'jbos'. Did you mean 'jobs'?" in done.stderr
+
+
 def _imported_by(*args: str) -> list[str]:
     probe = (
         "import json, sys\n"

@@ -52,6 +52,17 @@ class LazyGroup(click.Group):
             raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        # click suggests the commands it holds (``self.commands``): here, the lazy ones too
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx
+            ) from None
+
 
 @click.group(
     cls=LazyGroup,
