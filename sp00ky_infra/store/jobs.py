@@ -6,6 +6,7 @@ retry, recovery and the runner can never leave a job in states they disagree abo
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -39,6 +40,7 @@ from sp00ky_infra.store.rows import (
     RENEW_PG,
     START_ROWS_MAX,
     UPDATE_JOB,
+    chunks,
     complete_attempts,
     filters,
     insert_order,
@@ -207,7 +209,7 @@ class Jobs(Dialect):
                     concurrency,
                 )
             )
-            started, values = [], list[Any]()
+            started, starts = [], []
             for row in queue:
                 if row[0] not in chosen:
                     continue
@@ -215,16 +217,18 @@ class Jobs(Dialect):
                 number = row[_NUMBER] + 1
                 deadline = attempt_deadline(row[_TIMEOUT], row[_MAX_DURATION], now)
                 entry = attempt_entry(number, attempt, machine, now)
-                values += (row[0], attempt, deadline, json.dumps(entry))
+                starts.append((row[0], attempt, deadline, json.dumps(entry)))
                 started.append(
                     started_job(row, owner, machine, attempt, now + lease, deadline, now, entry)
                 )
-            for first in range(0, len(started), START_ROWS_MAX):
-                rows = min(START_ROWS_MAX, len(started) - first)
-                chunk = values[4 * first : 4 * (first + rows)]
-                self._x(cur, start_attempts(rows), (owner, machine, now + lease, now, now, *chunk))
+            for chunk in chunks(starts, START_ROWS_MAX):
+                self._x(
+                    cur,
+                    start_attempts(len(chunk)),
+                    (owner, machine, now + lease, now, now, *itertools.chain(*chunk)),
+                )
                 # The database is held: every admitted row must start.
-                if cur.rowcount != rows:
+                if cur.rowcount != len(chunk):
                     raise Conflict(f"claim of {table} raced another writer; try again")
         return started
 
@@ -349,24 +353,18 @@ class Jobs(Dialect):
             )  # fmt: skip
             return {row[0]: row[1] for row in rows}
         started: dict[str, float | None] = {}
-        if len(results) > 1:  # SQLite: a statement for the batch (its rows a chunk)
-            for first in range(0, len(results), START_ROWS_MAX):
-                chunk = [
-                    value
-                    for (job_id, attempt, _), payload in zip(
-                        results[first : first + START_ROWS_MAX],
-                        payloads[first : first + START_ROWS_MAX],
-                        strict=True,
-                    )
-                    for value in (job_id, attempt, payload)
-                ]
+        if len(results) > 1:  # SQLite: a statement for the batch (or a chunk of it)
+            values = [
+                (job_id, attempt, payload)
+                for (job_id, attempt, _), payload in zip(results, payloads, strict=True)
+            ]
+            for chunk in chunks(values, START_ROWS_MAX):
                 self._x(
                     cur,
-                    complete_attempts(len(chunk) // 3),
-                    (now, now, ended, *chunk, machine, machine),
+                    complete_attempts(len(chunk)),
+                    (now, now, ended, *itertools.chain(*chunk), machine, machine),
                 )
-                for job_id, started_at in cur.fetchall():
-                    started.setdefault(job_id, started_at)
+                started.update(cur.fetchall())
             return started
         for (job_id, attempt, _), payload in zip(results, payloads, strict=True):
             self._x(

@@ -14,11 +14,13 @@ statement (cheaper to send, bind and plan than a join).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypeVar
 
 from sp00ky_infra.store.model import AttemptEntry, Job, NewJob
+
+T = TypeVar("T")
 
 COLUMNS = (
     "id, backend, tbl, path, payload, status, retries, max_retries, retry_strategy, delay_ms, "
@@ -49,6 +51,11 @@ START_ATTEMPTS = (
     "FROM (VALUES {rows}) AS v WHERE jobs.id = v.column1 AND +jobs.status = 'pending'"
 )
 START_ROWS_MAX = 1000  # rows a statement: 4 variables each, well under SQLite's 32,766
+
+
+def chunks(rows: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """``rows`` in slices of at most ``size``, in order (a statement's worth each)."""
+    return (rows[first : first + size] for first in range(0, len(rows), size))
 
 
 def start_attempts(rows: int) -> str:
