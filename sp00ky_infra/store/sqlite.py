@@ -342,7 +342,6 @@ class SqliteStore(SqlStore):
         self._writer = threading.Lock()  # this process's writers, one at a time
         self._writers = WriterQueue(f"{path}.writers")  # and the processes'
         self._wake_due = threading.local()  # this thread's transaction queued or requeued work
-        self._autocheckpoint: int | None = None  # SQLite's default (1,000 pages)
         self._checkpointer: Checkpointer | None = None
 
     def _connect(self) -> sqlite3.Connection:
@@ -357,8 +356,8 @@ class SqliteStore(SqlStore):
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-            if self._autocheckpoint is not None:
-                conn.execute(f"PRAGMA wal_autocheckpoint={self._autocheckpoint}")
+            if self._checkpointer is not None:  # its commits leave checkpoints to it
+                conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
         return conn
@@ -429,16 +428,14 @@ class SqliteStore(SqlStore):
         the connections it changes are this thread's and those opened after."""
         if self._checkpointer is not None:
             return
-        self._autocheckpoint = BACKSTOP_CHECKPOINT_PAGES
-        self._connection().execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
         self._checkpointer = Checkpointer(self.path)
+        self._connection().execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
         self._checkpointer.start()
 
     def close(self) -> None:
         if self._checkpointer is not None:
             self._checkpointer.stop()
-            self._checkpointer = None
-            self._autocheckpoint = None  # a connection opened after this has no thread
+            self._checkpointer = None  # a connection opened after this has no thread
         self._connections.close_all()
 
     def __repr__(self) -> str:
