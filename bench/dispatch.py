@@ -140,6 +140,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def server_processes() -> list[int]:
+    """The PostgreSQL server's processes (the postmaster's and its backends'): the store's
+    side of a job, on the same two cores."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "postgres":
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
 def machine_processes(store: Any) -> tuple[list[int], list[int]]:
     """The agents' pids and their backends' (every other member of each machine's session)."""
     agents = [int(m.provider_id) for m in store.machines.live("render") if m.provider_id]
@@ -171,6 +185,8 @@ def throughput(folder: Path, count: int, store_url: str) -> dict[str, float]:
         assert controller.proc is not None
         agents, backends = machine_processes(store)
         groups = {"controller": [controller.proc.pid], "agents": agents, "backends": backends}
+        if not store_url.startswith("sqlite"):
+            groups["database"] = server_processes()
         before = {name: sum(map(cpu_seconds, pids)) for name, pids in groups.items()}
         started = time.perf_counter()
         store.enqueue_many(news, time.time())
