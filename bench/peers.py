@@ -8,9 +8,9 @@ by four (processes; procrastinate: one worker process with that concurrency, its
 through:
 
 - this store as the controller's poll uses it (one transaction completes the last batch with
-  ``complete_many`` and claims the next) on SQLite (claims of 16 at a time) and huey's
-  SqliteHuey (one at a time, as its consumer takes them), both with ``synchronous=NORMAL`` in
-  WAL mode: equal durability;
+  ``complete_many`` and claims the next, the claim read after the COMMIT it travels with) on
+  SQLite (claims of 16 at a time) and huey's SqliteHuey (one at a time, as its consumer takes
+  them), both with ``synchronous=NORMAL`` in WAL mode: equal durability;
 - this store on PostgreSQL (claims of 1 and of 16), pgqueuer (batched dequeue of 16, completions
   logged in one statement a batch, as its QueueManager does) and procrastinate.
 
@@ -87,7 +87,9 @@ def _ours_worker(url: str, batch: int, start: float) -> int:
         with store.transaction():
             finished = store.complete_many([(job.id, job.attempt or "", None) for job in jobs], now)
             done += sum(each.status == "success" for each in finished)
-            jobs = store.claim(TABLE, batch, f"w{os.getpid()}", now, lease=90, machine="m1")
+            # read after the COMMIT it travels with, as the poll's claim is
+            claimed = store.send_claim(TABLE, batch, f"w{os.getpid()}", now, lease=90, machine="m1")
+        jobs = claimed.result()
         if not jobs:
             break
     store.close()

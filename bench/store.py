@@ -61,7 +61,9 @@ def claim_and_complete(store: SqlStore, batch: int, together: bool = False) -> t
                 results = [(job.id, job.attempt or "", {"ok": True}) for job in jobs]
                 store.complete_many(results, now)
             done += len(jobs)
-            jobs = store.claim(TABLE, batch, "bench", now, lease=90, machine="m1")
+            # read after the COMMIT it travels with (together), as the poll's claim is
+            claimed = store.send_claim(TABLE, batch, "bench", now, lease=90, machine="m1")
+        jobs = claimed.result()
         if not jobs:
             break
     return done, done / (time.perf_counter() - started)

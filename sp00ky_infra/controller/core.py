@@ -47,7 +47,9 @@ from sp00ky_infra.policy.plan import Plan
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.names import pool_image
 from sp00ky_infra.store import Conflict, Job, JobNotFound, SqlStore, StaleAttempt
+from sp00ky_infra.store.dialect import Later
 from sp00ky_infra.store.machines import Machine, MachineNotFound
+from sp00ky_infra.store.model import Recorded
 
 # A poll writes the machine's last sighting at most this often: silence is judged over a
 # whole lease (30 s at least), so a second's resolution changes no verdict, and a busy
@@ -178,14 +180,19 @@ class Controller:
             raise NotLeader("this controller is not the leader of its store; retry shortly")
 
     def _holding(
-        self, name: str, held: Callable[[Machine], str | None], offered: str, what: str
+        self,
+        name: str,
+        held: Callable[[Machine], str | None],
+        offered: str,
+        what: str,
+        read: Later[Machine] | None = None,
     ) -> Machine:
-        """Machine ``name``, if ``offered`` is the hash it holds (its session's or its
-        credential's): Unauthorized for an unknown machine or another secret, Gone for a
-        failed or destroyed one."""
+        """Machine ``name`` (``read``: its row, sent already), if ``offered`` is the hash it
+        holds (its session's or its credential's): Unauthorized for an unknown machine or
+        another secret, Gone for a failed or destroyed one."""
         self._require_leader()
         try:
-            machine = self.store.machines.get(name)
+            machine = (read or self.store.machines.send_get(name)).result()
         except MachineNotFound as exc:
             raise Unauthorized(f"unknown machine {name!r}") from exc
         stored = held(machine)
@@ -195,9 +202,9 @@ class Controller:
             raise Gone(f"machine {name} is {machine.state}; shut down")
         return machine
 
-    def _authenticate(self, name: str, session: str) -> Machine:
+    def _authenticate(self, name: str, session: str, read: Later[Machine] | None = None) -> Machine:
         offered = tokens.session_hash(session)
-        machine = self._holding(name, lambda m: m.session_hash, offered, "session")
+        machine = self._holding(name, lambda m: m.session_hash, offered, "session", read)
         if machine.pool not in self.pools:
             raise Gone(f"pool {machine.pool} is no longer configured; shut down")
         return machine
@@ -313,42 +320,53 @@ class Controller:
 
         A long-poll renews once, when the request arrives (``renew``); the passes after each
         wake-up only look for kills, drain and work.
-        """
-        with self.store.transaction():
-            return self._poll(name, session, request, renew)
 
-    def _poll(self, name: str, session: str, request: PollRequest, renew: bool) -> PollReply:
-        machine = self._authenticate(name, session)
+        On PostgreSQL the statements travel in two round trips: the machine, its running
+        jobs and the results; then the renewals and the claim with the COMMIT (read after
+        it: the reply is built from what committed).
+        """
+        self._require_leader()
+        with self.store.transaction():
+            answer = self._poll(name, session, request, renew)
+        return answer()
+
+    def _poll(
+        self, name: str, session: str, request: PollRequest, renew: bool
+    ) -> Callable[[], PollReply]:
+        # One read of the machine's running jobs: the results' jobs as they were, its kills,
+        # and below its lost assignments and free slots. Sent with the machine's row and the
+        # results' batch, before either is read.
+        machine_read = self.store.machines.send_get(name)
+        running_read = self.store.send_running_on(name)
         now = self.clock()
+        successes = [done for done in request.results if done.status == "success"] if renew else []
+        recorded = self.store.send_complete_many(
+            [(done.job, done.attempt, done.result) for done in successes], now, machine=name
+        )
+        machine = self._authenticate(name, session, machine_read)
         pool = self.pools[machine.pool]
+        running = running_read.result()
         reported = [(each.job, each.attempt) for each in request.running]
         for each in request.running:
             self.measures.posted(each.attempt, each.posted)
-        stop: list[Stop] = []
         acks: list[ResultAck] = []
-        # One read of the machine's running jobs: the results' jobs as they were, its kills,
-        # and below its lost assignments and free slots.
-        running = self.store.running_on(name)
+        renewed: Later[set[str]] | None = None
         if renew:
             # Results first: their slots are free for the work this same poll claims.
             current = {(job.id, job.attempt): job for job in running}
-            acks = self._record_all(machine, request.results, now, current)
+            acks = self._record_all(machine, request.results, now, current, recorded.result())
             running = list(current.values())  # the recorded ones run no more
             last = machine.last_seen_at
             if last is None or not 0 <= now - last < SEEN_RESOLUTION_SECONDS:
                 self.store.machines.seen(name, now)
-            renewed = self.store.renew(reported, now, pool.lease)
-            stop = [
-                Stop(job=job, attempt=attempt, reason="stale")
-                for job, attempt in reported
-                if job not in renewed
-            ]
-        stop += [
+            renewed = self.store.send_renew(reported, now, pool.lease)
+        cancelled = [
             Stop(job=job.id, attempt=job.attempt or "", reason="cancelled")
             for job in running
             if job.cancel_requested
         ]
         assignments: list[Assignment] = []
+        claimed: Later[list[Job]] = Later.ready([])
         if machine.state == "ready" and self.leader:
             known = {job for job, _ in reported} | {done.job for done in request.results}
             # Jobs bound to this machine that it does not know of: a poll answer that never
@@ -361,7 +379,7 @@ class Controller:
             free = min(request.free_slots, pool.slots - sum(job.slots for job in running))
             if free > 0 and not self.pool_states.paused(machine.pool):
                 backend = self.backends[machine.pool]
-                claimed = self.store.claim(
+                claimed = self.store.send_claim(
                     self.table_of(machine.pool),
                     free,
                     self.settings.controller_id,
@@ -370,22 +388,33 @@ class Controller:
                     machine=name,
                     concurrency=backend.method.concurrency if backend.method else None,
                 )
-                assignments += [_assignment(job) for job in claimed]
-                for job in claimed:
-                    self.measures.claimed(job.attempt or "", machine.pool, now - job.run_after)
-                if claimed and machine.idle_since is not None:
-                    # An idle machine took work. A ready machine with its idle clock stopped
-                    # is busy already (its busy period open: the tick opens it too when it
-                    # stops the clock): no write, none inside PostgreSQL's admission lock.
+                # An idle machine that takes work: its busy period opens in this transaction
+                # (the claim read before the COMMIT). A ready machine with its idle clock
+                # stopped is busy already (the tick opens the period too when it stops the
+                # clock): no write, none inside PostgreSQL's admission lock.
+                if machine.idle_since is not None and claimed.result():
                     self.executor.claimed(name, now)
-        return PollReply(
-            assignments=assignments,
-            stop=stop,
-            drain=machine.state == "draining",
-            lease=pool.lease,
-            now=now,
-            results=acks,
-        )
+
+        def reply() -> PollReply:
+            stale = set() if renewed is None else renewed.result()
+            stop = [
+                Stop(job=job, attempt=attempt, reason="stale")
+                for job, attempt in reported
+                if renew and job not in stale
+            ]
+            for job in claimed.result():
+                assignments.append(_assignment(job))
+                self.measures.claimed(job.attempt or "", machine.pool, now - job.run_after)
+            return PollReply(
+                assignments=assignments,
+                stop=stop + cancelled,
+                drain=machine.state == "draining",
+                lease=pool.lease,
+                now=now,
+                results=acks,
+            )
+
+        return reply
 
     def _record_all(
         self,
@@ -393,13 +422,13 @@ class Controller:
         results: Sequence[FinishedAttempt],
         now: float,
         current: dict[tuple[str, str | None], Job],
+        batch: list[Recorded],
     ) -> list[ResultAck]:
-        """A poll's results, acknowledged in order: the successes in one batch
-        (``store.complete_many``: one statement on PostgreSQL), the others one by one. The
-        jobs recorded leave ``current`` (the machine's running jobs as this poll read them)."""
-        successes = [done for done in results if done.status == "success"]
-        batch = [(done.job, done.attempt, done.result) for done in successes]
-        recorded = iter(self.store.complete_many(batch, now, machine=machine.name))
+        """A poll's results, acknowledged in order: the successes recorded in one batch
+        (``batch``, ``store.send_complete_many``'s outcome: one statement on PostgreSQL), the
+        others one by one. The jobs recorded leave ``current`` (the machine's running jobs as
+        this poll read them)."""
+        recorded = iter(batch)
         acks: list[ResultAck] = []
         for done in results:
             key = (done.job, done.attempt)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -20,6 +20,8 @@ class Closable(Protocol):
 
 
 C = TypeVar("C", bound=Closable)
+T = TypeVar("T")
+U = TypeVar("U")
 DEFAULT_BATCH = 500  # rows a sweep or a prune reads per round
 
 
@@ -29,10 +31,38 @@ class Cursor(Protocol):
     @property
     def rowcount(self) -> int: ...
 
-    def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Any: ...
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ..., /) -> Any: ...
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
     def executemany(self, sql: str, params: Sequence[Sequence[Any]], /) -> Any: ...
+
+
+class Later(Generic[T]):
+    """A statement's outcome, read when first asked for. Inside a PostgreSQL
+    ``transaction()`` the statements sent before an ask travel together (a pipeline: one round
+    trip for them all, the COMMIT's too for those read after it); elsewhere the statement ran
+    when it was sent and this only holds what it gave."""
+
+    __slots__ = ("_done", "_read", "_value")
+
+    def __init__(self, read: Callable[[], T]) -> None:
+        self._read = read
+        self._done = False
+
+    @classmethod
+    def ready(cls, value: T) -> Later[T]:
+        later = cls(lambda: value)
+        later._value, later._done = value, True
+        return later
+
+    def result(self) -> T:
+        if not self._done:
+            self._value, self._done = self._read(), True
+        return self._value
+
+    def then(self, after: Callable[[T], U]) -> Later[U]:
+        """The outcome with ``after`` applied to it (when asked for)."""
+        return Later(lambda: after(self.result()))
 
 
 class PerThread(Generic[C]):
@@ -166,19 +196,14 @@ class Dialect(ABC):
             rows.append(cur.fetchall())
         return rows
 
-    def _claim_rows(
+    def _send_claim(
         self, table: str, sql: str, params: dict[str, Any], shared: bool = False
-    ) -> list[Any]:
+    ) -> Later[list[Any]]:
         """A claim made by one statement, ``sql`` (rows.CLAIM_PG), after the queue's
         admission lock (``shared``: shared with other claims while no wide job waits, for a
-        queue without a concurrency cap): the rows it returns. Only where ``arrays``
-        (PostgreSQL)."""
+        queue without a concurrency cap): the rows it returns, as ``_send``'s. Only where
+        ``arrays`` (PostgreSQL)."""
         raise NotImplementedError("claims in one statement are PostgreSQL's")
-
-    def _batch_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        """The rows of one statement that writes a batch with arrays (where ``arrays``),
-        its prepared plan made once inside a transaction."""
-        raise NotImplementedError("statements with arrays are PostgreSQL's")
 
     @abstractmethod
     def close(self) -> None: ...
@@ -188,6 +213,13 @@ class Dialect(ABC):
 
     def _x(self, cur: Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
         return cur.execute(self._sql(sql), tuple(params))
+
+    def _send(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Later[list[Any]]:
+        """``sql``'s rows, read when asked for (``Later``). Here it runs at once; PostgreSQL
+        inside ``transaction()`` sends it with the statements around it."""
+        with self._cursor() as cur:
+            cur.execute(self._sql(sql), params if isinstance(params, dict) else tuple(params))
+            return Later.ready(cur.fetchall())
 
     # --- migrations ------------------------------------------------------------------------
 

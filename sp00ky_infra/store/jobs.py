@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sp00ky_infra.policy.jobs import Queued, admit
-from sp00ky_infra.store.dialect import Cursor, Dialect
+from sp00ky_infra.store.dialect import Cursor, Dialect, Later
 from sp00ky_infra.store.model import (
     CANCELLED,
     STATUSES,
@@ -177,8 +177,24 @@ class Jobs(Dialect):
         slots it needs are free and nothing behind it overtakes it; ``concurrency`` caps the
         table's jobs in flight. Each started job gets a new attempt id and a lease.
         """
+        return self.send_claim(
+            table, free_slots, owner, now, lease, machine=machine, concurrency=concurrency
+        ).result()
+
+    def send_claim(
+        self,
+        table: str,
+        free_slots: int,
+        owner: str,
+        now: float,
+        lease: float,
+        machine: str | None = None,
+        concurrency: int | None = None,
+    ) -> Later[list[Job]]:
+        """``claim``, sent (``Later``): inside ``transaction()`` on PostgreSQL, with what is
+        sent around it, and read after the COMMIT if asked for then."""
         if free_slots < 1:
-            return []
+            return Later.ready([])
         if self.arrays:
             return self._claim_in_sql(table, free_slots, owner, now, lease, machine, concurrency)
         # The head of the queue (SQLite: BEGIN IMMEDIATE holds the database, so the rows
@@ -230,7 +246,7 @@ class Jobs(Dialect):
                 # The database is held: every admitted row must start.
                 if cur.rowcount != len(chunk):
                     raise Conflict(f"claim of {table} raced another writer; try again")
-        return started
+        return Later.ready(started)
 
     def _claim_in_sql(
         self,
@@ -241,7 +257,7 @@ class Jobs(Dialect):
         lease: float,
         machine: str | None,
         concurrency: int | None,
-    ) -> list[Job]:
+    ) -> Later[list[Job]]:
         """``claim`` on PostgreSQL: admission and the attempts' start in one statement
         (rows.CLAIM_PG), one round trip after the lock instead of a read, admission here and
         a write (two, and the lock held across both)."""
@@ -257,23 +273,30 @@ class Jobs(Dialect):
             "started": json.dumps(now),
         }
         if concurrency is None:  # claims of the queue run side by side (rows.CLAIM_ANY_PG)
-            claimed = self._claim_rows(table, CLAIM_ANY_PG, params, shared=True)
+            claimed = self._send_claim(table, CLAIM_ANY_PG, params, shared=True)
         else:
-            claimed = self._claim_rows(table, CLAIM_CAPPED_PG, params)
-        rows = sorted(claimed, key=lambda row: int(row[0]))
-        return [job_from_row(row[1:]) for row in rows]
+            claimed = self._send_claim(table, CLAIM_CAPPED_PG, params)
+        return claimed.then(
+            lambda rows: [job_from_row(row[1:]) for row in sorted(rows, key=lambda r: int(r[0]))]
+        )
 
     def renew(self, leases: Sequence[tuple[str, str]], now: float, lease: float) -> set[str]:
         """Extend the leases of (job id, attempt) pairs still current; returns their job ids."""
+        return self.send_renew(leases, now, lease).result()
+
+    def send_renew(
+        self, leases: Sequence[tuple[str, str]], now: float, lease: float
+    ) -> Later[set[str]]:
+        """``renew``, sent (``Later``)."""
         renewed: set[str] = set()
         if not leases:
-            return renewed
+            return Later.ready(renewed)
         if self.arrays:  # one statement (one round trip, one run of the jobs triggers)
             ids, attempts = [job for job, _ in leases], [attempt for _, attempt in leases]
-            rows = self._batch_rows(
+            rows = self._send(
                 RENEW_PG, (now + lease, now, ids, attempts, ["processing"] * len(ids))
             )
-            return {row[0] for row in rows}
+            return rows.then(lambda rows: {row[0] for row in rows})
         with self._joined() as cur:  # each UPDATE stands alone: no savepoint needed
             for job_id, attempt in leases:
                 self._x(
@@ -284,7 +307,7 @@ class Jobs(Dialect):
                 )
                 if cur.rowcount == 1:
                     renewed.add(job_id)
-        return renewed
+        return Later.ready(renewed)
 
     def complete(self, job_id: str, attempt: str, result: Any, now: float) -> Job:
         """Record the backend's answer for the current attempt: success.
@@ -313,30 +336,41 @@ class Jobs(Dialect):
         the outcomes come back in order, a refused one with ``refused`` set, never raised.
         Call it inside ``transaction()`` to commit the batch with the rest of a poll.
         """
+        return self.send_complete_many(results, now, machine).result()
+
+    def send_complete_many(
+        self,
+        results: Sequence[tuple[str, str, Any]],
+        now: float,
+        machine: str | None = None,
+    ) -> Later[list[Recorded]]:
+        """``complete_many``, sent (``Later``): the common case's statement goes with what is
+        sent around it; the others' transitions run when the outcome is asked for."""
         if not results:
-            return []
+            return Later.ready([])
         payloads = [None if result is None else json.dumps(result) for _, _, result in results]
-        # One statement a batch on PostgreSQL needs no transaction of its own (inside
-        # transaction() it is part of it); SQLite's statements (a chunk each) commit together.
-        with self._cursor() if self.arrays else self._joined() as cur:
-            started = self._complete_attempts(cur, results, payloads, now, machine)
-        recorded = []
-        for job_id, attempt, result in results:
-            if job_id in started:  # once: the same result twice is stale the second time
-                recorded.append(Recorded(job_id, attempt, "success", "", started.pop(job_id)))
-            else:
-                recorded.append(self._complete_slow(job_id, attempt, result, now, machine))
-        return recorded
+
+        def recorded(started: dict[str, float | None]) -> list[Recorded]:
+            outcomes = []
+            for job_id, attempt, result in results:
+                if job_id in started:  # once: the same result twice is stale the second time
+                    outcomes.append(Recorded(job_id, attempt, "success", "", started.pop(job_id)))
+                else:
+                    outcomes.append(self._complete_slow(job_id, attempt, result, now, machine))
+            return outcomes
+
+        return self._complete_attempts(results, payloads, now, machine).then(recorded)
 
     def _complete_attempts(
         self,
-        cur: Cursor,
         results: Sequence[tuple[str, str, Any]],
         payloads: Sequence[str | None],
         now: float,
         machine: str | None,
-    ) -> dict[str, float | None]:
-        """The common case of ``complete_many``: the started_at of the jobs it completed."""
+    ) -> Later[dict[str, float | None]]:
+        """The common case of ``complete_many``: the started_at of the jobs it completed. On
+        PostgreSQL one statement (needing no transaction of its own: inside transaction() it
+        is part of it); on SQLite a statement a chunk, committed together."""
         ended = json.dumps(now)
         if len(results) > 1:
             # A job's first result only: a join with two rows for one job would update it
@@ -345,15 +379,38 @@ class Jobs(Dialect):
             if len(firsts) < len(results):
                 kept = sorted(firsts.values())
                 results, payloads = [results[n] for n in kept], [payloads[n] for n in kept]
-        if self.arrays and len(results) > 1:
-            rows = self._batch_rows(
-                COMPLETE_ATTEMPTS_PG,
-                (now, now, ended, [each[0] for each in results], [each[1] for each in results],
-                 list(payloads), ["processing"] * len(results), machine, machine),
-            )  # fmt: skip
-            return {row[0]: row[1] for row in rows}
+        if self.arrays:
+            if len(results) > 1:
+                rows = self._send(
+                    COMPLETE_ATTEMPTS_PG,
+                    (now, now, ended, [each[0] for each in results],
+                     [each[1] for each in results], list(payloads),
+                     ["processing"] * len(results), machine, machine),
+                )  # fmt: skip
+            else:
+                (job_id, attempt, _), payload = results[0], payloads[0]
+                rows = self._send(
+                    COMPLETE_ATTEMPT_PG,
+                    (payload, now, now, ended, job_id, attempt, machine, machine),
+                )
+                rows = rows.then(lambda found: [(job_id, row[0]) for row in found])
+            return rows.then(lambda rows: {row[0]: row[1] for row in rows})
+        with self._joined() as cur:
+            return Later.ready(
+                self._complete_in_sqlite(cur, results, payloads, ended, machine, now)
+            )
+
+    def _complete_in_sqlite(
+        self,
+        cur: Cursor,
+        results: Sequence[tuple[str, str, Any]],
+        payloads: Sequence[str | None],
+        ended: str,
+        machine: str | None,
+        now: float,
+    ) -> dict[str, float | None]:
         started: dict[str, float | None] = {}
-        if len(results) > 1:  # SQLite: a statement for the batch (or a chunk of it)
+        if len(results) > 1:  # a statement for the batch (or a chunk of it)
             values = [
                 (job_id, attempt, payload)
                 for (job_id, attempt, _), payload in zip(results, payloads, strict=True)
@@ -366,15 +423,13 @@ class Jobs(Dialect):
                 )
                 started.update(cur.fetchall())
             return started
-        for (job_id, attempt, _), payload in zip(results, payloads, strict=True):
-            self._x(
-                cur,
-                COMPLETE_ATTEMPT_PG if self.arrays else COMPLETE_ATTEMPT,
-                (payload, now, now, ended, job_id, attempt, machine, machine),
-            )
-            row = cur.fetchone()
-            if row is not None and job_id not in started:
-                started[job_id] = row[0]
+        (job_id, attempt, _), payload = results[0], payloads[0]
+        self._x(
+            cur, COMPLETE_ATTEMPT, (payload, now, now, ended, job_id, attempt, machine, machine)
+        )
+        row = cur.fetchone()
+        if row is not None:
+            started[job_id] = row[0]
         return started
 
     def _complete_slow(
@@ -571,14 +626,16 @@ class Jobs(Dialect):
 
     def running_on(self, machine: str) -> list[Job]:
         """The jobs whose current attempt runs on ``machine``."""
-        with self._cursor() as cur:
-            self._x(
-                cur,
-                f"SELECT {COLUMNS} FROM jobs WHERE status = 'processing' AND machine = ? "
-                "ORDER BY started_at, id",
-                (machine,),
-            )
-            return [job_from_row(row) for row in cur.fetchall()]
+        return self.send_running_on(machine).result()
+
+    def send_running_on(self, machine: str) -> Later[list[Job]]:
+        """``running_on``, sent (``Later``)."""
+        rows = self._send(
+            f"SELECT {COLUMNS} FROM jobs WHERE status = 'processing' AND machine = ? "
+            "ORDER BY started_at, id",
+            (machine,),
+        )
+        return rows.then(lambda rows: [job_from_row(row) for row in rows])
 
     def cancelling_machines(self) -> set[str]:
         """Machines that run a killed job (the kill waits for their next poll)."""

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from sp00ky_infra.policy.breaker import Breaker
 from sp00ky_infra.policy.machines import INITIAL, LIVE_STATES, MachineState, Reason, Rule, rule
-from sp00ky_infra.store.dialect import Dialect
+from sp00ky_infra.store.dialect import Dialect, Later
 from sp00ky_infra.store.model import Conflict, StoreError
 
 MACHINE_COLUMNS = (
@@ -188,12 +188,20 @@ class MachineTable:
         return self.get(name)
 
     def get(self, name: str) -> Machine:
-        with self._store._cursor() as cur:
-            self._store._x(cur, f"SELECT {MACHINE_COLUMNS} FROM machines WHERE name = ?", (name,))
-            row = cur.fetchone()
-        if row is None:
-            raise MachineNotFound(f"no machine {name!r}; `sp00ky-infra pools get POOL` lists them")
-        return _machine(row)
+        return self.send_get(name).result()
+
+    def send_get(self, name: str) -> Later[Machine]:
+        """``get``, sent (``Later``: MachineNotFound comes when the outcome is asked for)."""
+
+        def machine(rows: list[Any]) -> Machine:
+            if not rows:
+                raise MachineNotFound(
+                    f"no machine {name!r}; `sp00ky-infra pools get POOL` lists them"
+                )
+            return _machine(rows[0])
+
+        rows = self._store._send(f"SELECT {MACHINE_COLUMNS} FROM machines WHERE name = ?", (name,))
+        return rows.then(machine)
 
     def live(self, pool: str | None = None) -> list[Machine]:
         """Machines not yet destroyed (failed ones too, until they are), oldest first."""

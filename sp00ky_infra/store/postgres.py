@@ -7,8 +7,10 @@ advisory lock (so the head of a queue is never overtaken), and rows are read wit
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from sp00ky_infra.store.dialect import Cursor, LeaderLock, PerThread, Watcher
+from sp00ky_infra.store.dialect import Cursor, Later, LeaderLock, PerThread, Watcher
 from sp00ky_infra.store.model import StoreUnavailable
 from sp00ky_infra.store.sql import SqlStore
 
@@ -124,6 +126,13 @@ def redact(url: str) -> str:
     return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
 
 
+def _settle(pipeline: psycopg.Pipeline) -> None:
+    """After an error in a pipeline: its aborted statements collected (their errors are the
+    one already raised), so that the next statement runs."""
+    with contextlib.suppress(psycopg.Error):
+        pipeline.sync()
+
+
 class PostgresStore(SqlStore):
     placeholder = "%s"
     arrays = True
@@ -133,6 +142,7 @@ class PostgresStore(SqlStore):
         self._connections: PerThread[psycopg.Connection] = PerThread(
             self._connect, usable=lambda conn: not conn.closed
         )
+        self._pipelines = threading.local()  # this thread's transaction(), in a pipeline
 
     def _connect(self) -> psycopg.Connection:
         try:
@@ -148,13 +158,78 @@ class PostgresStore(SqlStore):
     @contextmanager
     def _write(self) -> Iterator[Cursor]:
         conn = self._connection()
-        with conn.transaction(), conn.cursor() as cur:
-            yield cur
+        pipeline = self._pipeline()
+        if pipeline is None:
+            with conn.transaction(), conn.cursor() as cur:
+                yield cur
+            return
+        with conn.cursor() as cur:  # inside transaction(): a savepoint of it
+            self._x(cur, "SAVEPOINT nested")
+            try:
+                yield cur
+            except BaseException:
+                _settle(pipeline)
+                self._x(cur, "ROLLBACK TO SAVEPOINT nested")
+                raise
+            self._x(cur, "RELEASE SAVEPOINT nested")
+
+    def _pipeline(self) -> psycopg.Pipeline | None:
+        """This thread's ``transaction()`` pipeline, while one is open."""
+        return getattr(self._pipelines, "current", None)
+
+    def _in_transaction(self, conn: psycopg.Connection) -> bool:
+        return (
+            self._pipeline() is not None
+            or conn.info.transaction_status == TransactionStatus.INTRANS
+        )
+
+    @contextmanager
+    def transaction(self) -> Iterator[Cursor]:
+        """In a pipeline, BEGIN and COMMIT sent as statements of it (psycopg's own
+        transaction blocks sync the pipeline as they open and twice as they close): the
+        BEGIN and the generic plans' setting (GENERIC_PLANS, for the batched statements) go
+        with the first statements, and what ``_send`` sends travels with the statements
+        around it: a poll's first reads and its results in one round trip, its renewals and
+        its claim with the COMMIT in another. A statement run with ``_x`` is synced at once
+        (its rows and rowcount then, as outside a pipeline)."""
+        conn = self._connection()
+        with conn.pipeline() as pipeline, conn.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(GENERIC_PLANS)
+            self._pipelines.current = pipeline
+            try:
+                yield cur
+            except BaseException:
+                self._pipelines.current = None
+                _settle(pipeline)
+                cur.execute("ROLLBACK")
+                raise
+            self._pipelines.current = None
+            cur.execute("COMMIT")  # sent, with what is still queued, as the pipeline ends
+
+    def _x(self, cur: Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
+        result = cur.execute(self._sql(sql), tuple(params))
+        pipeline = self._pipeline()
+        if pipeline is not None:
+            pipeline.sync()
+        return result
+
+    def _send(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Later[list[Any]]:
+        if self._pipeline() is None:
+            return super()._send(sql, params)
+        cur = self._connection().cursor()
+        cur.execute(self._sql(sql), params if isinstance(params, dict) else tuple(params))
+
+        def rows() -> list[Any]:
+            with cur:
+                return cur.fetchall()
+
+        return Later(rows)
 
     @contextmanager
     def _joined(self) -> Iterator[Cursor]:
         conn = self._connection()
-        if conn.info.transaction_status == TransactionStatus.INTRANS:
+        if self._in_transaction(conn):
             with conn.cursor() as cur:  # inside transaction(): a SAVEPOINT would cost 2 trips
                 yield cur
         else:
@@ -179,32 +254,27 @@ class PostgresStore(SqlStore):
         # The key as _KEY's (the store's Cursor takes parameters by position).
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s))", (key,))
 
-    def _batch_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        # Inside a transaction, generic plans for the rest of it (GENERIC_PLANS), sent with
-        # the statement in one round trip (a pipeline).
-        conn = self._connection()
-        with conn.pipeline(), conn.cursor() as plans, conn.cursor() as cur:
-            if conn.info.transaction_status == TransactionStatus.INTRANS:
-                plans.execute(GENERIC_PLANS)
-            cur.execute(sql, params)
-            return cur.fetchall()
-
-    def _claim_rows(
+    def _send_claim(
         self, table: str, sql: str, params: dict[str, Any], shared: bool = False
-    ) -> list[Any]:
-        # The queue's admission lock, then the claim (rows.CLAIM_PG): two statements in one
-        # round trip (a pipeline; with the BEGIN and COMMIT of a claim made alone), the
-        # claim's snapshot taken after the lock, as its own statement's always is.
-        conn = self._connection()
+    ) -> Later[list[Any]]:
+        # The queue's admission lock, then the claim (rows.CLAIM_PG), the claim's snapshot
+        # taken after the lock, as its own statement's always is: sent together (inside
+        # transaction() with what is sent around them; alone, with the BEGIN and COMMIT of a
+        # claim made alone, one round trip).
         key = f"claim:{table}"
-        with conn.pipeline(), self._joined() as cur, conn.cursor() as lock:
-            assert isinstance(cur, psycopg.Cursor)
-            if shared:
-                lock.execute(LOCK_QUEUE_SHARED, {"table": table, "key": key})
-            else:
-                lock.execute(LOCK_QUEUE, {"key": key})
+        lock = (
+            (LOCK_QUEUE_SHARED, {"table": table, "key": key})
+            if shared
+            else (LOCK_QUEUE, {"key": key})
+        )
+        if self._pipeline() is not None:
+            self._send(*lock)
+            return self._send(sql, params)
+        conn = self._connection()
+        with conn.pipeline(), self._joined() as cur, conn.cursor() as locking:
+            locking.execute(*lock)
             cur.execute(sql, params)
-            return cur.fetchall()
+            return Later.ready(cur.fetchall())
 
     def leader_lock(self) -> LeaderLock:
         return AdvisoryLock(self.url)
