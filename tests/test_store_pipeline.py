@@ -265,3 +265,21 @@ def test_a_poll_of_another_session_records_nothing(
     assert store.counts()["pending"] == 1  # and nothing was claimed
     reply = controller.poll(MACHINE, "tok", PollRequest(free_slots=1, results=[finished]))
     assert [ack.job_status for ack in reply.results] == ["success"]
+
+
+def test_a_transaction_inside_another_is_a_savepoint_of_it(
+    proxied: tuple[PostgresStore, CountingProxy],
+) -> None:
+    store, _ = proxied
+    first, second = store.enqueue(new(), T0), store.enqueue(new(), T0)
+    with pytest.raises(RuntimeError), store.transaction():
+        with store.transaction():
+            claim_one(store, T0)  # the inner block ends well: no COMMIT of its own
+        raise RuntimeError("the outer one fails after the inner one ended")
+    assert {store.get(first.id).status, store.get(second.id).status} == {"pending"}
+    with store.transaction():
+        with pytest.raises(RuntimeError), store.transaction():
+            claim_one(store, T0)
+            raise RuntimeError("the inner one fails: undone alone")
+        claim_one(store, T0)
+    assert {store.get(first.id).status, store.get(second.id).status} == {"pending", "processing"}

@@ -192,6 +192,10 @@ class PostgresStore(SqlStore):
         around it: a poll's first reads and its results in one round trip, its renewals and
         its claim with the COMMIT in another. A statement run with ``_x`` is synced at once
         (its rows and rowcount then, as outside a pipeline)."""
+        if self._pipeline() is not None:  # inside another: a savepoint of it
+            with self._write() as cur:
+                yield cur
+            return
         conn = self._connection()
         with conn.pipeline() as pipeline, conn.cursor() as cur:
             cur.execute("BEGIN")
