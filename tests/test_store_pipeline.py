@@ -283,3 +283,17 @@ def test_a_transaction_inside_another_is_a_savepoint_of_it(
             raise RuntimeError("the inner one fails: undone alone")
         claim_one(store, T0)
     assert {store.get(first.id).status, store.get(second.id).status} == {"pending", "processing"}
+
+
+def test_an_error_that_surfaces_with_the_commit_rolls_back_and_leaves_the_connection_usable(
+    proxied: tuple[PostgresStore, CountingProxy],
+) -> None:
+    store, _ = proxied
+    job = store.enqueue(new(), T0)
+    with pytest.raises(psycopg.errors.DivisionByZero), store.transaction():
+        claim_one(store, T0)
+        store._send("SELECT 1 / 0")  # never read: its error comes with the COMMIT
+    assert store.get(job.id).status == "pending"  # the same connection, out of that transaction
+    with store.transaction():
+        claimed = store.send_claim("render_job", 1, "c", T0, LEASE, machine="m1")
+    assert [each.id for each in claimed.result()] == [job.id]

@@ -197,19 +197,27 @@ class PostgresStore(SqlStore):
                 yield cur
             return
         conn = self._connection()
-        with conn.pipeline() as pipeline, conn.cursor() as cur:
-            cur.execute("BEGIN")
-            cur.execute(GENERIC_PLANS)
-            self._pipelines.current = pipeline
-            try:
-                yield cur
-            except BaseException:
+        try:
+            with conn.pipeline() as pipeline, conn.cursor() as cur:
+                cur.execute("BEGIN")
+                cur.execute(GENERIC_PLANS)
+                self._pipelines.current = pipeline
+                try:
+                    yield cur
+                except BaseException:
+                    self._pipelines.current = None
+                    _settle(pipeline)
+                    if conn.info.transaction_status != TransactionStatus.IDLE:
+                        cur.execute("ROLLBACK")  # sent as the pipeline ends
+                    raise
                 self._pipelines.current = None
-                _settle(pipeline)
-                cur.execute("ROLLBACK")
-                raise
-            self._pipelines.current = None
-            cur.execute("COMMIT")  # sent, with what is still queued, as the pipeline ends
+                cur.execute("COMMIT")  # sent, with what is still queued, as the pipeline ends
+        except psycopg.Error:
+            # A statement still queued failed as the pipeline ended: the COMMIT after it did
+            # not run, and the transaction is open, aborted.
+            if not conn.closed and conn.info.transaction_status == TransactionStatus.INERROR:
+                conn.execute("ROLLBACK")
+            raise
 
     def _x(self, cur: Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
         result = cur.execute(self._sql(sql), tuple(params))
