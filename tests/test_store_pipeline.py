@@ -28,7 +28,7 @@ from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.controller.state import Deployment
 from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.shared import tokens
-from sp00ky_infra.store import NewJob, SqlStore, open_store
+from sp00ky_infra.store import NewJob, SqlStore, StoreError, open_store
 from sp00ky_infra.store.postgres import PostgresStore
 from tests.controllers import backend_app, leading, project
 from tests.test_controller_executor import Recording
@@ -297,3 +297,48 @@ def test_an_error_that_surfaces_with_the_commit_rolls_back_and_leaves_the_connec
     with store.transaction():
         claimed = store.send_claim("render_job", 1, "c", T0, LEASE, machine="m1")
     assert [each.id for each in claimed.result()] == [job.id]
+
+
+def test_a_savepoint_whose_unread_statement_fails_is_undone_alone(
+    proxied: tuple[PostgresStore, CountingProxy],
+) -> None:
+    store, _ = proxied
+    job = store.enqueue(new(), T0)
+    with store.transaction():
+        with pytest.raises(psycopg.errors.DivisionByZero), store._write():
+            store._send("SELECT 1 / 0")  # never read: its error comes with the RELEASE
+        claimed = store.send_claim("render_job", 1, "c", T0, LEASE, machine="m1")
+    assert [each.id for each in claimed.result()] == [job.id]
+    assert store.get(job.id).status == "processing"
+
+
+def test_a_transaction_that_went_on_after_a_failed_statement_raises_instead_of_committing(
+    proxied: tuple[PostgresStore, CountingProxy],
+) -> None:
+    store, _ = proxied
+    job = store.enqueue(new(), T0)
+    # the caught error left the pipeline aborted: the COMMIT is refused with it
+    with pytest.raises(psycopg.errors.PipelineAborted), store.transaction():
+        claim_one(store, T0)
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            store._send("SELECT 1 / 0").result()  # caught: the block goes on
+    assert store.get(job.id).status == "pending"
+    # synced after it (the transaction aborted, the pipeline not): the COMMIT is a ROLLBACK
+    with pytest.raises(StoreError, match="rolled back"), store.transaction():
+        claim_one(store, T0)
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            store._send("SELECT 1 / 0").result()
+        store._pipeline().sync()  # type: ignore[union-attr]
+    assert store.get(job.id).status == "pending"
+
+
+def test_a_transaction_inside_a_write_is_a_savepoint_of_it(
+    proxied: tuple[PostgresStore, CountingProxy],
+) -> None:
+    store, _ = proxied
+    job = store.enqueue(new(), T0)
+    with pytest.raises(RuntimeError), store._write():
+        with store.transaction():
+            claim_one(store, T0)
+        raise RuntimeError("the outer write fails after the inner transaction ended")
+    assert store.get(job.id).status == "pending"

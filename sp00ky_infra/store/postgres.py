@@ -19,7 +19,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from sp00ky_infra.store.dialect import Cursor, Later, LeaderLock, PerThread, Watcher
-from sp00ky_infra.store.model import StoreUnavailable
+from sp00ky_infra.store.model import StoreError, StoreUnavailable
 from sp00ky_infra.store.sql import SqlStore
 
 LEADER_KEY = "sp00ky-controller-leader"
@@ -167,11 +167,11 @@ class PostgresStore(SqlStore):
             self._x(cur, "SAVEPOINT nested")
             try:
                 yield cur
+                self._x(cur, "RELEASE SAVEPOINT nested")  # what the block left unread, too
             except BaseException:
                 _settle(pipeline)
                 self._x(cur, "ROLLBACK TO SAVEPOINT nested")
                 raise
-            self._x(cur, "RELEASE SAVEPOINT nested")
 
     def _pipeline(self) -> psycopg.Pipeline | None:
         """This thread's ``transaction()`` pipeline, while one is open."""
@@ -192,11 +192,11 @@ class PostgresStore(SqlStore):
         around it: a poll's first reads and its results in one round trip, its renewals and
         its claim with the COMMIT in another. A statement run with ``_x`` is synced at once
         (its rows and rowcount then, as outside a pipeline)."""
-        if self._pipeline() is not None:  # inside another: a savepoint of it
+        conn = self._connection()
+        if self._in_transaction(conn):  # inside another: a savepoint of it
             with self._write() as cur:
                 yield cur
             return
-        conn = self._connection()
         try:
             with conn.pipeline() as pipeline, conn.cursor() as cur:
                 cur.execute("BEGIN")
@@ -207,7 +207,7 @@ class PostgresStore(SqlStore):
                 except BaseException:
                     self._pipelines.current = None
                     _settle(pipeline)
-                    if conn.info.transaction_status != TransactionStatus.IDLE:
+                    if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
                         cur.execute("ROLLBACK")  # sent as the pipeline ends
                     raise
                 self._pipelines.current = None
@@ -218,6 +218,10 @@ class PostgresStore(SqlStore):
             if not conn.closed and conn.info.transaction_status == TransactionStatus.INERROR:
                 conn.execute("ROLLBACK")
             raise
+        if cur.statusmessage != "COMMIT":
+            # A statement of the block failed and the block went on (its error caught): the
+            # server answered the COMMIT with a ROLLBACK. Nothing of it was written.
+            raise StoreError(f"the transaction was rolled back ({cur.statusmessage})")
 
     def _x(self, cur: Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
         result = cur.execute(self._sql(sql), tuple(params))
