@@ -25,6 +25,7 @@ from sp00ky_infra.client import Client
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.provisioners.local import session_members
 from sp00ky_infra.controller.reconcile import tick
+from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.store import SqlStore, open_store
 from tests.helpers import ROOT
@@ -213,6 +214,17 @@ def running_controller(
     finally:
         process.stop()
         kill_machines(store_url)
+
+
+def add_ready_machine(
+    store: SqlStore, name: str, revision: str, slots: int, session: str, now: float
+) -> None:
+    """A machine row of pool ``render`` taken to ready, its agent joined with ``session``
+    (the controller's tests that poll it in process)."""
+    store.machines.add(name, "render", "local", revision, slots, now)
+    store.machines.move(name, Reason.PROVISIONED, now)
+    store.machines.join(name, tokens.session_hash(session), now)
+    store.machines.move(name, Reason.READY, now)
 
 
 @contextmanager

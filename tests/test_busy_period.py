@@ -17,11 +17,9 @@ from sp00ky_infra.controller.protocol import FinishedAttempt, PollRequest
 from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.controller.state import Deployment
-from sp00ky_infra.policy.machines import Reason
-from sp00ky_infra.shared import tokens
 from sp00ky_infra.store import NewJob, open_store
 from sp00ky_infra.store.sqlite import SqliteStore
-from tests.controllers import backend_app, leading, project
+from tests.controllers import add_ready_machine, backend_app, leading, project
 from tests.test_controller_executor import Recording
 
 MACHINE = "render-m1"
@@ -39,11 +37,7 @@ def controller(tmp_path: Path) -> Iterator[Controller]:
     store = open_store(f"sqlite:///{tmp_path}/state.db")
     store.migrate()
     revision = Deployment.of(config, settings.pool).revisions["render"]
-    now = time.time()
-    store.machines.add(MACHINE, "render", "local", revision, 2, now)
-    store.machines.move(MACHINE, Reason.PROVISIONED, now)
-    store.machines.join(MACHINE, tokens.session_hash("tok"), now)
-    store.machines.move(MACHINE, Reason.READY, now)
+    add_ready_machine(store, MACHINE, revision, 2, "tok", time.time())
     with leading(Controller(settings, config, store, Recording(delivers_join_token=True))) as made:
         yield made
 

@@ -26,11 +26,9 @@ from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.protocol import FinishedAttempt, PollRequest, RunningAttempt
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.controller.state import Deployment
-from sp00ky_infra.policy.machines import Reason
-from sp00ky_infra.shared import tokens
 from sp00ky_infra.store import NewJob, SqlStore, StoreError, open_store
 from sp00ky_infra.store.postgres import PostgresStore
-from tests.controllers import backend_app, leading, project
+from tests.controllers import add_ready_machine, backend_app, leading, project
 from tests.test_controller_executor import Recording
 from tests.test_store_contract import LEASE, T0, claim_one, new
 
@@ -207,11 +205,7 @@ def controller(
     config = load_config(project(tmp_path, {"render": {"min": 1, "slots": 4}}, {"renderer": app}))
     settings = ControllerSettings(secret="s", state_dir=str(tmp_path))
     revision = Deployment.of(config, settings.pool).revisions["render"]
-    now = time.time()
-    store.machines.add(MACHINE, "render", "local", revision, 4, now)
-    store.machines.move(MACHINE, Reason.PROVISIONED, now)
-    store.machines.join(MACHINE, tokens.session_hash("tok"), now)
-    store.machines.move(MACHINE, Reason.READY, now)
+    add_ready_machine(store, MACHINE, revision, 4, "tok", time.time())
     with leading(Controller(settings, config, store, Recording(delivers_join_token=True))) as made:
         yield made
 
