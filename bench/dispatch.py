@@ -161,6 +161,16 @@ def machine_processes(store: Any) -> tuple[list[int], list[int]]:
     return agents, backends
 
 
+def drained(store: Any, table: str, count: int) -> bool:
+    """Whether ``table``'s ``count`` jobs all succeeded. Looked at every few milliseconds while
+    the jobs flow, so through two small indexes (nothing pending, nothing running), not by
+    counting every row (a GROUP BY of the whole table: 1.5 ms of the database's CPU each
+    time on PostgreSQL, taken from what is measured); the full count once at the end."""
+    if store.queued(table, time.time(), 1) or store.busy_slots(table):
+        return False
+    return bool(store.counts(table=table)["success"] == count)
+
+
 def throughput(folder: Path, count: int, store_url: str) -> dict[str, float]:
     app = backend_app("render", "render_job", folder / "unused.jsonl")
     del app["env"]["BACKEND_LOG"]
@@ -190,7 +200,7 @@ def throughput(folder: Path, count: int, store_url: str) -> dict[str, float]:
         before = {name: sum(map(cpu_seconds, pids)) for name, pids in groups.items()}
         started = time.perf_counter()
         store.enqueue_many(news, time.time())
-        wait_for(lambda: store.counts()["success"] == count, timeout=600, interval=0.05)
+        wait_for(functools.partial(drained, store, "render_job", count), timeout=600, interval=0.01)
         elapsed = time.perf_counter() - started
         if "database" in groups:  # and the server processes it started meanwhile
             groups["database"] = sorted(set(groups["database"]) | set(server_processes()))
