@@ -1,5 +1,6 @@
 """The agent's loop: join, start the backend, report ready, then poll for work, run jobs,
-renew their leases with every poll, and deliver results until the controller has them.
+renew their leases with the polls (each lease once it is a moment old: leases.renewal_due),
+and deliver results until the controller has them.
 
 Logs go to stdout, one line an event: ``agent machine=NAME event=EVENT key=value ...``.
 Exit codes: 0 drained or told to leave, 1 stopped by a second signal, 2 bad settings,
@@ -41,7 +42,7 @@ from agent.errors import (
 )
 from agent.images import Transient, ensure_image
 from agent.jobs import JobRun, Slots
-from agent.leases import abandon_at, bounded_timeout, safety_margin
+from agent.leases import abandon_at, bounded_timeout, renewal_due, safety_margin
 from agent.protocol import (
     AgentSettings,
     BackendInfo,
@@ -310,7 +311,7 @@ class Agent:
     #
     # Three threads talk to the controller or act on leases; ``self.lock`` guards the runs,
     # their renewals and which sender owns a result:
-    # - the loop polls: it carries finished results, renews every lease and takes new work in
+    # - the loop polls: it carries finished results, renews the leases and takes new work in
     #   one round trip (a held long-poll when slots are free, a quick one when busy);
     # - the courier posts a result at once when the job ends while a long-poll is held, so a
     #   result never waits for the poll to return (milliseconds, whatever the slots and lease);
@@ -390,8 +391,14 @@ class Agent:
                     wait = min(wait, max(0.0, (give_up - now) / 2))
                 self.holding = wait > 0
                 self.polls += 1
+                lease = self.config.lease
                 reported = tuple(
-                    RunningAttempt(job=run.job, attempt=run.attempt, posted=run.posted())
+                    RunningAttempt(
+                        job=run.job,
+                        attempt=run.attempt,
+                        posted=run.posted(),
+                        fresh=not renewal_due(run.renewed_at, now, lease),
+                    )
                     for run in self.runs.values()
                     if run not in carried
                 )
@@ -426,7 +433,8 @@ class Agent:
                 self.holding = False
                 self.lock.notify_all()
             self.acknowledged(reply, carried)
-            self.handle(reply, sent)
+            renewing = {(each.job, each.attempt) for each in reported if not each.fresh}
+            self.handle(reply, sent, renewing)
             with self.lock:
                 finished = any(
                     run.done.is_set() and run.report is not None and not run.sending
@@ -472,11 +480,13 @@ class Agent:
                 self.log("result", job=run.job, attempt=run.attempt, status=ack.job_status)
             self.forget(run)
 
-    def handle(self, reply: PollReply, sent: float) -> None:
+    def handle(self, reply: PollReply, sent: float, renewing: set[tuple[str, str]]) -> None:
+        """The answer to the poll sent at ``sent``, which asked to renew the leases of the
+        attempts in ``renewing``: those it did not stop count as renewed then."""
         stopped = {stop.job for stop in reply.stop}
         with self.lock:
             for run in self.runs.values():
-                if run.job not in stopped:
+                if run.job not in stopped and (run.job, run.attempt) in renewing:
                     run.renewed_at = max(run.renewed_at, sent)  # this poll renewed its lease
             self.lock.notify_all()
         for stop in reply.stop:

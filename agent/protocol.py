@@ -119,6 +119,7 @@ class RunningAttempt(Message):
     job: str
     attempt: str
     posted: float | None = None  # seconds from the poll answer that assigned it to its POST
+    fresh: bool = False  # its lease renewed less than lease / 30 ago: this poll leaves it
 
 
 ErrorCode = Literal["backend_error", "backend_unreachable", "timeout"]

@@ -11,6 +11,7 @@ from agent.leases import (
     MIN_MARGIN_SECONDS,
     abandon_at,
     bounded_timeout,
+    renewal_due,
     safety_margin,
 )
 
@@ -69,3 +70,28 @@ def test_no_call_waits_past_the_point_of_giving_a_job_up(
         assert timeout == wanted
     else:  # it ends by the give-up point (a call with no time left gets the minimum)
         assert now + timeout <= max(give_up, now + MIN_CALL_SECONDS) + 1e-6
+
+
+def test_a_poll_renews_a_lease_once_it_is_a_thirtieth_of_the_lease_old() -> None:
+    assert not renewal_due(100.0, 102.9, 90)  # renewed 2.9 s ago: left as it is
+    assert renewal_due(100.0, 103.0, 90)  # 3 s of the default 90 s
+    assert renewal_due(100.0, 101.0, 30)  # 1 s of the minimum 30 s
+    assert not renewal_due(100.0, 100.05, 3)  # a test's short lease: a tenth of a second
+    assert renewal_due(100.0, 100.125, 3)
+
+
+@given(
+    lease=st.floats(min_value=3, max_value=3600),  # short test leases too
+    renewed=st.floats(min_value=0, max_value=1e6),
+    trip=st.floats(min_value=0, max_value=0.2),  # each poll's round trip
+)
+def test_polls_that_keep_succeeding_renew_a_lease_well_before_the_agent_gives_it_up(
+    lease: float, renewed: float, trip: float
+) -> None:
+    """A busy agent polls at least every min(1 s, lease / 6) after the last answer: the
+    first poll that finds the lease due is sent long before the job would be given up."""
+    every = min(1.0, lease / 6) + trip
+    sent = renewed + every
+    while not renewal_due(renewed, sent, lease):
+        sent += every
+    assert sent + trip < abandon_at(renewed, lease, safety_margin(lease)) - lease / 6

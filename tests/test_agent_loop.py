@@ -157,7 +157,7 @@ def test_a_finished_job_on_a_machine_with_a_free_slot_is_recorded_at_once(tmp_pa
 
 class StandIn:
     """A stand-in controller for one machine: join, ready, polls that hand out one job and
-    renew its lease; ``cut`` makes every later request hang unanswered."""
+    renew its lease when they ask to; ``cut`` makes every later request hang unanswered."""
 
     def __init__(self, lease: float, poll_wait: float, log: Path) -> None:
         self.lease = lease
@@ -221,8 +221,9 @@ class StandIn:
             return {"ok": True}
         now = time.time()
         reply: dict[str, Any] = {"lease": self.lease, "now": now, "assignments": []}
-        if any(each["attempt"] == "a1" for each in body.get("running", [])):
-            self.renewals.append(now)
+        running = body.get("running", [])
+        if any(each["attempt"] == "a1" and not each.get("fresh") for each in running):
+            self.renewals.append(now)  # a poll that leaves the lease alone is no renewal
         if body.get("free_slots") and not self.given:
             self.given = True
             self.renewals.append(now)  # the claim starts the lease

@@ -315,8 +315,9 @@ class Controller:
             self.executor.boot_failure(machine, reason or "the backend did not become ready", now)
 
     def poll(self, name: str, session: str, request: PollRequest, renew: bool = True) -> PollReply:
-        """Record the results the poll carries, renew the leases the machine reports, then
-        hand it cancels, work and drain: in one store transaction (one commit a poll).
+        """Record the results the poll carries, renew the leases the machine asks to renew
+        (and tell it which attempts it reports are stale), then hand it cancels, work and
+        drain: in one store transaction (one commit a poll).
 
         A long-poll renews once, when the request arrives (``renew``); the passes after each
         wake-up only look for kills, drain and work.
@@ -350,16 +351,20 @@ class Controller:
         for each in request.running:
             self.measures.posted(each.attempt, each.posted)
         acks: list[ResultAck] = []
-        renewed: Later[set[str]] | None = None
+        renewed: Later[set[str]] = Later.ready(set())
+        current = {(job.id, job.attempt): job for job in running}
+        held = set(current)  # the attempts current as this poll read them
         if renew:
             # Results first: their slots are free for the work this same poll claims.
-            current = {(job.id, job.attempt): job for job in running}
             acks = self._record_all(machine, request.results, now, current, recorded.result())
             running = list(current.values())  # the recorded ones run no more
             last = machine.last_seen_at
             if last is None or not 0 <= now - last < SEEN_RESOLUTION_SECONDS:
                 self.store.machines.seen(name, now)
-            renewed = self.store.send_renew(reported, now, pool.lease)
+            # The leases the agent asks to renew (it leaves alone those renewed a moment ago:
+            # agent.leases.renewal_due); the others it reports are only checked as current.
+            due = [(each.job, each.attempt) for each in request.running if not each.fresh]
+            renewed = self.store.send_renew(due, now, pool.lease)
         cancelled = [
             Stop(job=job.id, attempt=job.attempt or "", reason="cancelled")
             for job in running
@@ -396,11 +401,12 @@ class Controller:
                     self.executor.claimed(name, now)
 
         def reply() -> PollReply:
-            stale = set() if renewed is None else renewed.result()
+            kept = renewed.result()
             stop = [
-                Stop(job=job, attempt=attempt, reason="stale")
-                for job, attempt in reported
-                if renew and job not in stale
+                Stop(job=each.job, attempt=each.attempt, reason="stale")
+                for each in request.running
+                if renew
+                and not ((each.job, each.attempt) in held if each.fresh else each.job in kept)
             ]
             for job in claimed.result():
                 assignments.append(_assignment(job))

@@ -98,6 +98,12 @@ class RunningAttempt(BaseModel):
         description="Seconds from the poll answer that assigned it to its POST being sent "
         "(the dispatch time's machine side; once sent).",
     )
+    fresh: bool = Field(
+        default=False,
+        description="Its lease was renewed a moment ago (less than a thirtieth of the lease): "
+        "this poll leaves it as it is, only checks that the attempt is still current, and the "
+        "agent does not count it as a renewal.",
+    )
 
 
 class ErrorInfo(BaseModel):
