@@ -81,6 +81,7 @@ def test_a_non_ascii_bearer_is_refused_with_401_on_both_apis(
     for answer in answers:
         assert answer.status_code == 401, (answer.status_code, answer.text)
         assert "Authorization: Bearer" in answer.json()["error"]
+        assert "server" not in answer.headers  # no software named to whoever asks
 
 
 @pytest.mark.parametrize(

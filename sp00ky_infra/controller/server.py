@@ -349,6 +349,11 @@ class Runtime:
                     access_log=False,
                     http="httptools",  # C parser: h11's pure Python was a fifth of a poll
                     loop="none",  # run(): uvloop
+                    # Nothing reads a client's address (no X-Forwarded-* to trust: one ASGI
+                    # layer less a request), and no "server: uvicorn" to tell the world or
+                    # for each agent to parse on every poll.
+                    proxy_headers=False,
+                    server_header=False,
                 )
             )
             for app in (
