@@ -49,7 +49,7 @@ from sp00ky_infra.shared.names import pool_image
 from sp00ky_infra.store import Conflict, Job, JobNotFound, SqlStore, StaleAttempt
 from sp00ky_infra.store.dialect import Later
 from sp00ky_infra.store.machines import Machine, MachineNotFound
-from sp00ky_infra.store.model import Recorded
+from sp00ky_infra.store.model import Recorded, Running
 
 # A poll writes the machine's last sighting at most this often: silence is judged over a
 # whole lease (30 s at least), so a second's resolution changes no verdict, and a busy
@@ -334,11 +334,11 @@ class Controller:
     def _poll(
         self, name: str, session: str, request: PollRequest, renew: bool
     ) -> Callable[[], PollReply]:
-        # One read of the machine's running jobs: the results' jobs as they were, its kills,
-        # and below its lost assignments and free slots. Sent with the machine's row and the
-        # results' batch, before either is read.
+        # One read of the machine's running jobs (a few columns each: Running): the attempts
+        # it reports checked, its kills, and below its lost assignments and free slots. Sent
+        # with the machine's row and the results' batch, before either is read.
         machine_read = self.store.machines.send_get(name)
-        running_read = self.store.send_running_on(name)
+        running_read = self.store.send_running(name)
         now = self.clock()
         successes = [done for done in request.results if done.status == "success"] if renew else []
         recorded = self.store.send_complete_many(
@@ -376,11 +376,9 @@ class Controller:
             known = {job for job, _ in reported} | {done.job for done in request.results}
             # Jobs bound to this machine that it does not know of: a poll answer that never
             # arrived (a dropped connection, a controller restart). They are its own: resend.
-            assignments += [
-                _assignment(job)
-                for job in running
-                if job.id not in known and not job.cancel_requested
-            ]
+            assignments += self._resend(
+                [job for job in running if job.id not in known and not job.cancel_requested]
+            )
             free = min(request.free_slots, pool.slots - sum(job.slots for job in running))
             if free > 0 and not self.pool_states.paused(machine.pool):
                 backend = self.backends[machine.pool]
@@ -422,12 +420,25 @@ class Controller:
 
         return reply
 
+    def _resend(self, lost: list[Running]) -> list[Assignment]:
+        """The assignments of ``lost`` (running on the machine, which does not know of them)
+        as they were sent: their whole rows, read now (rare: a lost answer)."""
+        assignments = []
+        for each in lost:
+            try:
+                job = self.store.get(each.id)
+            except JobNotFound:  # deleted meanwhile: nothing to send
+                continue
+            if job.status == "processing" and job.attempt == each.attempt:
+                assignments.append(_assignment(job))
+        return assignments
+
     def _record_all(
         self,
         machine: Machine,
         results: Sequence[FinishedAttempt],
         now: float,
-        current: dict[tuple[str, str | None], Job],
+        current: dict[tuple[str, str | None], Running],
         batch: list[Recorded],
     ) -> list[ResultAck]:
         """A poll's results, acknowledged in order: the successes recorded in one batch
@@ -440,9 +451,7 @@ class Controller:
             key = (done.job, done.attempt)
             if done.status != "success":
                 try:
-                    status = self._record(
-                        machine, done.job, done.attempt, done, now, current.get(key)
-                    )
+                    status = self._record(machine, done.job, done.attempt, done, now)
                 except Refusal as exc:
                     acks.append(ResultAck(job=done.job, attempt=done.attempt, refused=str(exc)))
                 else:
@@ -498,16 +507,13 @@ class Controller:
         attempt: str,
         report: ResultRequest | FinishedAttempt,
         now: float,
-        job: Job | None = None,
     ) -> str:
-        """One attempt's result, posted alone or carried on a poll: Refusal if stale. ``job``:
-        the job as this transaction read it running on the machine, when it did."""
+        """One attempt's result, posted alone or carried on a poll: Refusal if stale."""
         name = machine.name
         self.measures.posted(attempt, report.posted)
         self.measures.forget(attempt)
         try:
-            if job is None:
-                job = self.store.get(job_id)
+            job = self.store.get(job_id)
             if job.machine != name and job.attempt == attempt:
                 raise Refusal(f"attempt {attempt} of {job_id} is not machine {name}'s")
             if report.status == "success":

@@ -26,6 +26,7 @@ from sp00ky_infra.store.model import (
     NewJob,
     QueueFull,
     Recorded,
+    Running,
     StaleAttempt,
 )
 from sp00ky_infra.store.rows import (
@@ -636,6 +637,18 @@ class Jobs(Dialect):
             (machine,),
         )
         return rows.then(lambda rows: [job_from_row(row) for row in rows])
+
+    def send_running(self, machine: str) -> Later[list[Running]]:
+        """The jobs whose current attempt runs on ``machine``, as a poll needs them (Running:
+        four columns, not the whole row and its JSON; sent as ``send_running_on``)."""
+        rows = self._send(
+            "SELECT id, attempt, slots, cancel_requested FROM jobs "
+            "WHERE status = 'processing' AND machine = ? ORDER BY started_at, id",
+            (machine,),
+        )
+        return rows.then(
+            lambda rows: [Running(row[0], row[1], int(row[2]), bool(row[3])) for row in rows]
+        )
 
     def cancelling_machines(self) -> set[str]:
         """Machines that run a killed job (the kill waits for their next poll)."""

@@ -112,6 +112,19 @@ class Recorded:
 
 
 @dataclass(frozen=True, slots=True)
+class Running:
+    """A job running on a machine as a poll reads it (``send_running``): what checks the
+    attempts the machine reports, counts its slots and passes its kills on. A few columns,
+    not the whole row: the whole Job is read only for what needs it (an assignment sent
+    again, a failed result)."""
+
+    id: str
+    attempt: str | None
+    slots: int
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     id: str
     backend: str
