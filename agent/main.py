@@ -581,11 +581,15 @@ class Agent:
                 for run in due:
                     del self.runs[run.job]
                 stop_backend = bool(due) and not self.running()
-                if not due:
-                    give_up = self.give_up_at()
-                    pause = 1.0 if give_up is None else min(1.0, give_up - now)
-                    self.lock.wait(timeout=max(0.005, pause))
-                    continue
+                give_up = self.give_up_at()
+            if not due:
+                # Its own time wakes it, or the end; never the lock's notifications (several a
+                # job): nothing brings a give-up point closer. A renewal moves it later, and a
+                # job the next poll brings is given up no sooner than lease - margin from now.
+                soonest = (lease - self.margin) / 2
+                pause = min(1.0, soonest if give_up is None else give_up - now)
+                self.finished.wait(max(0.005, pause))
+                continue
             for run in due:
                 self.log("abandon", job=run.job, attempt=run.attempt, reason="lease not renewed")
                 run.stop("abandoned")
