@@ -64,6 +64,28 @@ def test_a_job_runs_pending_processing_success(store: SqlStore) -> None:
     assert done.payload == {"gameId": "g"} and done.assigned_to == "thread:abc"
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"payload": None},
+        {"payload": {"nested": [1, 2.5, None, True, "é"], "n": 7}},
+        {"payload": (1, 2)},  # a tuple is written as JSON and comes back a list
+        {"timeout": 30, "delay_ms": 1500, "priority": -2, "slots": 3, "max_retries": 0},
+        {"retry_strategy": "exponential", "assigned_to": "m7", "pool": "render"},
+        {"queue_timeout": 60, "max_job_duration": 3600},  # whole numbers, DOUBLE columns
+        {"queue_timeout": 0.25, "timeout": 1.5, "max_job_duration": 7200.5},
+    ],
+)
+def test_enqueue_returns_the_job_as_it_reads_back(store: SqlStore, fields: dict[str, Any]) -> None:
+    """``enqueue`` builds the Job it returns from what it wrote (rows.pending_job) instead of
+    reading it back: the two must be the same to the type of each field."""
+    job = store.enqueue(new(**fields), T0 + 0.123456789)
+    read = store.get(job.id)
+    assert repr(job) == repr(read)
+    assert job.as_json() == read.as_json()
+
+
 def test_a_result_for_a_stale_attempt_is_refused(store: SqlStore) -> None:
     job = store.enqueue(new(), T0)
     running = claim_one(store, T0)

@@ -47,6 +47,7 @@ from sp00ky_infra.store.rows import (
     insert_order,
     insert_row,
     job_from_row,
+    pending_job,
     start_attempts,
     started_job,
     update_row,
@@ -119,9 +120,10 @@ class Jobs(Dialect):
     # --- writing jobs --------------------------------------------------------------------------
 
     def enqueue(self, new: NewJob, now: float, max_queued: int | None = None) -> Job:
-        """Write a pending row. Refuses with QueueFull past the pool's ``max_queued``."""
-        (job_id,) = self.enqueue_many([new], now, max_queued)
-        return self.get(job_id)
+        """Write a pending row. Refuses with QueueFull past the pool's ``max_queued``. The
+        Job as written (rows.pending_job: built from the row, not read back)."""
+        (row,) = self._insert([new], now, max_queued)
+        return pending_job(row)
 
     def enqueue_many(
         self, news: Sequence[NewJob], now: float, max_queued: int | None = None
@@ -131,6 +133,12 @@ class Jobs(Dialect):
         ``max_queued`` caps the waiting jobs of each pool the rows name: if any pool would go
         past it, nothing is written and QueueFull says which.
         """
+        return [row[0] for row in self._insert(news, now, max_queued)]
+
+    def _insert(
+        self, news: Sequence[NewJob], now: float, max_queued: int | None
+    ) -> list[tuple[Any, ...]]:
+        """``enqueue_many``: the rows written (rows.insert_row's), in the order given."""
         for new in news:
             validate_new(new)
         rows = [insert_row(new, new_job_id(new.table), now) for new in news]
@@ -149,7 +157,7 @@ class Jobs(Dialect):
             # poll of 16 results and 16 claims, against 15 in admission order).
             cur.executemany(self._sql(INSERT_JOB), sorted(rows, key=insert_order))
             self._changed(cur)
-        return [row[0] for row in rows]
+        return rows
 
     def _check_room(self, cur: Cursor, pool: str, table: str, adding: int, max_queued: int) -> None:
         # A pool runs one backend with one outbox table, so the table's queue is the pool's.

@@ -280,6 +280,54 @@ def insert_row(new: NewJob, job_id: str, now: float) -> tuple[Any, ...]:
     )
 
 
+def pending_job(row: Sequence[Any]) -> Job:
+    """The Job an ``insert_row`` writes with INSERT_JOB, the table's defaults for the rest,
+    as ``job_from_row`` would read it back (floats where the columns are DOUBLE PRECISION,
+    the payload through JSON): ``tests/test_store_contract.py`` holds the two equal."""
+    (job_id, backend, table, path, payload, max_retries, retry_strategy, delay_ms, timeout,
+     assigned_to, created_at, updated_at, pool, priority, slots, run_after, queue_timeout,
+     queue_deadline, max_job_duration) = row  # fmt: skip
+    return Job(
+        id=job_id,
+        backend=backend,
+        table=table,
+        path=path,
+        payload=json.loads(payload),
+        status="pending",
+        retries=0,
+        max_retries=max_retries,
+        retry_strategy=retry_strategy,
+        delay_ms=delay_ms,
+        timeout=_real(timeout),
+        errors=(),
+        result=None,
+        assignee=None,
+        assigned_to=assigned_to,
+        created_at=float(created_at),
+        updated_at=float(updated_at),
+        pool=pool,
+        priority=priority,
+        slots=slots,
+        run_after=float(run_after),
+        queue_timeout=_real(queue_timeout),
+        queue_deadline=_real(queue_deadline),
+        max_job_duration=_real(max_job_duration),
+        attempt=None,
+        attempt_number=0,
+        machine=None,
+        lease_expires_at=None,
+        deadline=None,
+        cancel_requested=False,
+        started_at=None,
+        finished_at=None,
+        attempts=(),
+    )
+
+
+def _real(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
 def insert_order(row: Sequence[Any]) -> tuple[Any, ...]:
     """An ``insert_row``'s place in admission order (QUEUE_ORDER: priority descending, then
     created_at, then id). Rows written in that order sit together in the table and in each
