@@ -211,13 +211,34 @@ _ADVICE = (
     "install the agent this controller ships"
 )
 
-_HINTS: dict[type[Message], dict[str, Any]] = {}  # each message's resolved annotations
+# Each message's fields as (name, resolved annotation, required), and each annotation's
+# (origin, args): worked out once, not on every message parsed (a poll's answer is parsed
+# several times a second under load).
+_FIELDS: dict[type[Message], tuple[tuple[str, Any, bool], ...]] = {}
+_SHAPES: dict[Any, tuple[Any, tuple[Any, ...]]] = {}
 
 
-def _hints(cls: type[Message]) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = get_type_hints(cls)
-    return _HINTS[cls]
+def _fields(cls: type[Message]) -> tuple[tuple[str, Any, bool], ...]:
+    known = _FIELDS.get(cls)
+    if known is None:
+        hints = get_type_hints(cls)
+        known = _FIELDS[cls] = tuple(
+            (
+                field.name,
+                hints[field.name],
+                field.default is dataclasses.MISSING
+                and field.default_factory is dataclasses.MISSING,
+            )
+            for field in dataclasses.fields(cls)  # type: ignore[arg-type]
+        )
+    return known
+
+
+def _shape(kind: Any) -> tuple[Any, tuple[Any, ...]]:
+    known = _SHAPES.get(kind)
+    if known is None:
+        known = _SHAPES[kind] = (get_origin(kind), get_args(kind))
+    return known
 
 
 M = TypeVar("M", bound=Message)
@@ -227,22 +248,23 @@ def _message(cls: type[M], data: object, where: str) -> M:
     if not isinstance(data, dict):
         raise _wrong(where, f"an object ({cls.__name__})", data)
     values: dict[str, Any] = {}
-    hints = _hints(cls)
-    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if field.name in data:
-            values[field.name] = _value(hints[field.name], data[field.name], where, field.name)
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise ProtocolError(
-                f"{where}.{field.name}: missing from the controller's answer; {_ADVICE}"
-            )
+    for name, kind, required in _fields(cls):
+        if name in data:
+            values[name] = _value(kind, data[name], where, name)
+        elif required:
+            raise ProtocolError(f"{where}.{name}: missing from the controller's answer; {_ADVICE}")
     return cls(**values)
 
 
+def _place(parent: str, key: str | int) -> str:
+    """Where a value sits, for a message: built only when one is needed."""
+    return f"{parent}[{key}]" if isinstance(key, int) else f"{parent}.{key}"
+
+
 def _value(kind: Any, data: object, parent: str, key: str | int) -> Any:
-    where = f"{parent}[{key}]" if isinstance(key, int) else f"{parent}.{key}"
-    origin, args = get_origin(kind), get_args(kind)
     if kind is Any:
         return data
+    origin, args = _shape(kind)
     if origin in (Union, types.UnionType):
         if data is None and type(None) in args:
             return None
@@ -250,24 +272,26 @@ def _value(kind: Any, data: object, parent: str, key: str | int) -> Any:
         return _value(inner, data, parent, key)
     if origin is Literal:
         if data not in args:
-            raise _wrong(where, "one of " + ", ".join(map(repr, args)), data)
+            raise _wrong(_place(parent, key), "one of " + ", ".join(map(repr, args)), data)
         return data
     if origin is tuple:
         if not isinstance(data, list):
-            raise _wrong(where, "a list", data)
+            raise _wrong(_place(parent, key), "a list", data)
+        where = _place(parent, key)
         return tuple(_value(args[0], item, where, i) for i, item in enumerate(data))
     if origin is Mapping:
         if not isinstance(data, dict):
-            raise _wrong(where, "an object", data)
+            raise _wrong(_place(parent, key), "an object", data)
+        where = _place(parent, key)
         return {str(k): _value(args[1], v, where, str(k)) for k, v in data.items()}
     if isinstance(kind, type) and issubclass(kind, Message):
-        return _message(kind, data, where)
+        return _message(kind, data, _place(parent, key))
     if kind is float:
         if isinstance(data, int | float) and not isinstance(data, bool):
             return float(data)
-        raise _wrong(where, "a number", data)
+        raise _wrong(_place(parent, key), "a number", data)
     if type(data) is not kind:  # bool is an int to isinstance, never to the protocol
-        raise _wrong(where, _SCALARS[kind], data)
+        raise _wrong(_place(parent, key), _SCALARS[kind], data)
     return data
 
 
@@ -278,7 +302,7 @@ def _wrong(where: str, expected: str, got: object) -> ProtocolError:
 
 def _dump(value: object) -> Any:
     if isinstance(value, Message):
-        return {f.name: _dump(getattr(value, f.name)) for f in dataclasses.fields(value)}  # type: ignore[arg-type]
+        return {name: _dump(getattr(value, name)) for name, _, _ in _fields(type(value))}
     if isinstance(value, list | tuple):
         return [_dump(item) for item in value]
     if isinstance(value, Mapping):
