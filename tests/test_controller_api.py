@@ -296,7 +296,10 @@ def test_a_rejoin_swaps_the_session_keeps_the_state_and_a_failed_machine_gets_41
     assert [(a["job"], a["attempt"]) for a in resent["assignments"]] == [
         (job.id, assignment["attempt"])
     ]
-    assert resent["assignments"] == [assignment]  # path, payload, deadline and lease as sent
+    # path, payload and deadline as first sent; the lease renewed by this poll
+    (again,) = resent["assignments"]
+    assert again["lease_expires_at"] >= assignment["lease_expires_at"]
+    assert {**again, "lease_expires_at": None} == {**assignment, "lease_expires_at": None}
     path = f"/v1/machines/m1/jobs/{job.id}/attempts/{assignment['attempt']}/result"
     assert _post(controller, path, two, {"status": "success"}).status_code == 200
 

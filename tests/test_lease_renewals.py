@@ -109,3 +109,23 @@ def test_an_attempt_that_is_not_current_is_stale_whether_fresh_or_not(
     }
     # the current attempt of the second job is untouched by the ghost's poll
     assert _expiry(controller.store, work[1].job) == T0 + LEASE
+
+
+def test_an_assignment_sent_again_after_a_lost_answer_has_its_lease_renewed(
+    polled: tuple[Controller, Clock],
+) -> None:
+    """The agent counts a resent job's lease from the poll that brings it: the controller's
+    must not be older (the claim's, from the lost answer, may be about to run out)."""
+    controller, clock = polled
+    lost = list(controller.poll(MACHINE, "tok", PollRequest(free_slots=2)).assignments)
+    assert [_expiry(controller.store, each.job) for each in lost] == [T0 + LEASE] * 2
+    clock.now = T0 + 88  # the answer never arrived; the machine polls again, knowing nothing
+    again = controller.poll(MACHINE, "tok", PollRequest(free_slots=2)).assignments
+    assert sorted((each.job, each.attempt) for each in again) == sorted(
+        (each.job, each.attempt) for each in lost
+    )
+    assert {each.lease_expires_at for each in again} == {T0 + 88 + LEASE}
+    assert [_expiry(controller.store, each.job) for each in lost] == [T0 + 88 + LEASE] * 2
+    # and the fresh reports that follow (a lease renewed a moment ago) keep it
+    clock.now = T0 + 89
+    assert controller.poll(MACHINE, "tok", _running(list(again), [True, True])).stop == []

@@ -377,7 +377,9 @@ class Controller:
             # Jobs bound to this machine that it does not know of: a poll answer that never
             # arrived (a dropped connection, a controller restart). They are its own: resend.
             assignments += self._resend(
-                [job for job in running if job.id not in known and not job.cancel_requested]
+                [job for job in running if job.id not in known and not job.cancel_requested],
+                now,
+                pool.lease,
             )
             free = min(request.free_slots, pool.slots - sum(job.slots for job in running))
             if free > 0 and not self.pool_states.paused(machine.pool):
@@ -420,17 +422,21 @@ class Controller:
 
         return reply
 
-    def _resend(self, lost: list[Running]) -> list[Assignment]:
-        """The assignments of ``lost`` (running on the machine, which does not know of them)
-        as they were sent: their whole rows, read now (rare: a lost answer)."""
+    def _resend(self, lost: list[Running], now: float, lease: float) -> list[Assignment]:
+        """The assignments of ``lost`` (running on the machine, which does not know of them),
+        their leases renewed now (rare: a lost answer). The agent counts a job's lease from
+        the send time of the poll that brings it, so the lease must start no earlier: the
+        claim's, counted from the lost answer, may be about to run out."""
+        current = self.store.renew([(each.id, each.attempt or "") for each in lost], now, lease)
         assignments = []
         for each in lost:
+            if each.id not in current:  # no longer its attempt (swept, killed, done)
+                continue
             try:
                 job = self.store.get(each.id)
             except JobNotFound:  # deleted meanwhile: nothing to send
                 continue
-            if job.status == "processing" and job.attempt == each.attempt:
-                assignments.append(_assignment(job))
+            assignments.append(_assignment(job))
         return assignments
 
     def _record_all(
