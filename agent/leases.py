@@ -16,6 +16,8 @@ from __future__ import annotations
 MIN_MARGIN_SECONDS = 2.0
 MIN_CALL_SECONDS = 0.05  # a call gets at least this long, even with no time left
 RENEW_AFTER_DIVISOR = 30  # a poll renews a lease once it is lease / 30 old
+WATCH_SECONDS = 1.0  # the watchdog looks at least this often
+MIN_WATCH_SECONDS = 0.005  # and sleeps at least this long
 
 
 def safety_margin(lease: float) -> float:
@@ -30,6 +32,20 @@ def renewal_due(renewed_at: float, now: float, lease: float) -> bool:
     on every poll (under load a machine polls every few milliseconds); the agent counts only
     the polls that renewed, so its own clock still gives the job up in time."""
     return now - renewed_at >= lease / RENEW_AFTER_DIVISOR
+
+
+def watch_pause(
+    now: float, give_up: float | None, poll_sent: float, lease: float, margin: float
+) -> float:
+    """How long the watchdog may sleep at ``now`` without a notification: until the first
+    running job's give-up point (``give_up``; None when none runs) or the earliest a job the
+    poll out now (sent at ``poll_sent``; any later poll is sent later) could be given up,
+    whichever is first, at most WATCH_SECONDS. Renewals only move give-up points later, so
+    nothing else can bring one closer."""
+    first = poll_sent + lease - margin
+    if give_up is not None:
+        first = min(first, give_up)
+    return max(MIN_WATCH_SECONDS, min(WATCH_SECONDS, first - now))
 
 
 def abandon_at(renewal_sent_at: float, lease: float, margin: float) -> float:

@@ -42,7 +42,7 @@ from agent.errors import (
 )
 from agent.images import Transient, ensure_image
 from agent.jobs import JobRun, Slots
-from agent.leases import abandon_at, bounded_timeout, renewal_due, safety_margin
+from agent.leases import abandon_at, bounded_timeout, renewal_due, safety_margin, watch_pause
 from agent.protocol import (
     AgentSettings,
     BackendInfo,
@@ -96,6 +96,7 @@ class Agent:
         self.runtime_factory = runtime_factory or self._process_runtime
         self.lock = threading.Condition()  # the runs, their renewals, who sends a result
         self.holding = False  # a long-poll is out: a result that ends now may go by courier
+        self.poll_sent = time.monotonic()  # the last poll's send time (leases.watch_pause)
         self.polls = 0  # polls sent: the courier's grace ends when the held one came back
         self.courier = remote.Controller(settings.controller_url, settings.machine)
         # (run, the poll it waits for, or None: a large result, posted at once)
@@ -405,7 +406,7 @@ class Agent:
             results = tuple(_finished(run) for run in carried)
             timeout = bounded_timeout(wait + remote.HTTP_SLACK_SECONDS, now, give_up)
             request = PollRequest(running=reported, free_slots=free, wait=wait, results=results)
-            sent = time.monotonic()
+            sent = self.poll_sent = time.monotonic()
             try:
                 reply = self.remote.poll(request, timeout=timeout)
             except Gone as exc:
@@ -583,12 +584,9 @@ class Agent:
                 stop_backend = bool(due) and not self.running()
                 give_up = self.give_up_at()
             if not due:
-                # Its own time wakes it, or the end; never the lock's notifications (several a
-                # job): nothing brings a give-up point closer. A renewal moves it later, and a
-                # job the next poll brings is given up no sooner than lease - margin from now.
-                soonest = (lease - self.margin) / 2
-                pause = min(1.0, soonest if give_up is None else give_up - now)
-                self.finished.wait(max(0.005, pause))
+                # Its own time wakes it (leases.watch_pause), or the end; never the lock's
+                # notifications, several a job, none of which brings a give-up point closer.
+                self.finished.wait(watch_pause(now, give_up, self.poll_sent, lease, self.margin))
                 continue
             for run in due:
                 self.log("abandon", job=run.job, attempt=run.attempt, reason="lease not renewed")

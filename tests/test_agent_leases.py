@@ -9,10 +9,13 @@ from hypothesis import strategies as st
 from agent.leases import (
     MIN_CALL_SECONDS,
     MIN_MARGIN_SECONDS,
+    MIN_WATCH_SECONDS,
+    WATCH_SECONDS,
     abandon_at,
     bounded_timeout,
     renewal_due,
     safety_margin,
+    watch_pause,
 )
 
 leases = st.floats(min_value=30, max_value=3600)  # lint: lease is at least 30 s
@@ -95,3 +98,25 @@ def test_polls_that_keep_succeeding_renew_a_lease_well_before_the_agent_gives_it
     while not renewal_due(renewed, sent, lease):
         sent += every
     assert sent + trip < abandon_at(renewed, lease, safety_margin(lease)) - lease / 6
+
+
+@given(
+    lease=st.floats(min_value=3, max_value=3600),
+    now=st.floats(min_value=0, max_value=1e6),
+    running=st.lists(st.floats(min_value=0, max_value=3600), max_size=4),  # renewed this ago
+    out_for=st.floats(min_value=0, max_value=3600),  # the poll out now was sent this ago
+    later=st.floats(min_value=0, max_value=3600),  # a poll sent after it, this much later
+)
+def test_the_watchdog_never_sleeps_past_a_give_up_point(
+    lease: float, now: float, running: list[float], out_for: float, later: float
+) -> None:
+    """Of a job running now, or of one that the poll out now, or any sent after it, brings:
+    the watchdog wakes by the job's give-up point (or at once when it is past)."""
+    margin = safety_margin(lease)
+    points = [abandon_at(now - ago, lease, margin) for ago in running]
+    poll_sent = now - out_for
+    pause = watch_pause(now, min(points, default=None), poll_sent, lease, margin)
+    assert MIN_WATCH_SECONDS <= pause <= WATCH_SECONDS
+    arriving = [abandon_at(poll_sent, lease, margin), abandon_at(poll_sent + later, lease, margin)]
+    for point in points + arriving:
+        assert now + pause <= max(point, now + MIN_WATCH_SECONDS) + 1e-6
