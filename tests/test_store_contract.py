@@ -115,6 +115,13 @@ def test_missing_job(store: SqlStore) -> None:
         ({"timeout": 0}, "timeout: must be a positive number of seconds, not 0"),
         ({"slots": 0}, "slots: a job takes at least 1 slot, not 0"),
         ({"payload": {"x": {1, 2}}}, "payload: must be JSON"),
+        ({"delay_ms": 1500.5}, "delay: must be a whole number, not 1500.5"),
+        ({"max_retries": True}, "max_retries: must be a whole number, not True"),
+        ({"priority": 1.0}, "priority: must be a whole number, not 1.0"),
+        ({"slots": "2"}, "slots: must be a whole number, not '2'"),
+        ({"timeout": float("nan")}, "timeout: must be a finite number of seconds, not nan"),
+        ({"queue_timeout": True}, "queue_timeout: must be a finite number of seconds"),
+        ({"max_job_duration": float("inf")}, "max_job_duration: must be a finite number"),
     ],
 )
 def test_invalid_jobs_are_refused_naming_the_field(

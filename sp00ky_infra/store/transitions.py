@@ -41,6 +41,22 @@ def new_job_id(table: str) -> str:
 
 
 def validate_new(new: NewJob) -> None:
+    # Whole numbers are ints (not floats, not bools) and durations finite numbers: what is
+    # written is what rows.pending_job says was, on SQLite and PostgreSQL alike.
+    for name in ("max_retries", "delay_ms", "priority", "slots"):
+        value = getattr(new, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidJob(
+                f"{_FIELD_NAMES.get(name, name)}: must be a whole number, not {value!r}"
+            )
+    for name in ("timeout", "queue_timeout", "max_job_duration"):
+        value = getattr(new, name)
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise InvalidJob(f"{name}: must be a finite number of seconds, not {value!r}")
     checks: list[tuple[bool, str]] = [
         (bool(new.backend), "backend: name the backend that runs the job"),
         (bool(new.table), "table: the backend's outbox table is required"),
@@ -68,6 +84,9 @@ def validate_new(new: NewJob) -> None:
         json.dumps(new.payload)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"payload: must be JSON ({exc})") from exc
+
+
+_FIELD_NAMES = {"delay_ms": "delay"}  # as the messages below name it
 
 
 def error_entry(code: str, reason: str, job: Job, now: float, **extra: Any) -> ErrorEntry:
