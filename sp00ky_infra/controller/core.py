@@ -457,7 +457,9 @@ class Controller:
             key = (done.job, done.attempt)
             if done.status != "success":
                 try:
-                    status = self._record(machine, done.job, done.attempt, done, now)
+                    status = self._record(
+                        machine, done.job, done.attempt, done, now, current.get(key)
+                    )
                 except Refusal as exc:
                     acks.append(ResultAck(job=done.job, attempt=done.attempt, refused=str(exc)))
                 else:
@@ -513,15 +515,22 @@ class Controller:
         attempt: str,
         report: ResultRequest | FinishedAttempt,
         now: float,
+        running: Running | None = None,
     ) -> str:
-        """One attempt's result, posted alone or carried on a poll: Refusal if stale."""
+        """One attempt's result, posted alone or carried on a poll: Refusal if stale.
+        ``running``: the attempt as this transaction read it running on the machine, when it
+        did (no need to read the job again to know it is this machine's)."""
         name = machine.name
         self.measures.posted(attempt, report.posted)
         self.measures.forget(attempt)
         try:
-            job = self.store.get(job_id)
-            if job.machine != name and job.attempt == attempt:
-                raise Refusal(f"attempt {attempt} of {job_id} is not machine {name}'s")
+            if running is None:
+                job = self.store.get(job_id)
+                if job.machine != name and job.attempt == attempt:
+                    raise Refusal(f"attempt {attempt} of {job_id} is not machine {name}'s")
+                started_at = job.started_at
+            else:
+                started_at = running.started_at
             if report.status == "success":
                 done = self.store.complete(job_id, attempt, report.result, now)
             elif report.status == "cancelled":
@@ -540,7 +549,7 @@ class Controller:
             raise Refusal(str(exc)) from exc
         except Conflict as exc:
             raise Refusal(str(exc)) from exc
-        self._ended(machine.pool, report.status, job.started_at, done.status, last_code(done), now)
+        self._ended(machine.pool, report.status, started_at, done.status, last_code(done), now)
         return done.status
 
     def drained(self, name: str, session: str) -> None:

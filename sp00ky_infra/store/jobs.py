@@ -648,14 +648,16 @@ class Jobs(Dialect):
 
     def send_running(self, machine: str) -> Later[list[Running]]:
         """The jobs whose current attempt runs on ``machine``, as a poll needs them (Running:
-        four columns, not the whole row and its JSON; sent as ``send_running_on``)."""
+        five columns, not the whole row and its JSON; sent as ``send_running_on``)."""
         rows = self._send(
-            "SELECT id, attempt, slots, cancel_requested FROM jobs "
+            "SELECT id, attempt, slots, cancel_requested, started_at FROM jobs "
             "WHERE status = 'processing' AND machine = ? ORDER BY started_at, id",
             (machine,),
         )
         return rows.then(
-            lambda rows: [Running(row[0], row[1], int(row[2]), bool(row[3])) for row in rows]
+            lambda rows: [
+                Running(row[0], row[1], int(row[2]), bool(row[3]), row[4]) for row in rows
+            ]
         )
 
     def cancelling_machines(self) -> set[str]:

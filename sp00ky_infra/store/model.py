@@ -114,7 +114,8 @@ class Recorded:
 @dataclass(frozen=True, slots=True)
 class Running:
     """A job running on a machine as a poll reads it (``send_running``): what checks the
-    attempts the machine reports, counts its slots and passes its kills on. A few columns,
+    attempts the machine reports, counts its slots, passes its kills on and times the
+    attempts whose results it records. A few columns,
     not the whole row: the whole Job is read only for what needs it (an assignment sent
     again, a failed result)."""
 
@@ -122,6 +123,7 @@ class Running:
     attempt: str | None
     slots: int
     cancel_requested: bool
+    started_at: float | None
 
 
 @dataclass(frozen=True, slots=True)
