@@ -24,6 +24,7 @@ from sp00ky_infra.rehearse.boot import CLOUD, Booter, Timeline
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.rehearse.errors import BootError
 from sp00ky_infra.rehearse.image import ensure_image
+from sp00ky_infra.rehearse.rehearsal import Reading, read_server
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.cloud_init import user_data
 from tests.conftest import docker_available, need_service
@@ -165,6 +166,49 @@ def test_a_server_boots_its_cloud_config_and_goes_when_deleted(cloud: FakeHetzne
     with pytest.raises(HcloudError) as gone:
         api.get_server(server.id)
     assert gone.value.code == "not_found"
+
+
+def test_a_look_at_a_server_going_keeps_what_the_last_look_saw(cloud: FakeHetzner) -> None:
+    """A failed boot is destroyed in the tick that fails it: the look that reports it may find
+    the server stopping, with no journal to read. What an earlier look saw stays."""
+    assert cloud.boot is not None
+    boot, api = cloud.boot, _api(cloud)
+    unit = (
+        "[Service]\nExecStart=/bin/sh -c 'echo event=joined; echo event=image_ready; "
+        "exec sleep infinity'\n"
+    )
+    config = {
+        "write_files": [{"path": "/etc/systemd/system/sp00ky-agent.service", "content": unit}],
+        "runcmd": [["systemctl", "start", "sp00ky-agent.service"]],
+    }
+    server = api.create_server(
+        name="rehearse-a2", server_type="cx22", image="debian-12", location="fsn1",
+        user_data="#cloud-config\n" + yaml.safe_dump(config), labels={"sp00ky/pool": "render"},
+    )  # fmt: skip
+    _until_status(cloud, api, server.id, "running")
+
+    def looked() -> Reading | None:
+        reading = read_server(boot, server.id, console=True)
+        return reading if {"joined", "image_ready"} <= set(reading.events) else None
+
+    seen: Reading = wait_for(looked, timeout=120, interval=0.5, what="the agent's events")
+    booted = _booted(cloud, server.id)
+    seen = read_server(boot, server.id, console=True, last=seen)
+    assert seen.timeline.stages == booted.stages and seen.timeline.agent_started is not None
+
+    boot.exec(server.id, "systemctl", "poweroff")
+    wait_for(lambda: boot.running(server.id) is False, what="the server stopped")
+    alone = read_server(boot, server.id, console=True)
+    assert alone.events == {} and alone.timeline.stages == {}  # all a lone look can see now
+    assert alone.timeline.container_started is not None
+    after = read_server(boot, server.id, console=True, last=seen)
+    assert after.events == seen.events
+    assert after.timeline.stages == seen.timeline.stages
+    assert after.timeline.agent_started == seen.timeline.agent_started
+    assert after.timeline.container_started == alone.timeline.container_started
+    assert "is not running" in after.console  # this look's console where it had one
+    assert api.delete_server(server.id)
+    wait_for(lambda: _containers(cloud) == [], what="the container removed")
 
 
 @pytest.fixture

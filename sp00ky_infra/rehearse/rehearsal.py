@@ -91,12 +91,46 @@ ESTIMATE: dict[str, tuple[float | None, str]] = {
 
 @dataclass
 class Reading:
-    """One look inside a server by the fake cloud (monotonic ``at``)."""
+    """What the fake cloud has seen inside a server, as of its last look (monotonic ``at``)."""
 
     at: float
     timeline: Timeline = field(default_factory=Timeline)
     events: dict[str, float] = field(default_factory=dict)
     console: str = ""
+
+
+def read_server(
+    booter: Booter, server: int, *, console: bool, last: Reading | None = None
+) -> Reading:
+    """Look inside a server: its boot timeline, the agent's events and (``console``) its
+    console, on top of the ``last`` look. What this look cannot read keeps what the last one
+    saw: a failed boot is destroyed in the tick that fails it, so the look that reports it may
+    find the server stopping, with no journal to read and only its start time."""
+    seen = last or Reading(0.0)
+    reading = Reading(time.monotonic(), seen.timeline, dict(seen.events), seen.console)
+    with contextlib.suppress(Exception):
+        reading.timeline = _later(seen.timeline, booter.timeline(server))
+    with contextlib.suppress(Exception):
+        events = agent_events(booter.exec(server, *JOURNAL)[1])
+        reading.events = {**events, **seen.events}  # each event's first time
+    if console:
+        with contextlib.suppress(Exception):
+            reading.console = booter.console(server, lines=30) or seen.console
+    return reading
+
+
+def _later(old: Timeline, new: Timeline) -> Timeline:
+    """``new``, with what it does not know (a server no longer running tells only its start)
+    taken from ``old``."""
+    return Timeline(
+        requested=new.requested or old.requested,
+        container_started=new.container_started or old.container_started,
+        stages={**old.stages, **new.stages},
+        cloud_init_done=new.cloud_init_done or old.cloud_init_done,
+        cloud_init_errors=new.cloud_init_errors or old.cloud_init_errors,
+        runcmd_finished=new.runcmd_finished or old.runcmd_finished,
+        agent_started=new.agent_started or old.agent_started,
+    )
 
 
 @dataclass
@@ -458,7 +492,9 @@ class Rehearsal:
         last = self._readings.get(machine.name)
         due = last is None or changed or time.monotonic() - last.at >= READ_EVERY_SECONDS
         if server is not None and (done or due):
-            self._readings[machine.name] = self._read(booter, server["id"], console=not ready)
+            self._readings[machine.name] = read_server(
+                booter, server["id"], console=not ready, last=last
+            )
         if not done:
             return
         reading = self._readings.get(machine.name) or Reading(time.monotonic())
@@ -478,19 +514,6 @@ class Rehearsal:
                 self._consoles.mkdir(exist_ok=True)
                 (self._consoles / f"{machine.name}.log").write_text(reading.console)
         self._reports[machine.name] = report
-
-    def _read(self, booter: Booter, server: int, console: bool) -> Reading:
-        """What the fake cloud sees inside a server: its boot timeline, the agent's events,
-        and (for a machine not ready) its console."""
-        reading = Reading(time.monotonic())
-        with contextlib.suppress(Exception):
-            reading.timeline = booter.timeline(server)
-        with contextlib.suppress(Exception):
-            reading.events = agent_events(booter.exec(server, *JOURNAL)[1])
-        if console:
-            with contextlib.suppress(Exception):
-                reading.console = booter.console(server, lines=30)
-        return reading
 
     def _guardian(self, cloud: FakeHetzner, when: str) -> dict[str, Any]:
         result = run_pass(HetznerAPI(TOKEN, cloud.url), time.time())
