@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import controller as remote
+from agent import http_headers
 from agent.docker import DockerAPI, DockerRuntime
 from agent.errors import (
     ControllerError,
@@ -666,6 +667,7 @@ def _finished(run: JobRun) -> FinishedAttempt:
 
 
 def main() -> int:
+    http_headers.install()  # answers' headers without the email package (http_headers)
     try:
         settings = Settings.load()
     except SettingsError as exc:
