@@ -242,6 +242,7 @@ def _shape(kind: Any) -> tuple[Any, tuple[Any, ...]]:
 
 
 M = TypeVar("M", bound=Message)
+_PLAIN = frozenset({str, int, float, bool})
 
 
 def _message(cls: type[M], data: object, where: str) -> M:
@@ -301,6 +302,8 @@ def _wrong(where: str, expected: str, got: object) -> ProtocolError:
 
 
 def _dump(value: object) -> Any:
+    if value is None or type(value) in _PLAIN:  # most values: before the ABC's isinstance
+        return value
     if isinstance(value, Message):
         return {name: _dump(getattr(value, name)) for name, _, _ in _fields(type(value))}
     if isinstance(value, list | tuple):

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from agent.errors import AgentError, ControllerError, ProtocolError
-from agent.protocol import PollReply, ResultRequest
+from agent.protocol import (
+    ErrorInfo,
+    FinishedAttempt,
+    PollReply,
+    PollRequest,
+    ResultRequest,
+    RunningAttempt,
+)
 
 WHAT_TO_DO = "install the agent this controller ships"
 
@@ -52,3 +60,32 @@ def test_what_the_agent_sends_has_every_field() -> None:
         "error": None,
         "posted": None,
     }
+
+
+def test_a_poll_dumps_nested_messages_and_any_json_result_as_json() -> None:
+    result = {"ok": True, "n": 3, "ratio": 0.5, "tags": ("a", "b"), "none": None, "deep": [{}]}
+    poll = PollRequest(
+        running=(RunningAttempt(job="j1", attempt="a1", posted=0.002, fresh=True),),
+        free_slots=2,
+        wait=20,
+        results=(
+            FinishedAttempt(job="j2", attempt="a2", status="success", result=result),
+            FinishedAttempt(
+                job="j3", attempt="a3", status="failed",
+                error=ErrorInfo(code="timeout", reason="late", status=504),
+            ),
+        ),
+    )  # fmt: skip
+    dumped = poll.to_json()
+    assert dumped == {
+        "running": [{"job": "j1", "attempt": "a1", "posted": 0.002, "fresh": True}],
+        "free_slots": 2,
+        "wait": 20,
+        "results": [
+            {"job": "j2", "attempt": "a2", "status": "success", "posted": None, "error": None,
+             "result": {**result, "tags": ["a", "b"]}},
+            {"job": "j3", "attempt": "a3", "status": "failed", "posted": None, "result": None,
+             "error": {"code": "timeout", "reason": "late", "status": 504}},
+        ],
+    }  # fmt: skip
+    assert json.loads(json.dumps(dumped)) == dumped
