@@ -115,9 +115,8 @@ class Recorded:
 class Running:
     """A job running on a machine as a poll reads it (``send_running``): what checks the
     attempts the machine reports, counts its slots, passes its kills on and times the
-    attempts whose results it records. A few columns,
-    not the whole row: the whole Job is read only for what needs it (an assignment sent
-    again, a failed result)."""
+    attempts whose results it records. A few columns, not the whole row: the whole Job is
+    read only for what needs it (an assignment sent again, a result posted on its own)."""
 
     id: str
     attempt: str | None

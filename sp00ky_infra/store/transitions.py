@@ -40,6 +40,9 @@ def new_job_id(table: str) -> str:
     return f"{table}:{secrets.token_hex(10)}"
 
 
+_FIELD_NAMES = {"delay_ms": "delay"}  # as validate_new's messages name them
+
+
 def validate_new(new: NewJob) -> None:
     # Whole numbers are ints (not floats, not bools) and durations finite numbers: what is
     # written is what rows.pending_job says was, on SQLite and PostgreSQL alike.
@@ -68,7 +71,7 @@ def validate_new(new: NewJob) -> None:
         ),
         (new.delay_ms >= 0, f"delay: must be 0 or more milliseconds, not {new.delay_ms}"),
         (
-            new.timeout is None or (new.timeout > 0 and math.isfinite(new.timeout)),
+            new.timeout is None or new.timeout > 0,
             f"timeout: must be a positive number of seconds, not {new.timeout}",
         ),
         (new.slots >= 1, f"slots: a job takes at least 1 slot, not {new.slots}"),
@@ -84,9 +87,6 @@ def validate_new(new: NewJob) -> None:
         json.dumps(new.payload)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"payload: must be JSON ({exc})") from exc
-
-
-_FIELD_NAMES = {"delay_ms": "delay"}  # as the messages below name it
 
 
 def error_entry(code: str, reason: str, job: Job, now: float, **extra: Any) -> ErrorEntry:
