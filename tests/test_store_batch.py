@@ -150,7 +150,7 @@ def test_sqlite_writes_a_claim_and_a_batch_of_results_by_id(sqlite_url: str) -> 
         with store._cursor() as cur:
             cur.execute("ANALYZE")
             plans = []
-            for sql, variables in ((start_attempts(3), 5 + 12), (complete_attempts(3), 5 + 9)):
+            for sql, variables in ((start_attempts(3), 5 + 9), (complete_attempts(3), 4 + 9)):
                 cur.execute("EXPLAIN QUERY PLAN " + sql, [None] * variables)
                 plans.append(" / ".join(row[3] for row in cur.fetchall()))
     finally:

@@ -56,7 +56,7 @@ def test_batched_results_find_their_rows_by_id_on_a_table_never_analyzed(
         with store._write() as cur:
             cur.execute(GENERIC_PLANS)
             for sql, params in [
-                (COMPLETE_ATTEMPTS_PG, (T0, T0, "1.0", [job.id for job in running],
+                (COMPLETE_ATTEMPTS_PG, (T0, T0, [job.id for job in running],
                                         [job.attempt for job in running], [None] * 16,
                                         ["processing"] * 16, None, None)),
             ]:  # fmt: skip

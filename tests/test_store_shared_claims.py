@@ -147,7 +147,6 @@ def test_a_wide_job_that_appears_under_the_shared_lock_is_a_wall(
         params = {
             "table": TABLE, "now": time.time(), "free": 8, "owner": "ctl", "machine": "m1",
             "attempts": [f"a{n}" for n in range(8)], "lease": time.time() + 60,
-            "started": "0",
         }  # fmt: skip
         rows = conn.execute(CLAIM_ANY_PG, params).fetchall()
         ids_taken = {row[1] for row in rows}

@@ -55,7 +55,6 @@ from sp00ky_infra.store.rows import (
 from sp00ky_infra.store.transitions import (
     after_failure,
     attempt_deadline,
-    attempt_entry,
     error_entry,
     finish,
     new_attempt_id,
@@ -65,9 +64,9 @@ from sp00ky_infra.store.transitions import (
 )
 
 CAS_TRIES = 5
-_SLOTS, _NUMBER, _TIMEOUT, _MAX_DURATION = (
+_SLOTS, _TIMEOUT, _MAX_DURATION = (
     COLUMNS.replace(" ", "").split(",").index(name)
-    for name in ("slots", "attempt_number", "timeout", "max_job_duration")
+    for name in ("slots", "timeout", "max_job_duration")
 )
 
 
@@ -239,12 +238,10 @@ class Jobs(Dialect):
                 if row[0] not in chosen:
                     continue
                 attempt = new_attempt_id()
-                number = row[_NUMBER] + 1
                 deadline = attempt_deadline(row[_TIMEOUT], row[_MAX_DURATION], now)
-                entry = attempt_entry(number, attempt, machine, now)
-                starts.append((row[0], attempt, deadline, json.dumps(entry)))
+                starts.append((row[0], attempt, deadline))
                 started.append(
-                    started_job(row, owner, machine, attempt, now + lease, deadline, now, entry)
+                    started_job(row, owner, machine, attempt, now + lease, deadline, now)
                 )
             for chunk in chunks(starts, START_ROWS_MAX):
                 self._x(
@@ -279,7 +276,6 @@ class Jobs(Dialect):
             "machine": machine,
             "attempts": [new_attempt_id() for _ in range(free_slots)],
             "lease": now + lease,
-            "started": json.dumps(now),
         }
         if concurrency is None:  # claims of the queue run side by side (rows.CLAIM_ANY_PG)
             claimed = self._send_claim(table, CLAIM_ANY_PG, params, shared=True)
@@ -380,7 +376,6 @@ class Jobs(Dialect):
         """The common case of ``complete_many``: the started_at of the jobs it completed. On
         PostgreSQL one statement (needing no transaction of its own: inside transaction() it
         is part of it); on SQLite a statement a chunk, committed together."""
-        ended = json.dumps(now)
         if len(results) > 1:
             # A job's first result only: a join with two rows for one job would update it
             # with either (PostgreSQL and SQLite alike), and a later one must be stale.
@@ -392,7 +387,7 @@ class Jobs(Dialect):
             if len(results) > 1:
                 rows = self._send(
                     COMPLETE_ATTEMPTS_PG,
-                    (now, now, ended, [each[0] for each in results],
+                    (now, now, [each[0] for each in results],
                      [each[1] for each in results], list(payloads),
                      ["processing"] * len(results), machine, machine),
                 )  # fmt: skip
@@ -400,21 +395,18 @@ class Jobs(Dialect):
                 (job_id, attempt, _), payload = results[0], payloads[0]
                 rows = self._send(
                     COMPLETE_ATTEMPT_PG,
-                    (payload, now, now, ended, job_id, attempt, machine, machine),
+                    (payload, now, now, job_id, attempt, machine, machine),
                 )
                 rows = rows.then(lambda found: [(job_id, row[0]) for row in found])
             return rows.then(lambda rows: {row[0]: row[1] for row in rows})
         with self._joined() as cur:
-            return Later.ready(
-                self._complete_in_sqlite(cur, results, payloads, ended, machine, now)
-            )
+            return Later.ready(self._complete_in_sqlite(cur, results, payloads, machine, now))
 
     def _complete_in_sqlite(
         self,
         cur: Cursor,
         results: Sequence[tuple[str, str, Any]],
         payloads: Sequence[str | None],
-        ended: str,
         machine: str | None,
         now: float,
     ) -> dict[str, float | None]:
@@ -428,14 +420,12 @@ class Jobs(Dialect):
                 self._x(
                     cur,
                     complete_attempts(len(chunk)),
-                    (now, now, ended, *itertools.chain(*chunk), machine, machine),
+                    (now, now, *itertools.chain(*chunk), machine, machine),
                 )
                 started.update(cur.fetchall())
             return started
         (job_id, attempt, _), payload = results[0], payloads[0]
-        self._x(
-            cur, COMPLETE_ATTEMPT, (payload, now, now, ended, job_id, attempt, machine, machine)
-        )
+        self._x(cur, COMPLETE_ATTEMPT, (payload, now, now, job_id, attempt, machine, machine))
         row = cur.fetchone()
         if row is not None:
             started[job_id] = row[0]

@@ -371,4 +371,21 @@ MIGRATIONS: tuple[Migration, ...] = (
             " WHERE status = 'pending' AND slots > 1",
         ),
     ),
+    Migration(
+        9,
+        "a running attempt's history entry is its row's columns, not the last entry of attempts",
+        # The claim no longer appends the entry, nor a result closes it (rows: job_from_row
+        # makes it of the columns); a running row written before holds it: taken off.
+        (),
+        sqlite=(
+            "UPDATE jobs SET attempts = json_remove(attempts, '$[#-1]') "
+            "WHERE status = 'processing' AND attempts <> '[]' "
+            "AND json_extract(attempts, '$[#-1].id') = attempt",
+        ),
+        postgres=(
+            "UPDATE jobs SET attempts = (attempts::jsonb - (-1))::text "
+            "WHERE status = 'processing' AND attempts <> '[]' "
+            "AND attempts::jsonb -> -1 ->> 'id' = attempt",
+        ),
+    ),
 )
