@@ -40,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sp00ky_infra.store import NewJob, open_store
-from sp00ky_infra.store.model import Job
+from sp00ky_infra.store.model import Started
 from sp00ky_infra.store.postgres import scratch_schema
 
 TABLE = "bench_job"
@@ -81,14 +81,14 @@ def _ours_worker(url: str, batch: int, start: float) -> int:
     one transaction."""
     store = open_store(url, migrate=False)
     _wait(start)
-    done, jobs = 0, list[Job]()
+    done, jobs = 0, list[Started]()
     while True:
         now = time.time()
         with store.transaction():
             finished = store.complete_many([(job.id, job.attempt or "", None) for job in jobs], now)
             done += sum(each.status == "success" for each in finished)
             # read after the COMMIT it travels with, as the poll's claim is
-            claimed = store.send_claim(TABLE, batch, f"w{os.getpid()}", now, lease=90, machine="m1")
+            claimed = store.send_start(TABLE, batch, f"w{os.getpid()}", now, lease=90, machine="m1")
         jobs = claimed.result()
         if not jobs:
             break

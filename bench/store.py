@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sp00ky_infra.store import NewJob, SqlStore, open_store
-from sp00ky_infra.store.model import Job
+from sp00ky_infra.store.model import Started
 from sp00ky_infra.store.postgres import scratch_schema
 
 TABLE = "bench_job"
@@ -50,7 +50,7 @@ def claim_and_complete(store: SqlStore, batch: int, together: bool = False) -> t
     agent's poll does, one transaction completes the last batch and claims the next."""
     done = 0
     started = time.perf_counter()
-    jobs: list[Job] = []
+    jobs: list[Started] = []
     while True:
         now = time.time()
         with store.transaction() if together else nullcontext():
@@ -62,7 +62,7 @@ def claim_and_complete(store: SqlStore, batch: int, together: bool = False) -> t
                 store.complete_many(results, now)
             done += len(jobs)
             # read after the COMMIT it travels with (together), as the poll's claim is
-            claimed = store.send_claim(TABLE, batch, "bench", now, lease=90, machine="m1")
+            claimed = store.send_start(TABLE, batch, "bench", now, lease=90, machine="m1")
         jobs = claimed.result()
         if not jobs:
             break

@@ -278,6 +278,32 @@ def test_admission_order_is_priority_then_age_then_id(store: SqlStore) -> None:
     assert order == [urgent.id, first.id, second.id, *tied, lowest.id]
 
 
+@pytest.mark.parametrize("concurrency", [None, 2])
+def test_a_polls_claim_reads_its_started_attempts_as_their_jobs_say(
+    store: SqlStore, concurrency: int | None
+) -> None:
+    # send_start: the claim the poll makes (without and with a concurrency cap), each attempt
+    # it started read as a Started, in admission order, the same columns as the Job's.
+    late = store.enqueue(new(payload={"n": 1}, timeout=30.0), T0 + 1)
+    urgent = store.enqueue(new(payload={"n": 2}, priority=5, delay_ms=500), T0)
+    store.enqueue(new(payload={"n": 3}), T0 + 2)
+    with store.transaction():
+        claimed = store.send_start(
+            "render_job", 2, "c", T0 + 5, LEASE, machine="m1", concurrency=concurrency
+        )
+    started = claimed.result()
+    assert [each.id for each in started] == [urgent.id, late.id]
+    for each in started:
+        job = store.get(each.id)
+        assert job.status == "processing" and job.machine == "m1"
+        assert (each.attempt, each.path, each.payload, each.deadline) == (
+            job.attempt, job.path, job.payload, job.deadline
+        )  # fmt: skip
+        assert (each.lease_expires_at, each.run_after) == (T0 + 5 + LEASE, job.run_after)
+    assert started[0].run_after == T0 + 0.5 and started[0].deadline is None
+    assert started[1].deadline == T0 + 5 + 30.0
+
+
 def test_the_head_waits_for_all_its_slots_and_nothing_overtakes_it(store: SqlStore) -> None:
     big = store.enqueue(new(slots=2), T0)
     small = store.enqueue(new(slots=1), T0 + 1)

@@ -49,7 +49,7 @@ from sp00ky_infra.shared.names import pool_image
 from sp00ky_infra.store import Conflict, Job, JobNotFound, SqlStore, StaleAttempt
 from sp00ky_infra.store.dialect import Later
 from sp00ky_infra.store.machines import Machine, MachineNotFound
-from sp00ky_infra.store.model import Recorded, Running
+from sp00ky_infra.store.model import Recorded, Running, Started
 
 # A poll writes the machine's last sighting at most this often: silence is judged over a
 # whole lease (30 s at least), so a second's resolution changes no verdict, and a busy
@@ -371,7 +371,7 @@ class Controller:
             if job.cancel_requested
         ]
         assignments: list[Assignment] = []
-        claimed: Later[list[Job]] = Later.ready([])
+        claimed: Later[list[Started]] = Later.ready([])
         if machine.state == "ready" and self.leader:
             known = {job for job, _ in reported} | {done.job for done in request.results}
             # Jobs bound to this machine that it does not know of: a poll answer that never
@@ -384,7 +384,7 @@ class Controller:
             free = min(request.free_slots, pool.slots - sum(job.slots for job in running))
             if free > 0 and not self.pool_states.paused(machine.pool):
                 backend = self.backends[machine.pool]
-                claimed = self.store.send_claim(
+                claimed = self.store.send_start(
                     self.table_of(machine.pool),
                     free,
                     self.settings.controller_id,
@@ -577,6 +577,7 @@ def machine_env(backend: Backend, root: str = ".") -> dict[str, str]:
 
 
 def _assignment(job: Any) -> Assignment:
+    """The assignment of an attempt a claim started (Started) or sent again (its Job)."""
     return Assignment(
         job=job.id,
         attempt=job.attempt,

@@ -28,10 +28,13 @@ from sp00ky_infra.store.model import (
     Recorded,
     Running,
     StaleAttempt,
+    Started,
 )
 from sp00ky_infra.store.rows import (
     CLAIM_ANY_PG,
+    CLAIM_ANY_STARTED_PG,
     CLAIM_CAPPED_PG,
+    CLAIM_CAPPED_STARTED_PG,
     COLUMNS,
     COMPLETE_ATTEMPT,
     COMPLETE_ATTEMPT_PG,
@@ -64,9 +67,9 @@ from sp00ky_infra.store.transitions import (
 )
 
 CAS_TRIES = 5
-_SLOTS, _TIMEOUT, _MAX_DURATION = (
+_SLOTS, _TIMEOUT, _MAX_DURATION, _PATH, _PAYLOAD, _RUN_AFTER = (
     COLUMNS.replace(" ", "").split(",").index(name)
-    for name in ("slots", "timeout", "max_job_duration")
+    for name in ("slots", "timeout", "max_job_duration", "path", "payload", "run_after")
 )
 
 
@@ -201,10 +204,40 @@ class Jobs(Dialect):
     ) -> Later[list[Job]]:
         """``claim``, sent (``Later``): inside ``transaction()`` on PostgreSQL, with what is
         sent around it, and read after the COMMIT if asked for then."""
+        return self._start(table, free_slots, owner, now, lease, machine, concurrency, True)
+
+    def send_start(
+        self,
+        table: str,
+        free_slots: int,
+        owner: str,
+        now: float,
+        lease: float,
+        machine: str | None = None,
+        concurrency: int | None = None,
+    ) -> Later[list[Started]]:
+        """``send_claim`` as a poll makes it: the same claim, each attempt it started read as
+        a Started (the columns the machine's assignment needs), not as a whole Job."""
+        return self._start(table, free_slots, owner, now, lease, machine, concurrency, False)
+
+    def _start(
+        self,
+        table: str,
+        free_slots: int,
+        owner: str,
+        now: float,
+        lease: float,
+        machine: str | None,
+        concurrency: int | None,
+        whole: bool,
+    ) -> Later[list[Any]]:
+        """The claim: its started attempts as Jobs (``whole``) or as Started."""
         if free_slots < 1:
             return Later.ready([])
         if self.arrays:
-            return self._claim_in_sql(table, free_slots, owner, now, lease, machine, concurrency)
+            return self._claim_in_sql(
+                table, free_slots, owner, now, lease, machine, concurrency, whole
+            )
         # The head of the queue (SQLite: BEGIN IMMEDIATE holds the database, so the rows
         # read are the rows written). Read through jobs_queue, already in admission order:
         # ``+run_after`` keeps SQLite off jobs_pending_due, whose range on run_after it would
@@ -233,7 +266,8 @@ class Jobs(Dialect):
                     concurrency,
                 )
             )
-            started, starts = [], []
+            started: list[Any] = []
+            starts = []
             for row in queue:
                 if row[0] not in chosen:
                     continue
@@ -242,6 +276,16 @@ class Jobs(Dialect):
                 starts.append((row[0], attempt, deadline))
                 started.append(
                     started_job(row, owner, machine, attempt, now + lease, deadline, now)
+                    if whole
+                    else Started(
+                        row[0],
+                        attempt,
+                        row[_PATH],
+                        json.loads(row[_PAYLOAD]),
+                        deadline,
+                        now + lease,
+                        row[_RUN_AFTER],
+                    )
                 )
             for chunk in chunks(starts, START_ROWS_MAX):
                 self._x(
@@ -263,7 +307,8 @@ class Jobs(Dialect):
         lease: float,
         machine: str | None,
         concurrency: int | None,
-    ) -> Later[list[Job]]:
+        whole: bool,
+    ) -> Later[list[Any]]:
         """``claim`` on PostgreSQL: admission and the attempts' start in one statement
         (rows.CLAIM_PG), one round trip after the lock instead of a read, admission here and
         a write (two, and the lock held across both)."""
@@ -278,11 +323,15 @@ class Jobs(Dialect):
             "lease": now + lease,
         }
         if concurrency is None:  # claims of the queue run side by side (rows.CLAIM_ANY_PG)
-            claimed = self._send_claim(table, CLAIM_ANY_PG, params, shared=True)
+            sql = CLAIM_ANY_PG if whole else CLAIM_ANY_STARTED_PG
+            claimed = self._send_claim(table, sql, params, shared=True)
         else:
-            claimed = self._send_claim(table, CLAIM_CAPPED_PG, params)
+            claimed = self._send_claim(
+                table, CLAIM_CAPPED_PG if whole else CLAIM_CAPPED_STARTED_PG, params
+            )
+        read = job_from_row if whole else _started
         return claimed.then(
-            lambda rows: [job_from_row(row[1:]) for row in sorted(rows, key=lambda r: int(r[0]))]
+            lambda rows: [read(row[1:]) for row in sorted(rows, key=lambda r: int(r[0]))]
         )
 
     def renew(self, leases: Sequence[tuple[str, str]], now: float, lease: float) -> set[str]:
@@ -659,6 +708,14 @@ class Jobs(Dialect):
                 "AND cancel_requested = 1",
             )
             return {row[0] for row in cur.fetchall() if row[0] is not None}
+
+
+def _started(row: Sequence[Any]) -> Started:
+    """A Started of a claim's row (rows.STARTED_COLUMNS)."""
+    job_id, attempt, path, payload, deadline, lease_expires_at, run_after = row
+    return Started(
+        job_id, attempt, path, json.loads(payload), deadline, lease_expires_at, run_after
+    )
 
 
 def _require_current(job: Job, attempt: str) -> None:

@@ -91,9 +91,12 @@ CLAIM_PG = (
     "lease_expires_at = %(lease)s, "
     "deadline = %(now)s + LEAST(jobs.timeout, jobs.max_job_duration), "
     "started_at = %(now)s, updated_at = %(now)s "
-    "FROM chosen WHERE jobs.id = chosen.id "
-    "RETURNING chosen.n, " + ", ".join(f"jobs.{name}" for name in _COLUMN_NAMES)
+    "FROM chosen WHERE jobs.id = chosen.id RETURNING chosen.n, {returning}"
 )
+# What a claim returns of each row it started: the whole row (a Job), or a Started's columns.
+WHOLE_PG = ", ".join(f"jobs.{name}" for name in _COLUMN_NAMES)
+STARTED_COLUMNS = "id, attempt, path, payload, deadline, lease_expires_at, run_after"
+STARTED_PG = ", ".join(f"jobs.{name}" for name in STARTED_COLUMNS.split(", "))
 # Without a concurrency cap, claims of one queue share its admission lock while it holds no
 # wide job (slots > 1) pending, and skip each other's rows (the lock statement,
 # postgres.LOCK_QUEUE_SHARED, says which it took). Every row such a claim locks it starts
@@ -101,7 +104,8 @@ CLAIM_PG = (
 # for it. A wide job that became due between the lock and the claim is the wall: a claim
 # under the shared lock takes only the rows ahead of it and never locks it, so that no claim
 # passes it; the next claim sees it and takes the lock alone.
-CLAIM_ANY_PG = CLAIM_PG.format(
+_CLAIM_ANY_PG = CLAIM_PG.format(
+    returning="{returning}",
     room="%(free)s",
     wall=f"wall AS (SELECT priority, created_at, id FROM jobs WHERE {_QUEUED_PG} "
     "AND slots > 1 AND current_setting('sp00ky.claim_lock', true) = 'shared' "
@@ -111,12 +115,17 @@ CLAIM_ANY_PG = CLAIM_PG.format(
     "AND (wall.created_at, wall.id) <= (jobs.created_at, jobs.id)))",
 )
 # With a concurrency cap: the room left under it, counted after the lock (always held alone).
-CLAIM_CAPPED_PG = CLAIM_PG.format(
+_CLAIM_CAPPED_PG = CLAIM_PG.format(
+    returning="{returning}",
     room="%(concurrency)s - (SELECT count(*) FROM jobs "
     "WHERE tbl = %(table)s AND status = 'processing')",
     wall="",
     before_wall="",
 )
+CLAIM_ANY_PG = _CLAIM_ANY_PG.format(returning=WHOLE_PG)
+CLAIM_CAPPED_PG = _CLAIM_CAPPED_PG.format(returning=WHOLE_PG)
+CLAIM_ANY_STARTED_PG = _CLAIM_ANY_PG.format(returning=STARTED_PG)
+CLAIM_CAPPED_STARTED_PG = _CLAIM_CAPPED_PG.format(returning=STARTED_PG)
 # A result for the current attempt of a running job nobody killed (the common case): success
 # (the attempt's entry ends with the row: finished_at and the status are its end and outcome).
 # Any other case (killed, stale, another machine's) matches no row and takes the full
