@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sp00ky_infra.store import SqlStore, open_store
+from sp00ky_infra.store import SqlStore, StoreError, open_store
 from sp00ky_infra.store import dialect as dialect_module
 from sp00ky_infra.store.migrations import MIGRATIONS
 from tests.test_store_contract import LEASE, T0, claim_one, new
@@ -141,3 +141,43 @@ def test_a_store_whose_claims_appended_the_entry_reads_the_same_after_migrating(
         assert migrated.get(running_id).attempts == (_entry(running, T0 + 3, "success"),)
     finally:
         migrated.close()
+
+
+def _write_old_claim(store: SqlStore, job_id: str, attempt: str) -> None:
+    """The row as a build before migration 9 claimed it: the running entry in the column."""
+    entry = {"id": attempt, "number": 1, "machine": "m1", "started_at": T0 + 1,
+             "ended_at": None, "outcome": None}  # fmt: skip
+    with store._write() as cur:
+        store._x(
+            cur,
+            "UPDATE jobs SET status = 'processing', attempt = ?, attempt_number = 1, "
+            "machine = 'm1', assignee = 'controller-1', started_at = ?, lease_expires_at = ?, "
+            "attempts = ? WHERE id = ?",
+            (attempt, T0 + 1, T0 + 1 + LEASE, json.dumps([entry]), job_id),
+        )
+
+
+def test_an_entry_an_older_claim_left_open_ends_with_a_result_on_the_hot_path(
+    store: SqlStore,
+) -> None:
+    # An older build claimed it after this one migrated the store (the column holds the
+    # running entry); the hot path ends the attempt without touching the column.
+    job = store.enqueue(new(), T0)
+    _write_old_claim(store, job.id, "att-old")
+    running = store.get(job.id)
+    assert running.attempts == (_entry(running, None, None),)
+    store.complete(job.id, "att-old", None, T0 + 2)
+    done = store.get(job.id)
+    assert done.attempts == (_entry(running, T0 + 2, "success"),)
+
+
+def test_a_store_a_newer_build_migrated_is_refused_naming_both_versions(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    open_store(store_url).close()  # migrated by this build
+    newest = MIGRATIONS[-1].version
+    monkeypatch.setattr(dialect_module, "MIGRATIONS", MIGRATIONS[:-1])  # an older build
+    with pytest.raises(
+        StoreError, match=rf"schema is version {newest}, newer than .*\({newest - 1}\)"
+    ):
+        open_store(store_url)

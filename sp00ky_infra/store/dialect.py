@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Generic, Protocol, TypeVar
 
 from sp00ky_infra.store.migrations import MIGRATIONS
+from sp00ky_infra.store.model import StoreError
 
 
 class Closable(Protocol):
@@ -236,6 +237,15 @@ class Dialect(ABC):
             )
             self._x(cur, "SELECT version FROM schema_migrations")
             done = {row[0] for row in cur.fetchall()}
+            known = MIGRATIONS[-1].version
+            if max(done, default=0) > known:
+                # Migrated by a newer build: this one could misread or damage its rows (as a
+                # build before migration 9 closes the wrong attempt's entry of a retried job).
+                raise StoreError(
+                    f"this store's schema is version {max(done)}, newer than this "
+                    f"sp00ky-infra's ({known}): a newer sp00ky-infra migrated it; upgrade "
+                    "this one rather than run the two on one store"
+                )
             for migration in MIGRATIONS:
                 if migration.version in done:
                     continue

@@ -96,7 +96,8 @@ def error_entry(code: str, reason: str, job: Job, now: float, **extra: Any) -> E
 
 
 def attempt_entry(number: int, attempt: str, machine: str | None, now: float) -> AttemptEntry:
-    """The history entry of an attempt started at ``now`` (a claim appends it)."""
+    """The history entry of an attempt started at ``now``: what rows.job_from_row makes of
+    the columns of a row running it (the claim writes no entry)."""
     return {
         "id": attempt,
         "number": number,
