@@ -277,14 +277,16 @@ class Jobs(Dialect):
                 started.append(
                     started_job(row, owner, machine, attempt, now + lease, deadline, now)
                     if whole
-                    else Started(
-                        row[0],
-                        attempt,
-                        row[_PATH],
-                        json.loads(row[_PAYLOAD]),
-                        deadline,
-                        now + lease,
-                        row[_RUN_AFTER],
+                    else _started(
+                        (
+                            row[0],
+                            attempt,
+                            row[_PATH],
+                            row[_PAYLOAD],
+                            deadline,
+                            now + lease,
+                            row[_RUN_AFTER],
+                        )
                     )
                 )
             for chunk in chunks(starts, START_ROWS_MAX):
