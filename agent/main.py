@@ -513,9 +513,11 @@ class Agent:
             with self.lock:
                 self.runs[run.job] = run
                 self.lock.notify_all()
-            self.log("job_start", job=run.job, attempt=run.attempt, path=run.path)
             assert self.runtime is not None
-            self.slots.start(run, self.runtime.port, functools.partial(self.job_done, run))
+            # The POST goes out from this thread where it can (Slots.start), then the log
+            done = functools.partial(self.job_done, run)
+            self.slots.start(run, self.runtime.port, done, post_here=True)
+            self.log("job_start", job=run.job, attempt=run.attempt, path=run.path)
         if reply.drain and not self.draining:
             self.draining = True
             self.log("draining", reason="controller")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent.jobs import JobRun, Slots
+from agent.jobs import POST_HERE_BYTES, JobRun, Slots
 
 
 class Backend:
@@ -75,21 +75,27 @@ def backend() -> Iterator[Backend]:
     served.stop()
 
 
-def _job(attempt: str, path: str = "/render") -> JobRun:
-    return JobRun("j", attempt, path, {"n": attempt}, None, time.monotonic(), 1.0)
+def _job(attempt: str, path: str = "/render", payload: Any = None) -> JobRun:
+    payload = {"n": attempt} if payload is None else payload
+    return JobRun("j", attempt, path, payload, None, time.monotonic(), 1.0)
 
 
-def _run(slots: Slots, port: int, attempt: str, path: str = "/render") -> JobRun:
+def _run(
+    slots: Slots, port: int, attempt: str, path: str = "/render", post_here: bool = False
+) -> JobRun:
     run = _job(attempt, path)
-    slots.start(run, port, on_done=lambda: None)
+    slots.start(run, port, on_done=lambda: None, post_here=post_here)
     assert run.done.wait(10)
     return run
 
 
-def test_jobs_one_after_another_share_one_connection_and_one_thread(backend: Backend) -> None:
+@pytest.mark.parametrize("post_here", [False, True])
+def test_jobs_one_after_another_share_one_connection_and_one_thread(
+    backend: Backend, post_here: bool
+) -> None:
     slots = Slots()
     before = [thread.name for thread in threading.enumerate()].count("slot")
-    runs = [_run(slots, backend.port, f"a{n}") for n in range(5)]
+    runs = [_run(slots, backend.port, f"a{n}", post_here=post_here) for n in range(5)]
     assert all(run.report is not None and run.report.status == "success" for run in runs)
     assert [attempt for attempt, _ in backend.posts] == ["a0", "a1", "a2", "a3", "a4"]
     assert len({port for _, port in backend.posts}) == 1  # one kept connection
@@ -97,7 +103,10 @@ def test_jobs_one_after_another_share_one_connection_and_one_thread(backend: Bac
     assert after == before + 1  # one worker for them all, not a thread a job
 
 
-def test_a_connection_the_backend_closed_is_replaced_and_the_post_sent_once() -> None:
+@pytest.mark.parametrize("post_here", [False, True])
+def test_a_connection_the_backend_closed_is_replaced_and_the_post_sent_once(
+    post_here: bool,
+) -> None:
     first = Backend()
     slots = Slots()
     try:
@@ -107,7 +116,7 @@ def test_a_connection_the_backend_closed_is_replaced_and_the_post_sent_once() ->
     second = Backend(first.port)
     try:
         time.sleep(0.05)  # the close's FIN reaches the worker's socket
-        run = _run(slots, second.port, "a2")
+        run = _run(slots, second.port, "a2", post_here=post_here)
         assert run.report is not None and run.report.status == "success", run.report
         assert [attempt for attempt, _ in second.posts] == ["a2"]  # once
     finally:
@@ -131,3 +140,51 @@ def test_a_stopped_job_drops_its_connection_and_the_next_job_opens_another(
     assert run.report is not None and run.report.status == "success"
     assert [attempt for attempt, _ in backend.posts] == ["slow", "next"]
     assert backend.posts[0][1] != backend.posts[1][1]  # a new connection
+
+
+def test_a_post_on_a_kept_connection_is_sent_by_the_thread_that_starts_the_job(
+    backend: Backend,
+) -> None:
+    """With ``post_here`` the POST is out before ``start`` returns (no thread hand-off on
+    the job's way in); the worker takes the answer. A first job, which must connect, and a
+    request over POST_HERE_BYTES, are sent by the worker. Each POST exactly once, on the
+    one kept connection."""
+    slots = Slots()
+    first = _job("connects")
+    slots.start(first, backend.port, on_done=lambda: None, post_here=True)
+    assert first.done.wait(10) and first.report is not None
+    assert first.report.status == "success"
+
+    backend.release.clear()
+    held = _job("held", "/slow")  # the backend answers it only once released
+    slots.start(held, backend.port, on_done=lambda: None, post_here=True)
+    assert held.posted_at is not None  # sent on this thread, before start() returned
+    assert not held.done.is_set()  # ... and its answer is the worker's to wait for
+    backend.release.set()
+    assert held.done.wait(10) and held.report is not None
+    assert held.report.status == "success"
+
+    large = _job("large", payload={"blob": "x" * POST_HERE_BYTES})
+    slots.start(large, backend.port, on_done=lambda: None, post_here=True)
+    assert large.done.wait(10) and large.report is not None
+    assert large.report.status == "success"
+    assert [attempt for attempt, _ in backend.posts] == ["connects", "held", "large"]
+    assert len({port for _, port in backend.posts}) == 1
+
+
+def test_a_job_stopped_while_its_answer_is_awaited_after_a_post_sent_here_reports_nothing(
+    backend: Backend,
+) -> None:
+    slots = Slots()
+    assert _run(slots, backend.port, "warm").report is not None  # the kept connection
+    backend.release.clear()
+    slow = _job("slow", "/slow")
+    slots.start(slow, backend.port, on_done=lambda: None, post_here=True)
+    assert slow.posted_at is not None
+    slow.stop("cancelled")
+    assert slow.done.wait(10)
+    assert slow.report is None
+    backend.release.set()
+    run = _run(slots, backend.port, "next", post_here=True)
+    assert run.report is not None and run.report.status == "success"
+    assert [attempt for attempt, _ in backend.posts] == ["warm", "slow", "next"]
