@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvloop
@@ -52,11 +54,54 @@ def test_a_watcher_without_wakeups_binds_nothing_and_still_sees_commits(tmp_path
         writer.close()
 
 
+def test_a_wake_up_names_the_tables_whose_queues_got_work_due_and_any_other_asks_for_a_look(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "state.db")
+    writer = SqliteStore(path)
+    writer.migrate()
+    listener = writer.watch()
+    fd = listener.fileno()
+    assert fd is not None
+
+    def woken() -> frozenset[str] | bool | None:
+        if select.select([fd], [], [], 5)[0] != [fd]:
+            return False  # no wake-up at all
+        return listener.drain()
+
+    other = NewJob("mailer", "mail_job", "/send", {}, pool="mail")
+    try:
+        writer.enqueue(_job(), time.time())
+        assert woken() == frozenset({"render_job"})
+        writer.enqueue_many([_job(), other], time.time())  # one commit, two queues
+        assert woken() == frozenset({"render_job", "mail_job"})
+        writer.enqueue(_job(), time.time())
+        writer.enqueue(other, time.time())  # two commits, drained together
+        time.sleep(0.05)
+        assert woken() == frozenset({"render_job", "mail_job"})
+        later = NewJob("renderer", "render_job", "/render", {}, pool="render", delay_ms=60_000)
+        writer.enqueue(later, time.time())  # due in a minute: nothing to wake a poll for now
+        assert woken() is None
+        (running,) = writer.claim("render_job", 1, "c", time.time(), 60, machine="render-m1")
+        writer.kill(running.id, time.time())
+        assert woken() is None  # a kill: a look, for the machines with one to deliver
+        assert select.select([fd], [], [], 0)[0] == []
+    finally:
+        listener.close()
+        writer.close()
+
+
 @pytest.fixture
 def controller(tmp_path: Path) -> Iterator[Controller]:
-    app = backend_app("render", "render_job", tmp_path / "log")
-    pools = {"render": {"min": 0, "autoscale": True, "max": 2}}
-    config = load_config(project(tmp_path, pools, {"renderer": app}))
+    apps = {
+        "renderer": backend_app("render", "render_job", tmp_path / "log"),
+        "mailer": backend_app("mail", "mail_job", tmp_path / "mail.log"),
+    }
+    pools = {
+        "render": {"min": 0, "autoscale": True, "max": 2},
+        "mail": {"min": 0, "autoscale": True, "max": 1},
+    }
+    config = load_config(project(tmp_path, pools, apps))
     store = open_store(f"sqlite:///{tmp_path}/state.db")
     settings = ControllerSettings(secret="s", state_dir=str(tmp_path))
     provisioner = Recording(delivers_join_token=True)
@@ -81,11 +126,11 @@ def test_a_job_another_process_writes_wakes_the_held_poll_from_the_event_loop(
             admin.set_paused(controller, "render", True)  # a wake-up finds no work
             writer.enqueue(_job(1), time.time())
             await asyncio.sleep(0.3)
-            asleep = not held.is_set()
+            asleep = not held.done()
             admin.set_paused(controller, "render", False)
             writer.enqueue(_job(2), time.time())
-            await asyncio.wait_for(held.wait(), timeout=5)
-            return asleep, held.is_set()
+            await asyncio.wait_for(held, timeout=5)
+            return asleep, held.done()
         finally:
             dispatcher.stop()
 
@@ -97,3 +142,104 @@ def test_a_job_another_process_writes_wakes_the_held_poll_from_the_event_loop(
     assert asleep, "a paused pool's poll was woken"
     assert woken
     assert os.listdir(tmp_path / "state.db.wake") == []  # stop() closed the listener
+
+
+def test_a_kill_another_process_writes_wakes_its_machines_held_poll_from_the_event_loop(
+    tmp_path: Path, controller: Controller
+) -> None:
+    """The kills are looked for after the pools' polls (in the loop's next pass), still
+    from the loop alone: the dispatcher thread is never started here."""
+    writer = SqliteStore(str(tmp_path / "state.db"))
+    job = writer.enqueue(_job(1), time.time())
+    (started,) = writer.claim("render_job", 1, "c", time.time(), 60, machine="render-m1")
+    assert started.id == job.id
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        loop = asyncio.get_running_loop()
+        hub = Hub(loop)
+        dispatcher = Dispatcher(controller, hub)
+        dispatcher.listen(loop)
+        try:
+            held = hub.waiter("render-m1", "render")
+            other = hub.waiter("render-m2", "render")
+            await asyncio.sleep(0.05)
+            asleep = not held.done()
+            writer.kill(job.id, time.time())
+            await asyncio.wait_for(held, timeout=5)
+            return asleep, held.done(), other.done()
+        finally:
+            dispatcher.stop()
+
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            asleep, woken, other_woken = runner.run(scenario())
+    finally:
+        writer.close()
+    assert asleep and woken
+    assert not other_woken  # nothing due in the pool: only the killed job's machine wakes
+
+
+def test_a_notification_from_another_thread_wakes_a_held_poll_and_a_timeout_ends_a_wait() -> None:
+    async def scenario() -> tuple[float, bool, bool]:
+        loop = asyncio.get_running_loop()
+        hub = Hub(loop)
+        quiet = hub.waiter("m0", "p")
+        began = loop.time()
+        await hub.wait(quiet, 0.05)  # nothing notifies it: its timeout ends the wait
+        waited = loop.time() - began
+        hub.done("m0", quiet)
+        held = hub.waiter("m1", "p")
+        other = hub.waiter("m2", "q")
+        notifier = threading.Thread(target=hub.notify_pool, args=("p",))
+        notifier.start()
+        await asyncio.wait_for(hub.wait(held, 5), timeout=5)
+        notifier.join()
+        hub.done("m1", held)
+        return waited, held.done(), other.done()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        waited, woken, other_woken = runner.run(scenario())
+    assert 0.04 <= waited < 5
+    assert woken and not other_woken
+
+
+def test_a_wake_up_that_names_its_table_wakes_that_pools_polls_without_reading_the_store(
+    tmp_path: Path, controller: Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's way to its machine: the wake-up says which queue, so the loop goes straight
+    to that pool's held polls (another pool's stay asleep), with no look at the store."""
+    writer = SqliteStore(str(tmp_path / "state.db"))
+    looks: list[str] = []
+    queued = controller.store.queued
+
+    def looking(table: str, *args: Any) -> Any:
+        looks.append(table)
+        return queued(table, *args)
+
+    monkeypatch.setattr(controller.store, "queued", looking)
+
+    async def scenario() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        hub = Hub(loop)
+        dispatcher = Dispatcher(controller, hub)
+        dispatcher.listen(loop)
+        try:
+            held = hub.waiter("render-m1", "render")
+            elsewhere = hub.waiter("mail-m1", "mail")  # the other pool, its own table
+            writer.enqueue(_job(1), time.time())
+            await asyncio.wait_for(held, timeout=5)
+            await asyncio.sleep(0.05)
+            asleep = not elsewhere.done()
+            writer.enqueue(NewJob("mailer", "mail_job", "/send", {}, pool="mail"), time.time())
+            await asyncio.wait_for(elsewhere, timeout=5)
+            return held.done(), asleep
+        finally:
+            dispatcher.stop()
+
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            woken, elsewhere_slept = runner.run(scenario())
+    finally:
+        writer.close()
+    assert woken and elsewhere_slept
+    assert looks == []

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -95,8 +94,7 @@ class Polls:
                 if reply.assignments or reply.stop or reply.drain or left <= 0:
                     reply.results = acks  # the results were recorded by the first pass
                     return reply.model_dump_json().encode()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), timeout=left)
+                await hub.wait(woken, left)
             finally:
                 hub.done(name, woken)
 

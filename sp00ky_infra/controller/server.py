@@ -173,12 +173,27 @@ class Dispatcher(threading.Thread):
         self._listener, self._loop = watcher, loop
 
     def _woken(self) -> None:
-        assert self._listener is not None
-        self._listener.drain()
+        """Wake-ups that name the tables with work due wake those pools' polls with no read
+        of the store (they run in the loop's next pass); any other looks at every waiting
+        pool, then, after the polls it woke, for kills."""
+        assert self._listener is not None and self._loop is not None
+        due = self._listener.drain()
+        if not self.controller.leader:
+            return
+        if due is not None:
+            self.wake_pools(due)
+            return
+        try:
+            self.wake_pools()
+        except Exception:  # the thread's next look finds it, or the tick's
+            log.exception("dispatcher: cannot read the store")
+        self._loop.call_soon(self._woken_kills)
+
+    def _woken_kills(self) -> None:
         if self.controller.leader:
             try:
-                self.dispatch(True)
-            except Exception:  # the thread's next look finds it, or the tick's
+                self.wake_cancelling()
+            except Exception:
                 log.exception("dispatcher: cannot read the store")
 
     def run(self) -> None:
@@ -198,14 +213,25 @@ class Dispatcher(threading.Thread):
             watcher.close()
 
     def dispatch(self, changed: bool) -> None:
+        self.wake_pools()
+        if changed:
+            self.wake_cancelling()
+
+    def wake_pools(self, due: frozenset[str] | None = None) -> None:
+        """Wake the held polls of every pool with work due: of the pools whose tables are
+        ``due``, or, without it, of those the store has due work for."""
         controller, now = self.controller, self.controller.clock()
         for pool in self.hub.waiting_pools():
-            open_for_work = pool in controller.pools and not controller.pool_states.paused(pool)
-            if open_for_work and controller.store.queued(controller.table_of(pool), now, 1):
+            if pool not in controller.pools or controller.pool_states.paused(pool):
+                continue
+            table = controller.table_of(pool)
+            if table in due if due is not None else controller.store.queued(table, now, 1):
                 self.hub.notify_pool(pool)
-        if changed:
-            for machine in controller.store.cancelling_machines():
-                self.hub.notify_machine(machine)
+
+    def wake_cancelling(self) -> None:
+        """Wake the held polls of machines with a kill to deliver."""
+        for machine in self.controller.store.cancelling_machines():
+            self.hub.notify_machine(machine)
 
     def stop(self) -> None:
         """Stop listening (from the loop ``listen`` was given) and ask the thread to end."""

@@ -123,8 +123,11 @@ class Watcher(ABC):
         sees changes."""
         return None
 
-    def drain(self) -> None:  # noqa: B027 - nothing to consume where fileno() is None
-        """Consume the wake-ups ``fileno()`` has waiting."""
+    def drain(self) -> frozenset[str] | None:
+        """Consume the wake-ups ``fileno()`` has waiting: the tables whose queues they say
+        got work due now, or None when any asks for a whole look (a kill, work not yet due,
+        a writer that names nothing), or none names a table."""
+        return None
 
 
 class Dialect(ABC):
@@ -146,8 +149,10 @@ class Dialect(ABC):
         polls, where another watcher of this process takes the writers' wake-ups."""
 
     @abstractmethod
-    def _changed(self, cur: Cursor) -> None:
-        """Tell watchers in other processes that jobs changed."""
+    def _changed(self, cur: Cursor, due: Sequence[str] = ()) -> None:
+        """Tell watchers in other processes that jobs changed; ``due``: the tables whose
+        queues got work due now, and nothing else (a watcher then wakes those pools' polls
+        without a look at the store). Without it, watchers look at everything."""
 
     # --- dialect -------------------------------------------------------------------------
 

@@ -158,7 +158,8 @@ class Jobs(Dialect):
             # from all over the table and its indexes (measured on SQLite: 90 pages written a
             # poll of 16 results and 16 claims, against 15 in admission order).
             cur.executemany(self._sql(INSERT_JOB), sorted(rows, key=insert_order))
-            self._changed(cur)
+            # Delayed rows come due later: the controller looks for those every few moments
+            self._changed(cur, due=[new.table for new in news if new.delay_ms <= 0])
         return rows
 
     def _check_room(self, cur: Cursor, pool: str, table: str, adding: int, max_queued: int) -> None:

@@ -298,7 +298,7 @@ class PostgresStore(SqlStore):
     def watch(self, wakeups: bool = True) -> Watcher:
         return NotifyWatcher(self.url)  # a NOTIFY reaches every listener: nothing to share
 
-    def _changed(self, cur: Cursor) -> None:
+    def _changed(self, cur: Cursor, due: Sequence[str] = ()) -> None:
         cur.execute(f"SELECT pg_notify('{CHANNEL}_' || current_schema(), '')")
 
     def close(self) -> None:

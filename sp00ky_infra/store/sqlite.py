@@ -24,7 +24,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -38,6 +38,7 @@ WATCH_INTERVAL_SECONDS = 0.005  # data_version is read this often, wake-up or no
 # ... and this often by a watcher whose process takes the wake-ups on another (wakeups=False)
 BACKSTOP_INTERVAL_SECONDS = 0.05
 MAX_SOCKET_PATH = 100  # sockaddr_un holds 108 bytes: a longer path has no wake-ups, only reads
+WAKE_BYTES = 4096  # a wake-up's tables at most; a longer list is sent as a plain "look"
 
 
 class DataVersionWatcher(Watcher):
@@ -47,10 +48,13 @@ class DataVersionWatcher(Watcher):
 
     The wake-up is SQLite's stand-in for PostgreSQL's NOTIFY: each watcher binds a Unix
     datagram socket in ``<database>.wake/``, and a writer whose commit changed what
-    watchers wait for sends every socket there one empty datagram after it commits
-    (``SqliteStore._wake``). So a job's wait for the controller to see it is a context
-    switch, not half a polling interval. A lost or missing datagram costs only that: the
-    data_version read finds the commit within WATCH_INTERVAL_SECONDS. A watcher made with
+    watchers wait for sends every socket there one datagram after it commits
+    (``wake_watchers``): the tables whose queues got work due now, one a line, or nothing
+    at all for "look" (a kill, work not yet due). So a job's wait for the controller to
+    see it is a context switch, not half a polling interval, and a wake-up that names its
+    table needs no read of the store to know whose polls to wake. A lost or missing
+    datagram costs only that: the data_version read finds the commit within
+    WATCH_INTERVAL_SECONDS. A watcher made with
     ``wakeups=False`` binds no socket and only reads, every BACKSTOP_INTERVAL_SECONDS: the
     controller's dispatcher thread, when its event loop takes the wake-ups on a watcher of its
     own (``fileno()``); its reads are then a backstop, and fewer of them leave the loop the
@@ -99,11 +103,18 @@ class DataVersionWatcher(Watcher):
     def fileno(self) -> int | None:
         return None if self._socket is None else self._socket.fileno()
 
-    def drain(self) -> None:
+    def drain(self) -> frozenset[str] | None:
+        tables: set[str] = set()
+        look = False
         if self._socket is not None:
             with contextlib.suppress(OSError):  # BlockingIOError: none (left)
                 while True:
-                    self._socket.recv(16)
+                    data = self._socket.recv(WAKE_BYTES)
+                    if not data or len(data) >= WAKE_BYTES:  # "look", or cut short
+                        look = True
+                    else:
+                        tables.update(data.decode("utf-8", "replace").split("\n"))
+        return None if look or not tables else frozenset(tables)
 
     def close(self) -> None:
         if self._socket is not None:
@@ -118,9 +129,19 @@ def wake_folder(path: str) -> str:
     return f"{path}.wake"
 
 
-def wake_watchers(folder: str) -> None:
-    """One empty datagram to every watcher's socket in ``folder``; a socket nobody holds any
-    more (a killed controller's) is removed. Never raises: a wake-up is only a hint."""
+def wake_message(due: frozenset[str]) -> bytes:
+    """A wake-up's datagram: ``due``, the tables with work due now, one a line; empty (the
+    watchers look at everything) when there are none, or when they would not fit."""
+    if any("\n" in table for table in due):
+        return b""
+    message = "\n".join(sorted(due)).encode()
+    return message if len(message) < WAKE_BYTES else b""
+
+
+def wake_watchers(folder: str, message: bytes = b"") -> None:
+    """One datagram (``wake_message``) to every watcher's socket in ``folder``; a socket
+    nobody holds any more (a killed controller's) is removed. Never raises: a wake-up is
+    only a hint."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -131,7 +152,7 @@ def wake_watchers(folder: str) -> None:
         sock.setblocking(False)
         for entry in entries:
             try:
-                sock.sendto(b"", entry.path)
+                sock.sendto(message, entry.path)
             except (ConnectionRefusedError, FileNotFoundError):
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
@@ -341,7 +362,9 @@ class SqliteStore(SqlStore):
         self._connections = PerThread(self._connect)
         self._writer = threading.Lock()  # this process's writers, one at a time
         self._writers = WriterQueue(f"{path}.writers")  # and the processes'
-        self._wake_due = threading.local()  # this thread's transaction queued or requeued work
+        # What this thread's transaction will wake the watchers for once it commits: the
+        # tables with work due now (empty: look at everything); None: nothing
+        self._wake_due = threading.local()
         self._checkpointer: Checkpointer | None = None
 
     def _connect(self) -> sqlite3.Connection:
@@ -374,7 +397,7 @@ class SqliteStore(SqlStore):
         if not nested:
             self._writer.acquire()
             queued = self._writers.acquire(BUSY_TIMEOUT_MS / 1000)
-            self._wake_due.due = False  # left by a transaction that rolled back
+            self._wake_due.due = None  # left by a transaction that rolled back
         try:
             cur.execute("SAVEPOINT nested" if nested else "BEGIN IMMEDIATE")
             try:
@@ -394,9 +417,11 @@ class SqliteStore(SqlStore):
                 self._writers.release()
             if not nested:
                 self._writer.release()
-        if not nested and getattr(self._wake_due, "due", False):
-            self._wake_due.due = False
-            wake_watchers(wake_folder(self.path))  # committed: now the watchers can see it
+        due = getattr(self._wake_due, "due", None)
+        if not nested and due is not None:
+            self._wake_due.due = None
+            # committed: now the watchers can see it
+            wake_watchers(wake_folder(self.path), wake_message(due))
 
     @contextmanager
     def _cursor(self) -> Iterator[Cursor]:
@@ -415,12 +440,16 @@ class SqliteStore(SqlStore):
     def watch(self, wakeups: bool = True) -> Watcher:
         return DataVersionWatcher(self.path, wakeups)
 
-    def _changed(self, cur: Cursor) -> None:
+    def _changed(self, cur: Cursor, due: Sequence[str] = ()) -> None:
         """Wake the watchers once this commits (at once outside a transaction: committed)."""
+        tables = frozenset(due)
         if self._connection().in_transaction:
-            self._wake_due.due = True
+            pending = getattr(self._wake_due, "due", None)
+            if pending is not None:  # a look wins; due tables add up
+                tables = pending | tables if pending and tables else frozenset()
+            self._wake_due.due = tables
         else:
-            wake_watchers(wake_folder(self.path))
+            wake_watchers(wake_folder(self.path), wake_message(tables))
 
     def checkpoint_in_background(self) -> None:
         """Checkpoint the WAL on a thread of this store's (``Checkpointer``), not in this
