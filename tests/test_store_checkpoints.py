@@ -1,5 +1,6 @@
-"""SQLite's WAL checkpoints kept off a long-running process's commits: the controller's store
-copies the WAL back on a thread of its own, its commits only past a backstop."""
+"""SQLite's WAL checkpoints kept off the commits: the controller's store copies the WAL back on
+a thread of its own, and every store's commits (the controller's, a client's) checkpoint only
+past a backstop."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_the_thread_copies_the_wal_back_and_the_commits_leave_it_to_the_thread(
         thread.start()
         thread.join()
         assert opened_later == [BACKSTOP_CHECKPOINT_PAGES]
-        assert _autocheckpoint(other) == 1000
+        assert _autocheckpoint(other) == BACKSTOP_CHECKPOINT_PAGES  # a client's, the CLI's
 
         before = _in_the_database_file(path)
         store.enqueue_many([new(payload={"n": n}) for n in range(50)], T0)
@@ -65,6 +66,26 @@ def test_the_thread_copies_the_wal_back_and_the_commits_leave_it_to_the_thread(
         other.close()
         store.close()
     assert _checkpointers() == []  # close() stopped it
+
+
+def test_a_clients_commits_past_sqlites_thousand_pages_leave_the_checkpoint_to_the_thread(
+    tmp_path: Path,
+) -> None:
+    """SQLite's default would have the commit that takes the WAL past 1,000 pages copy it
+    back, with an fsync, before the job it wrote could wake a poll: the client's run()."""
+    path = tmp_path / "state.db"
+    client = open_store(f"sqlite:///{path}")
+    try:
+        before = _in_the_database_file(path)
+        blob = "x" * 100_000  # 25 pages a job: 60 jobs take the WAL past 1,000 pages
+        for n in range(60):
+            client.enqueue(new(payload={"n": n, "blob": blob}), T0)
+        wal = (path.parent / f"{path.name}-wal").stat().st_size
+        assert wal > 1_000 * 4096  # the WAL holds them all ...
+        assert _in_the_database_file(path) == before  # ... and no commit copied them back
+    finally:
+        client.close()
+    assert _in_the_database_file(path) == before + 60  # the last connection's close did
 
 
 def test_without_it_small_commits_stay_in_the_wal(tmp_path: Path) -> None:
