@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ class Client:
         # the project's own store by default: .sp00ky/ next to its sp00ky.yml
         beside = Path(self.config.root) / DEFAULT_CONFIG_FILE
         self.store = store if isinstance(store, SqlStore) else open_store(store_url(store, beside))
+        self._specs: dict[str, str] = {}  # backend: its spec's path (_spec)
 
     def close(self) -> None:
         self.store.close()
@@ -121,7 +123,7 @@ class Client:
                 "run its jobs and nothing was written; point it at a pool in sp00ky.yml"
             )
         if target.spec:
-            check_payload(self.config.resolve(target.spec), backend, path, payload)
+            check_payload(self._spec(target), backend, path, payload)
         pool = self.config.pools.get(target.pool) if target.pool else None
         if (
             pool is not None
@@ -160,6 +162,14 @@ class Client:
         return self.store.enqueue(
             new, time.time() if now is None else now, max_queued=pool.max_queued if pool else None
         )
+
+    def _spec(self, backend: Backend) -> str:
+        """The path of ``backend``'s OpenAPI spec (worked out once a backend: a job's way to
+        its machine starts here, and pathlib's first touch after a pause costs tens of us)."""
+        spec = self._specs.get(backend.name)
+        if spec is None:
+            spec = self._specs[backend.name] = self.config.resolve(backend.spec or "")
+        return spec
 
     def _backend(self, name: str) -> Backend:
         backend = self.config.backends.get(name)
@@ -226,7 +236,7 @@ def either(names: tuple[str, str], first: int | None, second: int | None, defaul
 
 def _spec_version(path: str) -> int:
     try:
-        return Path(path).stat().st_mtime_ns
+        return os.stat(path).st_mtime_ns
     except OSError as exc:
         raise InvalidJob(f"spec: cannot read the backend's OpenAPI spec {path}: {exc}") from exc
 
