@@ -201,11 +201,15 @@ class BackendLink:
 
     def kept(self, timeout: float | None) -> http.client.HTTPConnection | None:
         """The kept connection, open and usable at ``port``, ready for the next POST; None
-        when the next POST would have to connect first."""
+        when the next POST would have to connect first (``connection`` then does)."""
         conn = self._conn
         if conn is None or conn.sock is None or conn.port != self.port:
             return None
-        return self.connection(timeout)
+        if not _usable(conn.sock):
+            return None
+        conn.timeout = timeout
+        conn.sock.settimeout(timeout)
+        return conn
 
     def discard(self) -> None:
         if self._conn is not None:

@@ -180,14 +180,12 @@ class Dispatcher(threading.Thread):
         due = self._listener.drain()
         if not self.controller.leader:
             return
-        if due is not None:
-            self.wake_pools(due)
-            return
         try:
-            self.wake_pools()
+            self.wake_pools(due)
         except Exception:  # the thread's next look finds it, or the tick's
             log.exception("dispatcher: cannot read the store")
-        self._loop.call_soon(self._woken_kills)
+        if due is None:
+            self._loop.call_soon(self._woken_kills)
 
     def _woken_kills(self) -> None:
         if self.controller.leader:
