@@ -35,6 +35,9 @@ MAX_JSON_DEPTH = 64
 # A POST the poll's thread may send itself (Slots.start): an idle kept-alive connection takes
 # this much on loopback without blocking, so the poll loop never waits on a backend's reads.
 POST_HERE_BYTES = 16 * 1024
+# ... and a send that does not go through within this (a backend that left a request's bytes
+# unread on the connection) fails the job rather than hold the poll loop.
+POST_HERE_SECONDS = 1.0
 
 
 @dataclass(eq=False)
@@ -63,9 +66,13 @@ class JobRun:
         step: Callable[[], ResultRequest | None],
     ) -> None:
         try:
-            report = step()
-            if self.stopped is None:
-                self.report = report
+            try:
+                report = step()
+            except Exception as exc:  # the job fails; the worker lives on for the next one
+                report = self._lost(link, exc)
+            with self._guard:  # a stop after this finds the report, and drop() replaces it
+                if self.stopped is None:
+                    self.report = report
         finally:
             self.done.set()
             on_done()
@@ -114,8 +121,8 @@ class JobRun:
         try:
             self.posted_at = time.monotonic()
             conn.request("POST", self.path, body=body, headers=headers)
-        except (OSError, http.client.HTTPException) as exc:
-            return self._lost(link, exc)
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # ValueError: a path
+            return self._lost(link, exc)  # http.client cannot encode
         return None
 
     def _lost(self, link: BackendLink, exc: BaseException) -> ResultRequest:
@@ -124,7 +131,10 @@ class JobRun:
         link.discard()
         if isinstance(exc, TimeoutError):
             return _failed("timeout", "the backend did not answer by the job's deadline")
-        return _failed("backend_unreachable", f"POST {self.path}: {exc or type(exc).__name__}")
+        if isinstance(exc, OSError | http.client.HTTPException):
+            reason = str(exc) or type(exc).__name__
+            return _failed("backend_unreachable", f"POST {self.path}: {reason}")
+        return _failed("backend_error", f"POST {self.path}: {type(exc).__name__}: {exc}")
 
     def _answer(self, link: BackendLink) -> ResultRequest | None:
         """The backend's answer to the POST sent on ``_conn``, as the result to report."""
@@ -140,9 +150,13 @@ class JobRun:
         if self.stopped is not None:
             link.discard()  # its socket was shut down under it
         if 200 <= answer.status < 300:
-            result = _decode(data)
             try:
+                result = _decode(data)
                 self.report_bytes = len(json.dumps(result, allow_nan=False).encode())
+            except RecursionError:  # json's parser and encoder recurse: past Python's limit
+                return _failed(
+                    "backend_error", f"the answer nests deeper than {MAX_JSON_DEPTH} levels"
+                )
             except ValueError:
                 return _failed("backend_error", "the answer has NaN or Infinity: not JSON")
             if self.report_bytes > MAX_RESULT_BYTES:
@@ -266,21 +280,39 @@ class _Worker:
         threading.Thread(target=self._serve, name="slot", daemon=True).start()
 
     def give(self, run: JobRun, port: int, on_done: Callable[[], None], post_here: bool) -> None:
-        """Called while the worker is idle: its link is the caller's until the job is queued."""
+        """Called while the worker is idle: its link is the caller's until the job is queued.
+        Whatever happens to a POST sent here, the job is queued: its worker reports it."""
         self.link.port = port
         step: Step = functools.partial(run._call, self.link)
         if post_here:
-            request = run.request()
-            conn = self.link.kept(run.timeout()) if len(request[0]) <= POST_HERE_BYTES else None
-            if conn is None:
-                step = functools.partial(run._call, self.link, request)
-            else:
-                failed = run.post(self.link, request, conn)
-                if failed is not None or run._conn is None:  # failed, or stopped before
-                    step = functools.partial(_same, failed)
-                else:
-                    step = functools.partial(run._answer, self.link)
+            try:
+                step = self._post_here(run)
+            except Exception as exc:  # the job fails; nothing was sent twice
+                step = functools.partial(_same, run._lost(self.link, exc))
         self.jobs.put((run, functools.partial(self._done, on_done), step))
+
+    def _post_here(self, run: JobRun) -> Step:
+        """Send ``run``'s POST from this thread if the kept connection is open and the
+        request small: what the worker is left to do."""
+        timeout = run.timeout()
+        conn = self.link.kept(_shorter(timeout, POST_HERE_SECONDS))
+        if conn is None:
+            return functools.partial(run._call, self.link)
+        request = run.request()
+        if len(request[0]) > POST_HERE_BYTES:
+            return functools.partial(run._call, self.link, request)
+        failed = run.post(self.link, request, conn)
+        stuck = failed is not None and failed.error is not None and failed.error.code == "timeout"
+        if stuck and (timeout is None or timeout > POST_HERE_SECONDS):
+            failed = _failed(
+                "backend_unreachable",
+                f"POST {run.path}: the backend took no request in {POST_HERE_SECONDS:g} s",
+            )
+        if failed is not None or run._conn is None:  # failed, or stopped before it was sent
+            return functools.partial(_same, failed)
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)  # the answer may take up to the job's deadline
+        return functools.partial(run._answer, self.link)
 
     def _serve(self) -> None:
         while True:
@@ -296,6 +328,10 @@ class _Worker:
 
 def _same(value: ResultRequest | None) -> ResultRequest | None:
     return value
+
+
+def _shorter(timeout: float | None, bound: float) -> float:
+    return bound if timeout is None else min(timeout, bound)
 
 
 def _decode(data: bytes) -> Any:

@@ -42,6 +42,8 @@ class Backend:
                 if self.path == "/slow":
                     backend.release.wait(10)
                 body = json.dumps({"ok": True}).encode()
+                if self.path == "/deep":  # nests past what json's recursion can take
+                    body = b"[" * 200_000 + b"]" * 200_000
                 with contextlib.suppress(OSError):  # a stopped job's client has left
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
@@ -143,12 +145,20 @@ def test_a_stopped_job_drops_its_connection_and_the_next_job_opens_another(
 
 
 def test_a_post_on_a_kept_connection_is_sent_by_the_thread_that_starts_the_job(
-    backend: Backend,
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With ``post_here`` the POST is out before ``start`` returns (no thread hand-off on
     the job's way in); the worker takes the answer. A first job, which must connect, and a
     request over POST_HERE_BYTES, are sent by the worker. Each POST exactly once, on the
     one kept connection."""
+    senders: dict[str, str] = {}  # attempt: the name of the thread that sent its POST
+    post = JobRun.post
+
+    def recorded(run: JobRun, *args: Any) -> Any:
+        senders[run.attempt] = threading.current_thread().name
+        return post(run, *args)
+
+    monkeypatch.setattr(JobRun, "post", recorded)
     slots = Slots()
     first = _job("connects")
     slots.start(first, backend.port, on_done=lambda: None, post_here=True)
@@ -170,6 +180,8 @@ def test_a_post_on_a_kept_connection_is_sent_by_the_thread_that_starts_the_job(
     assert large.report.status == "success"
     assert [attempt for attempt, _ in backend.posts] == ["connects", "held", "large"]
     assert len({port for _, port in backend.posts}) == 1
+    here = threading.current_thread().name
+    assert senders == {"connects": "slot", "held": here, "large": "slot"}
 
 
 def test_a_job_stopped_while_its_answer_is_awaited_after_a_post_sent_here_reports_nothing(
@@ -188,3 +200,35 @@ def test_a_job_stopped_while_its_answer_is_awaited_after_a_post_sent_here_report
     run = _run(slots, backend.port, "next", post_here=True)
     assert run.report is not None and run.report.status == "success"
     assert [attempt for attempt, _ in backend.posts] == ["warm", "slow", "next"]
+
+
+@pytest.mark.parametrize("post_here", [False, True])
+def test_a_post_that_cannot_be_sent_fails_its_job_and_the_worker_runs_the_next(
+    backend: Backend, post_here: bool
+) -> None:
+    """A path http.client cannot put on the wire (not ASCII: the store refuses such a path,
+    this is the agent's own guard) fails its job, whichever thread sends; the worker and
+    its slot go on to the next job."""
+    slots = Slots()
+    assert _run(slots, backend.port, "warm").report is not None  # a kept connection
+    bad = _run(slots, backend.port, "bad", "/caf\u00e9", post_here=post_here)
+    assert bad.report is not None and bad.report.status == "failed"
+    assert bad.report.error is not None and "/caf\u00e9" in bad.report.error.reason
+    after = _run(slots, backend.port, "after", post_here=post_here)
+    assert after.report is not None and after.report.status == "success"
+    assert [attempt for attempt, _ in backend.posts] == ["warm", "after"]
+
+
+@pytest.mark.parametrize("post_here", [False, True])
+def test_an_answer_nested_past_pythons_recursion_fails_its_job_and_the_worker_goes_on(
+    backend: Backend, post_here: bool
+) -> None:
+    slots = Slots()
+    assert _run(slots, backend.port, "warm").report is not None
+    deep = _run(slots, backend.port, "deep", "/deep", post_here=post_here)
+    assert deep.report is not None and deep.report.status == "failed"
+    assert deep.report.error is not None
+    assert deep.report.error.code == "backend_error"
+    assert "nests deeper than 64 levels" in deep.report.error.reason
+    after = _run(slots, backend.port, "after", post_here=post_here)
+    assert after.report is not None and after.report.status == "success"

@@ -109,6 +109,9 @@ def test_missing_job(store: SqlStore) -> None:
     ("fields", "message"),
     [
         ({"path": "render"}, "path: 'render' must start with /"),
+        ({"path": "/caf\u00e9"}, "path: '/caf\u00e9' must be printable ASCII without spaces"),
+        ({"path": "/a b"}, "path: '/a b' must be printable ASCII without spaces"),
+        ({"path": "/a\r\nX: 1"}, "must be printable ASCII without spaces"),
         ({"max_retries": -1}, "max_retries: must be 0 or more, not -1"),
         ({"retry_strategy": "random"}, "retry_strategy: must be linear or exponential"),
         ({"delay_ms": -5}, "delay: must be 0 or more milliseconds, not -5"),

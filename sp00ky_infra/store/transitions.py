@@ -64,6 +64,11 @@ def validate_new(new: NewJob) -> None:
         (bool(new.backend), "backend: name the backend that runs the job"),
         (bool(new.table), "table: the backend's outbox table is required"),
         (new.path.startswith("/"), f"path: {new.path!r} must start with / (a route of the spec)"),
+        (
+            new.path.isascii() and new.path.isprintable() and " " not in new.path,
+            f"path: {new.path!r} must be printable ASCII without spaces (the agent sends it "
+            "as it is in the POST's request line: percent-encode anything else)",
+        ),
         (new.max_retries >= 0, f"max_retries: must be 0 or more, not {new.max_retries}"),
         (
             new.retry_strategy in RETRY_STRATEGIES,
