@@ -51,7 +51,7 @@ class Client:
         # the project's own store by default: .sp00ky/ next to its sp00ky.yml
         beside = Path(self.config.root) / DEFAULT_CONFIG_FILE
         self.store = store if isinstance(store, SqlStore) else open_store(store_url(store, beside))
-        self._specs: dict[str, str] = {}  # backend: its spec's path (_spec)
+        self._specs: dict[tuple[str, str], str] = {}  # (root, spec): its path (_spec)
 
     def close(self) -> None:
         self.store.close()
@@ -165,11 +165,12 @@ class Client:
         )
 
     def _spec(self, backend: Backend) -> str:
-        """The path of ``backend``'s OpenAPI spec (worked out once a backend: a job's way to
-        its machine starts here, and pathlib's first touch after a pause costs tens of us)."""
-        spec = self._specs.get(backend.name)
+        """The path of ``backend``'s OpenAPI spec (worked out once a spec: a job's way to its
+        machine starts here, and pathlib's first touch after a pause costs tens of us)."""
+        key = (self.config.root, backend.spec or "")
+        spec = self._specs.get(key)
         if spec is None:
-            spec = self._specs[backend.name] = self.config.resolve(backend.spec or "")
+            spec = self._specs[key] = self.config.resolve(key[1])
         return spec
 
     def _backend(self, name: str) -> Backend:
