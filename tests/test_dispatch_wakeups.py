@@ -147,8 +147,8 @@ def test_a_job_another_process_writes_wakes_the_held_poll_from_the_event_loop(
 def test_a_kill_another_process_writes_wakes_its_machines_held_poll_from_the_event_loop(
     tmp_path: Path, controller: Controller
 ) -> None:
-    """The kills are looked for after the pools' polls (in the loop's next pass), still
-    from the loop alone: the dispatcher thread is never started here."""
+    """A kill reaches its machine's held poll from the loop alone (the dispatcher thread is
+    never started here), and wakes no other."""
     writer = SqliteStore(str(tmp_path / "state.db"))
     job = writer.enqueue(_job(1), time.time())
     (started,) = writer.claim("render_job", 1, "c", time.time(), 60, machine="render-m1")
@@ -179,8 +179,56 @@ def test_a_kill_another_process_writes_wakes_its_machines_held_poll_from_the_eve
     assert not other_woken  # nothing due in the pool: only the killed job's machine wakes
 
 
+def test_a_look_runs_the_polls_it_woke_before_it_looks_for_kills(
+    tmp_path: Path, controller: Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job written and a kill, drained in one pass: a look. The pool's held poll resumes
+    in the loop's next pass, before the store is read for kills."""
+    writer = SqliteStore(str(tmp_path / "state.db"))
+    job = writer.enqueue(_job(1), time.time())
+    writer.claim("render_job", 1, "c", time.time(), 60, machine="render-m1")
+    order: list[str] = []
+    cancelling = controller.store.cancelling_machines
+
+    def looked() -> set[str]:
+        order.append("kills looked for")
+        return cancelling()
+
+    monkeypatch.setattr(controller.store, "cancelling_machines", looked)
+
+    async def scenario() -> bool:
+        loop = asyncio.get_running_loop()
+        hub = Hub(loop)
+        dispatcher = Dispatcher(controller, hub)
+        dispatcher.listen(loop)
+
+        async def poll() -> None:
+            held = hub.waiter("render-m2", "render")
+            await hub.wait(held, 60)
+            order.append("poll resumed")
+
+        try:
+            killed = hub.waiter("render-m1", "render")
+            polling = asyncio.create_task(poll())
+            await asyncio.sleep(0.05)
+            writer.enqueue(_job(2), time.time())  # both datagrams wait for the loop's one read
+            writer.kill(job.id, time.time())
+            await asyncio.wait_for(polling, timeout=5)
+            await asyncio.wait_for(hub.wait(killed, 60), timeout=5)
+            return killed.done()
+        finally:
+            dispatcher.stop()
+
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            assert runner.run(scenario())
+    finally:
+        writer.close()
+    assert order[:2] == ["poll resumed", "kills looked for"]
+
+
 def test_a_notification_from_another_thread_wakes_a_held_poll_and_a_timeout_ends_a_wait() -> None:
-    async def scenario() -> tuple[float, bool, bool]:
+    async def scenario() -> tuple[float, float, bool]:
         loop = asyncio.get_running_loop()
         hub = Hub(loop)
         quiet = hub.waiter("m0", "p")
@@ -191,16 +239,18 @@ def test_a_notification_from_another_thread_wakes_a_held_poll_and_a_timeout_ends
         held = hub.waiter("m1", "p")
         other = hub.waiter("m2", "q")
         notifier = threading.Thread(target=hub.notify_pool, args=("p",))
+        began = loop.time()
         notifier.start()
-        await asyncio.wait_for(hub.wait(held, 5), timeout=5)
+        await asyncio.wait_for(hub.wait(held, 60), timeout=5)  # its own timeout: far off
+        woken_after = loop.time() - began
         notifier.join()
         hub.done("m1", held)
-        return waited, held.done(), other.done()
+        return waited, woken_after, other.done()
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        waited, woken, other_woken = runner.run(scenario())
+        waited, woken_after, other_woken = runner.run(scenario())
     assert 0.04 <= waited < 5
-    assert woken and not other_woken
+    assert woken_after < 1 and not other_woken
 
 
 def test_a_wake_up_that_names_its_table_wakes_that_pools_polls_without_reading_the_store(

@@ -31,6 +31,8 @@ def _in_the_database_file(path: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM jobs").fetchone()[0])
     except sqlite3.OperationalError:  # not even the migrations' tables reached it yet
         return 0
+    except sqlite3.DatabaseError:  # "malformed": a page a checkpoint is writing this moment
+        return -1  # (immutable reads take no lock): the caller's wait reads again
     finally:
         conn.close()
 
@@ -48,11 +50,6 @@ def test_the_thread_copies_the_wal_back_and_the_commits_leave_it_to_the_thread(
     try:
         store.checkpoint_in_background()
         assert _autocheckpoint(store) == BACKSTOP_CHECKPOINT_PAGES
-        opened_later: list[int] = []
-        thread = threading.Thread(target=lambda: opened_later.append(_autocheckpoint(store)))
-        thread.start()
-        thread.join()
-        assert opened_later == [BACKSTOP_CHECKPOINT_PAGES]
         assert _autocheckpoint(other) == BACKSTOP_CHECKPOINT_PAGES  # a client's, the CLI's
 
         before = _in_the_database_file(path)
@@ -68,11 +65,11 @@ def test_the_thread_copies_the_wal_back_and_the_commits_leave_it_to_the_thread(
     assert _checkpointers() == []  # close() stopped it
 
 
-def test_a_clients_commits_past_sqlites_thousand_pages_leave_the_checkpoint_to_the_thread(
-    tmp_path: Path,
-) -> None:
+def test_a_clients_commits_past_sqlites_thousand_pages_do_not_checkpoint(tmp_path: Path) -> None:
     """SQLite's default would have the commit that takes the WAL past 1,000 pages copy it
-    back, with an fsync, before the job it wrote could wake a poll: the client's run()."""
+    back, with an fsync, before the job it wrote could wake a poll: the client's run(). Its
+    commits leave that to the controller's thread (above) or, with no controller, to the
+    last connection's close."""
     path = tmp_path / "state.db"
     client = open_store(f"sqlite:///{path}")
     try:

@@ -204,7 +204,8 @@ CACHE_KIB = 512
 # controller's own commits spared, a client's enqueue still met that point about once in
 # 100 jobs of bench/dispatch.py's latency (+1.5-3 ms, its p99), the WAL growing some 1,200
 # pages between two of the thread's rounds. Without a controller the last connection to
-# close checkpoints, and a process that writes more meanwhile, at the backstop.
+# close checkpoints, and a process that writes more meanwhile, at the backstop (its WAL then
+# grows to about 40 MiB, and the commit that reaches it pays for a checkpoint that size).
 CHECKPOINT_INTERVAL_SECONDS = 0.1
 BACKSTOP_CHECKPOINT_PAGES = 10_000
 
@@ -327,7 +328,9 @@ class Checkpointer(threading.Thread):
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # as the store's (memory)
         except sqlite3.Error:
-            log.exception("checkpointer: cannot open %s; commits checkpoint instead", self.path)
+            log.exception(
+                "checkpointer: cannot open %s; commits checkpoint past the backstop", self.path
+            )
             return
         seen = None
         try:
