@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +24,8 @@ from sp00ky_infra.controller.hub import Hub
 from sp00ky_infra.controller.server import Dispatcher
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.store import NewJob, open_store
-from sp00ky_infra.store.sqlite import SqliteStore
+from sp00ky_infra.store.dialect import Watcher
+from sp00ky_infra.store.sqlite import SqliteStore, WakeSender
 from tests.controllers import backend_app, leading, project
 from tests.test_controller_executor import Recording
 
@@ -293,3 +295,55 @@ def test_a_wake_up_that_names_its_table_wakes_that_pools_polls_without_reading_t
         writer.close()
     assert woken and elsewhere_slept
     assert looks == []
+
+
+def _fd(watcher: Watcher) -> int:
+    fd = watcher.fileno()
+    assert fd is not None
+    return fd
+
+
+def test_a_writers_wake_ups_reach_watchers_bound_after_its_first_and_drop_gone_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer keeps its socket and the folder's listing: a watcher bound later is reached
+    at once (the folder's mtime changed), or within RESCAN_SECONDS where the mtime could not
+    tell (here: the listing made to look current); the socket of a process that died without
+    closing it is unlinked."""
+    monkeypatch.setattr(WakeSender, "RESCAN_SECONDS", 0.2)
+    path = str(tmp_path / "state.db")
+    folder = tmp_path / "state.db.wake"
+    writer = SqliteStore(path)
+    writer.migrate()
+    first = writer.watch()
+    watchers = [first]
+    try:
+        writer.enqueue(_job(), time.time())
+        assert select.select([_fd(first)], [], [], 5)[0] == [_fd(first)]
+        first.drain()
+
+        late = writer.watch()  # bound after the writer listed the folder
+        watchers.append(late)
+        writer.enqueue(_job(), time.time())
+        assert select.select([_fd(late)], [], [], 5)[0] == [_fd(late)]
+        late.drain(), first.drain()
+
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # a killed process's
+        dead.bind(str(folder / "1.0"))
+        dead.close()  # its file stays
+        writer.enqueue(_job(), time.time())
+        assert not (folder / "1.0").exists()
+        first.drain(), late.drain()
+
+        unseen = writer.watch()
+        watchers.append(unseen)
+        writer._waker._listed = (os.stat(folder).st_mtime_ns, time.monotonic())  # looks current
+        writer.enqueue(_job(), time.time())
+        assert select.select([_fd(unseen)], [], [], 0.1)[0] == []  # not listed yet
+        time.sleep(0.25)
+        writer.enqueue(_job(), time.time())
+        assert select.select([_fd(unseen)], [], [], 5)[0] == [_fd(unseen)]
+    finally:
+        for watcher in watchers:
+            watcher.close()
+        writer.close()

@@ -49,7 +49,7 @@ class DataVersionWatcher(Watcher):
     The wake-up is SQLite's stand-in for PostgreSQL's NOTIFY: each watcher binds a Unix
     datagram socket in ``<database>.wake/``, and a writer whose commit changed what
     watchers wait for sends every socket there one datagram after it commits
-    (``wake_watchers``): the tables whose queues got work due now, one a line, or nothing
+    (``WakeSender``): the tables whose queues got work due now, one a line, or nothing
     at all for "look" (a kill, work not yet due). So a job's wait for the controller to
     see it is a context switch, not half a polling interval, and a wake-up that names its
     table needs no read of the store to know whose polls to wake. A lost or missing
@@ -138,26 +138,64 @@ def wake_message(due: frozenset[str]) -> bytes:
     return message if len(message) < WAKE_BYTES else b""
 
 
-def wake_watchers(folder: str, message: bytes = b"") -> None:
-    """One datagram (``wake_message``) to every watcher's socket in ``folder``; a socket
-    nobody holds any more (a killed controller's) is removed. Never raises: a wake-up is
-    only a hint."""
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return
-    if not entries:
-        return
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.setblocking(False)
-        for entry in entries:
+class WakeSender:
+    """A process's wake-ups of one database's watchers: one datagram (``wake_message``) to
+    every socket in its ``wake_folder``. Never raises: a wake-up is only a hint.
+
+    The socket it sends from is kept, and so is the folder's listing, read again when the
+    folder's mtime changed or the listing is RESCAN_SECONDS old (an mtime can stay the same
+    across two changes close together), or a send found a socket gone: a commit's wake-up
+    is a stat and a send a watcher. Measured on the 2-core machine after a pause between
+    jobs, 42-43 us against 68-71 with a listing and a socket of its own each time. A
+    watcher bound since the last listing misses wake-ups for that long at most; its store's
+    reads find the commits meanwhile. A socket nobody holds any more (a killed controller's)
+    is removed."""
+
+    RESCAN_SECONDS = 1.0
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self._lock = threading.Lock()
+        self._pid = 0  # the process the socket and the listing are this one's
+        self._sock: socket.socket | None = None
+        self._paths: list[str] = []
+        self._listed: tuple[int, float] | None = None  # (the folder's mtime, when), if current
+
+    def send(self, message: bytes) -> None:
+        try:
+            changed = os.stat(self.folder).st_mtime_ns
+        except OSError:  # no watcher ever bound here
+            return
+        with self._lock:
+            now = time.monotonic()
+            listed = self._listed
+            if self._pid != os.getpid():  # new, or forked: nothing of the parent's
+                self._sock, self._pid, listed = None, os.getpid(), None
+            if listed is None or listed[0] != changed or now - listed[1] > self.RESCAN_SECONDS:
+                try:
+                    self._paths = [entry.path for entry in os.scandir(self.folder)]
+                except OSError:
+                    return
+                self._listed = (changed, now)
+            if self._sock is None:
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self._sock.setblocking(False)
+            sock, paths = self._sock, self._paths
+        for path in paths:
             try:
-                sock.sendto(message, entry.path)
+                sock.sendto(message, path)
             except (ConnectionRefusedError, FileNotFoundError):
                 with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+                    os.unlink(path)
+                self._listed = None  # list the folder again next time
             except OSError:  # full (it has a wake-up waiting already), or not a socket
                 pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None and self._pid == os.getpid():
+                self._sock.close()
+            self._sock, self._listed = None, None
 
 
 class FileLock(LeaderLock):
@@ -372,6 +410,7 @@ class SqliteStore(SqlStore):
         # tables with work due now (empty: look at everything); None: nothing
         self._wake_due = threading.local()
         self._checkpointer: Checkpointer | None = None
+        self._waker = WakeSender(wake_folder(path))
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -426,7 +465,7 @@ class SqliteStore(SqlStore):
         if not nested and due is not None:
             self._wake_due.due = None
             # committed: now the watchers can see it
-            wake_watchers(wake_folder(self.path), wake_message(due))
+            self._waker.send(wake_message(due))
 
     @contextmanager
     def _cursor(self) -> Iterator[Cursor]:
@@ -454,7 +493,7 @@ class SqliteStore(SqlStore):
                 tables = pending | tables if pending and tables else frozenset()
             self._wake_due.due = tables
         else:
-            wake_watchers(wake_folder(self.path), wake_message(tables))
+            self._waker.send(wake_message(tables))
 
     def checkpoint_in_background(self) -> None:
         """Checkpoint the WAL on a thread of this store's (``Checkpointer``) until
@@ -469,6 +508,7 @@ class SqliteStore(SqlStore):
         if self._checkpointer is not None:
             self._checkpointer.stop()
             self._checkpointer = None
+        self._waker.close()
         self._connections.close_all()
 
     def __repr__(self) -> str:
