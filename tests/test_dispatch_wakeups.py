@@ -10,9 +10,9 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import uvloop
@@ -28,6 +28,8 @@ from sp00ky_infra.store.dialect import Watcher
 from sp00ky_infra.store.sqlite import SqliteStore, WakeSender
 from tests.controllers import backend_app, leading, project
 from tests.test_controller_executor import Recording
+
+T = TypeVar("T")
 
 
 def _job(n: int = 0) -> NewJob:
@@ -111,6 +113,29 @@ def controller(tmp_path: Path) -> Iterator[Controller]:
         yield made
 
 
+def _listening(
+    controller: Controller, writer: SqliteStore, scenario: Callable[[Hub], Awaitable[T]]
+) -> T:
+    """``scenario`` on a uvloop loop whose dispatcher takes the store's wake-ups itself (its
+    thread never started, so only the loop can wake a poll); the writer closed after."""
+
+    async def listening() -> T:
+        loop = asyncio.get_running_loop()
+        hub = Hub(loop)
+        dispatcher = Dispatcher(controller, hub)
+        dispatcher.listen(loop)
+        try:
+            return await scenario(hub)
+        finally:
+            dispatcher.stop()
+
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(listening())
+    finally:
+        writer.close()
+
+
 def test_a_job_another_process_writes_wakes_the_held_poll_from_the_event_loop(
     tmp_path: Path, controller: Controller
 ) -> None:
@@ -118,29 +143,18 @@ def test_a_job_another_process_writes_wakes_the_held_poll_from_the_event_loop(
     poll. A pool with nothing due stays asleep through a wake-up (a kill, say)."""
     writer = SqliteStore(str(tmp_path / "state.db"))  # the client's connection
 
-    async def scenario() -> tuple[bool, bool]:
-        loop = asyncio.get_running_loop()
-        hub = Hub(loop)
-        dispatcher = Dispatcher(controller, hub)
-        dispatcher.listen(loop)
-        try:
-            held = hub.waiter("render-m1", "render")
-            admin.set_paused(controller, "render", True)  # a wake-up finds no work
-            writer.enqueue(_job(1), time.time())
-            await asyncio.sleep(0.3)
-            asleep = not held.done()
-            admin.set_paused(controller, "render", False)
-            writer.enqueue(_job(2), time.time())
-            await asyncio.wait_for(held, timeout=5)
-            return asleep, held.done()
-        finally:
-            dispatcher.stop()
+    async def scenario(hub: Hub) -> tuple[bool, bool]:
+        held = hub.waiter("render-m1", "render")
+        admin.set_paused(controller, "render", True)  # a wake-up finds no work
+        writer.enqueue(_job(1), time.time())
+        await asyncio.sleep(0.3)
+        asleep = not held.done()
+        admin.set_paused(controller, "render", False)
+        writer.enqueue(_job(2), time.time())
+        await asyncio.wait_for(held, timeout=5)
+        return asleep, held.done()
 
-    try:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            asleep, woken = runner.run(scenario())
-    finally:
-        writer.close()
+    asleep, woken = _listening(controller, writer, scenario)
     assert asleep, "a paused pool's poll was woken"
     assert woken
     assert os.listdir(tmp_path / "state.db.wake") == []  # stop() closed the listener
@@ -156,27 +170,16 @@ def test_a_kill_another_process_writes_wakes_its_machines_held_poll_from_the_eve
     (started,) = writer.claim("render_job", 1, "c", time.time(), 60, machine="render-m1")
     assert started.id == job.id
 
-    async def scenario() -> tuple[bool, bool, bool]:
-        loop = asyncio.get_running_loop()
-        hub = Hub(loop)
-        dispatcher = Dispatcher(controller, hub)
-        dispatcher.listen(loop)
-        try:
-            held = hub.waiter("render-m1", "render")
-            other = hub.waiter("render-m2", "render")
-            await asyncio.sleep(0.05)
-            asleep = not held.done()
-            writer.kill(job.id, time.time())
-            await asyncio.wait_for(held, timeout=5)
-            return asleep, held.done(), other.done()
-        finally:
-            dispatcher.stop()
+    async def scenario(hub: Hub) -> tuple[bool, bool, bool]:
+        held = hub.waiter("render-m1", "render")
+        other = hub.waiter("render-m2", "render")
+        await asyncio.sleep(0.05)
+        asleep = not held.done()
+        writer.kill(job.id, time.time())
+        await asyncio.wait_for(held, timeout=5)
+        return asleep, held.done(), other.done()
 
-    try:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            asleep, woken, other_woken = runner.run(scenario())
-    finally:
-        writer.close()
+    asleep, woken, other_woken = _listening(controller, writer, scenario)
     assert asleep and woken
     assert not other_woken  # nothing due in the pool: only the killed job's machine wakes
 
@@ -198,34 +201,23 @@ def test_a_look_runs_the_polls_it_woke_before_it_looks_for_kills(
 
     monkeypatch.setattr(controller.store, "cancelling_machines", looked)
 
-    async def scenario() -> bool:
-        loop = asyncio.get_running_loop()
-        hub = Hub(loop)
-        dispatcher = Dispatcher(controller, hub)
-        dispatcher.listen(loop)
+    async def scenario(hub: Hub) -> bool:
 
         async def poll() -> None:
             held = hub.waiter("render-m2", "render")
             await hub.wait(held, 60)
             order.append("poll resumed")
 
-        try:
-            killed = hub.waiter("render-m1", "render")
-            polling = asyncio.create_task(poll())
-            await asyncio.sleep(0.05)
-            writer.enqueue(_job(2), time.time())  # both datagrams wait for the loop's one read
-            writer.kill(job.id, time.time())
-            await asyncio.wait_for(polling, timeout=5)
-            await asyncio.wait_for(hub.wait(killed, 60), timeout=5)
-            return killed.done()
-        finally:
-            dispatcher.stop()
+        killed = hub.waiter("render-m1", "render")
+        polling = asyncio.create_task(poll())
+        await asyncio.sleep(0.05)
+        writer.enqueue(_job(2), time.time())  # both datagrams wait for the loop's one read
+        writer.kill(job.id, time.time())
+        await asyncio.wait_for(polling, timeout=5)
+        await asyncio.wait_for(hub.wait(killed, 60), timeout=5)
+        return killed.done()
 
-    try:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            assert runner.run(scenario())
-    finally:
-        writer.close()
+    assert _listening(controller, writer, scenario)
     assert order[:2] == ["poll resumed", "kills looked for"]
 
 
@@ -270,29 +262,18 @@ def test_a_wake_up_that_names_its_table_wakes_that_pools_polls_without_reading_t
 
     monkeypatch.setattr(controller.store, "queued", looking)
 
-    async def scenario() -> tuple[bool, bool]:
-        loop = asyncio.get_running_loop()
-        hub = Hub(loop)
-        dispatcher = Dispatcher(controller, hub)
-        dispatcher.listen(loop)
-        try:
-            held = hub.waiter("render-m1", "render")
-            elsewhere = hub.waiter("mail-m1", "mail")  # the other pool, its own table
-            writer.enqueue(_job(1), time.time())
-            await asyncio.wait_for(held, timeout=5)
-            await asyncio.sleep(0.05)
-            asleep = not elsewhere.done()
-            writer.enqueue(NewJob("mailer", "mail_job", "/send", {}, pool="mail"), time.time())
-            await asyncio.wait_for(elsewhere, timeout=5)
-            return held.done(), asleep
-        finally:
-            dispatcher.stop()
+    async def scenario(hub: Hub) -> tuple[bool, bool]:
+        held = hub.waiter("render-m1", "render")
+        elsewhere = hub.waiter("mail-m1", "mail")  # the other pool, its own table
+        writer.enqueue(_job(1), time.time())
+        await asyncio.wait_for(held, timeout=5)
+        await asyncio.sleep(0.05)
+        asleep = not elsewhere.done()
+        writer.enqueue(NewJob("mailer", "mail_job", "/send", {}, pool="mail"), time.time())
+        await asyncio.wait_for(elsewhere, timeout=5)
+        return held.done(), asleep
 
-    try:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            woken, elsewhere_slept = runner.run(scenario())
-    finally:
-        writer.close()
+    woken, elsewhere_slept = _listening(controller, writer, scenario)
     assert woken and elsewhere_slept
     assert looks == []
 
