@@ -39,6 +39,8 @@ POST_HERE_BYTES = 16 * 1024
 # unread on the connection) fails the job rather than hold the poll loop.
 POST_HERE_SECONDS = 1.0
 
+Step = Callable[[], ResultRequest | None]  # what a slot worker does for a job it is given
+
 
 @dataclass(eq=False)
 class JobRun:
@@ -63,7 +65,7 @@ class JobRun:
         self,
         link: BackendLink,
         on_done: Callable[[], None],
-        step: Callable[[], ResultRequest | None],
+        step: Step,
     ) -> None:
         try:
             try:
@@ -258,8 +260,8 @@ class Slots:
         """Run ``run`` on a slot worker. With ``post_here`` the caller's thread sends the
         POST itself when the worker's kept connection is open and the request is small
         (POST_HERE_BYTES), and the worker only waits for the answer: the job reaches the
-        backend without waiting for a thread to wake (a tenth of a job's dispatch on two
-        cores). Connecting, and sending a larger request, stay on the worker's thread."""
+        backend without waiting for a thread to wake (0.09-0.13 ms of a job's dispatch on
+        two cores). Connecting, and sending a larger request, stay on the worker's thread."""
         with self._lock:
             worker = self._idle.pop() if self._idle else _Worker(self)
         worker.give(run, port, on_done, post_here)
@@ -267,9 +269,6 @@ class Slots:
     def _rest(self, worker: _Worker) -> None:
         with self._lock:
             self._idle.append(worker)
-
-
-Step = Callable[[], ResultRequest | None]
 
 
 class _Worker:

@@ -54,11 +54,10 @@ class DataVersionWatcher(Watcher):
     see it is a context switch, not half a polling interval, and a wake-up that names its
     table needs no read of the store to know whose polls to wake. A lost or missing
     datagram costs only that: the data_version read finds the commit within
-    WATCH_INTERVAL_SECONDS. A watcher made with
-    ``wakeups=False`` binds no socket and only reads, every BACKSTOP_INTERVAL_SECONDS: the
-    controller's dispatcher thread, when its event loop takes the wake-ups on a watcher of its
-    own (``fileno()``); its reads are then a backstop, and fewer of them leave the loop the
-    CPU."""
+    WATCH_INTERVAL_SECONDS. A watcher made with ``wakeups=False`` binds no socket and only
+    reads, every BACKSTOP_INTERVAL_SECONDS: the controller's dispatcher thread, when its
+    event loop takes the wake-ups on a watcher of its own (``fileno()``); its reads are then
+    a backstop, and fewer of them leave the loop the CPU."""
 
     _count = itertools.count()
 
