@@ -75,10 +75,20 @@ COURIER_GRACE_SECONDS = 0.02
 SETTLE_SECONDS = 0.003
 
 
+_LOG_LOCK = threading.Lock()
+
+
 def log(machine: str, event: str, **fields: Any) -> None:
+    """One line on stdout, written whole: the line and its newline in one write, one thread
+    at a time. The agent runs unbuffered (PYTHONUNBUFFERED, as its unit, image and local
+    machines start it), where ``print`` writes the text and the newline apart, and lines
+    of two threads (the poll loop, the courier, the watchdog) ran together."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     extra = " ".join(f"{key}={value}" for key, value in fields.items() if value is not None)
-    print(f"{stamp} agent machine={machine} event={event} {extra}".rstrip(), flush=True)
+    line = f"{stamp} agent machine={machine} event={event} {extra}".rstrip() + "\n"
+    with _LOG_LOCK:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 class Agent:
