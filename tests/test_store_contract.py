@@ -20,6 +20,7 @@ from sp00ky_infra.store import (
     open_store,
 )
 from sp00ky_infra.store.migrations import MIGRATIONS
+from sp00ky_infra.store.sqlite import SqliteStore
 
 T0 = 1_700_000_000.0
 LEASE = 90.0
@@ -354,6 +355,61 @@ def test_tables_are_separate_queues(store: SqlStore) -> None:
     store.enqueue(new(table="other_job"), T0)
     assert store.claim("render_job", 1, "c", T0, LEASE) == []
     assert len(store.claim("other_job", 1, "c", T0, LEASE)) == 1
+
+
+def test_the_waiting_jobs_are_read_due_in_admission_order_then_delayed_soonest_first(
+    store: SqlStore,
+) -> None:
+    soon, late = 100_000, 600_000  # ms
+    last = store.enqueue(new(delay_ms=late), T0)  # written first, due last
+    low = store.enqueue(new(), T0 + 1)
+    high = store.enqueue(new(priority=5), T0 + 2)
+    behind = store.enqueue(new(delay_ms=soon), T0 + 3)
+    ahead = store.enqueue(new(delay_ms=soon, priority=9), T0 + 3)  # due with it: priority
+    later = store.enqueue(new(), T0 + 5)
+    store.enqueue(new(table="other_job"), T0)  # another queue
+
+    now = T0 + 10
+    assert [job.id for job in store.queue("render_job", now)] == [high.id, low.id, later.id]
+    assert [job.id for job in store.delayed("render_job", now)] == [ahead.id, behind.id, last.id]
+    assert [job.id for job in store.delayed("render_job", now, 2)] == [ahead.id, behind.id]
+    # once due, a delayed job joins the queue in admission order (priority first)
+    due = [job.id for job in store.queue("render_job", T0 + 3 + soon / 1000)]
+    assert due == [ahead.id, high.id, low.id, behind.id, later.id]
+
+
+def test_sqlite_reads_the_head_of_a_long_queue_without_sorting_the_queue(sqlite_url: str) -> None:
+    # The work SQLite does (its virtual machine's steps, counted by its progress handler)
+    # for the first 50 due jobs and the first 50 delayed ones: the same with 20,000 jobs
+    # waiting as with 100, not a sort of all of them (the admin API's pool view reads both).
+    store = open_store(sqlite_url)
+    assert isinstance(store, SqliteStore)
+    try:
+
+        def steps(read: Any) -> int:
+            counted = [0]
+            conn = store._connection()
+            conn.set_progress_handler(lambda: counted.__setitem__(0, counted[0] + 1) or 0, 100)
+            try:
+                read()
+            finally:
+                conn.set_progress_handler(None, 0)
+            return counted[0]
+
+        def reads() -> tuple[int, int]:
+            now = T0 + 10
+            return (
+                steps(lambda: store.queue("render_job", now, 50)),
+                steps(lambda: store.delayed("render_job", now, 50)),
+            )
+
+        store.enqueue_many([new(), new(delay_ms=60_000)] * 50, T0)
+        few = reads()
+        store.enqueue_many([new(), new(delay_ms=60_000)] * 10_000, T0)
+        many = reads()
+    finally:
+        store.close()
+    assert many[0] <= 2 * few[0] and many[1] <= 2 * few[1], (few, many)
 
 
 # --- kill, retry, clear ------------------------------------------------------------------------

@@ -99,12 +99,8 @@ def waiting_entries(controller: Controller, name: str, now: float) -> list[dict[
     store = controller.store
     table = controller.table_of(name)
     due = store.queue(table, now, WAITING_SHOWN)
-    delayed = [
-        job
-        for job in store.list_jobs(status="pending", table=table, limit=WAITING_SHOWN)
-        if job.run_after > now
-    ]
-    delayed.sort(key=lambda job: (job.run_after, -job.priority, job.created_at, job.id))
+    room = WAITING_SHOWN - len(due)  # the due ones first; the delayed, soonest due, after
+    delayed = store.delayed(table, now, room) if room > 0 else []
     return [
         {
             "key": job.id,

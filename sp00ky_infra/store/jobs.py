@@ -597,15 +597,36 @@ class Jobs(Dialect):
             return [job_from_row(row) for row in cur.fetchall()]
 
     def queue(self, table: str, now: float, limit: int = 100) -> list[Job]:
-        """Eligible pending jobs of ``table`` in admission order."""
+        """Eligible pending jobs of ``table`` in admission order: the head of jobs_queue,
+        read in its order (``+run_after``, as the claim has it: SQLite would rather take
+        jobs_pending_due's range and sort every due row, 420 ms for the first 50 of
+        1,000,000 against under a millisecond)."""
         with self._cursor() as cur:
             self._x(
                 cur,
                 f"SELECT {COLUMNS} FROM jobs WHERE tbl = ? AND status = 'pending' "
-                f"AND run_after <= ? ORDER BY {QUEUE_ORDER} LIMIT ?",
+                f"AND +run_after <= ? ORDER BY {QUEUE_ORDER} LIMIT ?",
                 (table, now, limit),
             )
             return [job_from_row(row) for row in cur.fetchall()]
+
+    def delayed(self, table: str, now: float, limit: int = 100) -> list[Job]:
+        """The ``limit`` pending jobs of ``table`` due soonest that are not due yet (a
+        delay, a retry's backoff), in the order they will be: by due time, then admission
+        order. Read in jobs_pending_due's order, which stops at ``limit``; of jobs due at
+        the same moment across the cut, which ones come is left to the index (an order by
+        priority there too sorted every one of them: a batch enqueued with one delay is due
+        at one moment)."""
+        with self._cursor() as cur:
+            self._x(
+                cur,
+                f"SELECT {COLUMNS} FROM jobs WHERE tbl = ? AND status = 'pending' "
+                "AND run_after > ? ORDER BY run_after LIMIT ?",
+                (table, now, limit),
+            )
+            found = [job_from_row(row) for row in cur.fetchall()]
+        found.sort(key=lambda job: (job.run_after, -job.priority, job.created_at, job.id))
+        return found
 
     def counts(self, table: str | None = None, pool: str | None = None) -> dict[str, int]:
         """Jobs by status (every status present, zero or not)."""
