@@ -629,8 +629,13 @@ class Jobs(Dialect):
         return found
 
     def counts(self, table: str | None = None, pool: str | None = None) -> dict[str, int]:
-        """Jobs by status (every status present, zero or not)."""
+        """Jobs by status (every status present, zero or not). One table's (or pool's): each
+        status a range of jobs_finished (status, tbl, ...), found by the IN list; without it
+        SQLite read the whole index for one table (50 ms at 1,000,000 jobs for a table with
+        none, and the admin API's /pools counts every pool's, twice)."""
         where, params = filters(tbl=table, pool=pool)
+        if where:
+            where += f" AND status IN ({', '.join(repr(status) for status in STATUSES)})"
         with self._cursor() as cur:
             self._x(cur, f"SELECT status, count(*) FROM jobs{where} GROUP BY status", params)
             found = {row[0]: int(row[1]) for row in cur.fetchall()}
