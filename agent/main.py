@@ -75,7 +75,10 @@ COURIER_GRACE_SECONDS = 0.02
 SETTLE_SECONDS = 0.003
 
 
-_LOG_LOCK = threading.Lock()
+# Reentrant: the signal handler logs (Agent.on_signal), and runs in the main thread, which
+# may be inside log() at that moment (a write to a full pipe waits, and is where the handler
+# runs): a plain lock there waits on itself for ever and the agent never drains.
+_LOG_LOCK = threading.RLock()
 
 
 def log(machine: str, event: str, **fields: Any) -> None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from tests.helpers import ROOT
 
@@ -47,3 +50,53 @@ def test_lines_written_by_several_threads_never_run_together() -> None:
     assert not broken, f"{len(broken)} of {len(lines)} lines ran together: {broken[:3]}"
     seen = sorted((int(m[1]), int(m[2])) for m in map(LINE.fullmatch, lines) if m)
     assert seen == [(n, i) for n in range(THREADS) for i in range(LINES)]
+
+
+# The agent's signal handler logs (Agent.on_signal), in the main thread, which may be inside
+# log() right then: blocked writing to a full pipe (journald or Docker slow to read), where
+# the handler runs.
+SIGNALLED = """
+import signal
+from agent.main import log
+
+stop = []
+
+def on_signal(signum, _):
+    stop.append(signum)
+    log("m1", "signal", signal=signal.Signals(signum).name)
+
+signal.signal(signal.SIGTERM, on_signal)
+n = 0
+while not stop:
+    log("m1", "job_start", job=f"j{n}", attempt="0123456789abcdef")
+    n += 1
+log("m1", "stopped")
+"""
+
+
+def test_a_signal_that_arrives_while_a_line_waits_on_a_full_pipe_still_logs_and_ends() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", SIGNALLED],
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wchan = Path(f"/proc/{child.pid}/wchan")
+        deadline = time.monotonic() + 10
+        while not wchan.read_text().endswith("pipe_write"):  # unread, the pipe fills: log() waits
+            assert time.monotonic() < deadline, "the child never blocked writing its log"
+            time.sleep(0.01)
+        child.send_signal(signal.SIGTERM)
+        out, _ = child.communicate(timeout=20)  # a deadlocked child times out here
+    finally:
+        child.kill()
+        child.wait()
+    lines = out.split("\n")
+    assert lines.pop() == ""
+    assert all(re.fullmatch(r"\S+ agent machine=m1 event=\S+( .*)?", line) for line in lines)
+    # the handler's line goes out first when it ran inside the waiting write, then that one
+    events = [line.split(" event=", 1)[1] for line in lines]
+    assert events.count("signal signal=SIGTERM") == 1
+    assert events[-1] == "stopped"
+    assert all(e.startswith("job_start ") for e in events[:-1] if e != "signal signal=SIGTERM")
