@@ -600,7 +600,8 @@ class Jobs(Dialect):
         """Eligible pending jobs of ``table`` in admission order: the head of jobs_queue,
         read in its order (``+run_after``, as the claim has it: SQLite would rather take
         jobs_pending_due's range and sort every due row, 420 ms for the first 50 of
-        1,000,000 against under a millisecond)."""
+        1,000,000 against under a millisecond). Delayed jobs that outrank the due ones are
+        stepped over one by one, as the claim steps over them (200,000 of them: 119 ms)."""
         with self._cursor() as cur:
             self._x(
                 cur,
@@ -629,8 +630,9 @@ class Jobs(Dialect):
         return found
 
     def counts(self, table: str | None = None, pool: str | None = None) -> dict[str, int]:
-        """Jobs by status (every status present, zero or not). One table's (or pool's): each
-        status a range of jobs_finished (status, tbl, ...), found by the IN list; without it
+        """Jobs by status (every status present, zero or not). One table's: each status a
+        range of jobs_finished (status, tbl, ...), found by the IN list (a pool's are read
+        whole either way: no index leads with it); without it
         SQLite read the whole index for one table (50 ms at 1,000,000 jobs for a table with
         none, and the admin API's /pools counts every pool's, twice)."""
         where, params = filters(tbl=table, pool=pool)
