@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sp00ky_infra.policy.jobs import Queued, admit
+from sp00ky_infra.policy.jobs import Queued, admission_key, admit
 from sp00ky_infra.store.dialect import Cursor, Dialect, Later
 from sp00ky_infra.store.model import (
     CANCELLED,
@@ -626,15 +626,17 @@ class Jobs(Dialect):
                 (table, now, limit),
             )
             found = [job_from_row(row) for row in cur.fetchall()]
-        found.sort(key=lambda job: (job.run_after, -job.priority, job.created_at, job.id))
+        found.sort(
+            key=lambda job: (job.run_after, *admission_key(job.priority, job.created_at, job.id))
+        )
         return found
 
     def counts(self, table: str | None = None, pool: str | None = None) -> dict[str, int]:
         """Jobs by status (every status present, zero or not). One table's: each status a
-        range of jobs_finished (status, tbl, ...), found by the IN list (a pool's are read
-        whole either way: no index leads with it); without it
-        SQLite read the whole index for one table (50 ms at 1,000,000 jobs for a table with
-        none, and the admin API's /pools counts every pool's, twice)."""
+        range of jobs_finished (status, tbl, ...), found by the IN list; without it SQLite
+        read the whole index for one table (50 ms at 1,000,000 jobs for a table with none,
+        and the admin API's /pools counts every pool's, twice). A pool's are read whole
+        either way: no index leads with it."""
         where, params = filters(tbl=table, pool=pool)
         if where:
             where += f" AND status IN ({', '.join(repr(status) for status in STATUSES)})"
