@@ -1,5 +1,6 @@
 """The tick sizes a pool by the slots its queued jobs need, on a real store (a job of
-poolSlots 2 needs two slots: resource-pools.txt, "poolSlots")."""
+poolSlots 2 needs two slots: resource-pools.txt, "poolSlots"), and the admin API's pool view
+shows the same figures, from one count of the pool's jobs."""
 
 from __future__ import annotations
 
@@ -37,6 +38,43 @@ def test_queued_jobs_of_two_slots_get_the_machines_they_need(tmp_path: Path) -> 
         view = admin.pool_view(controller, "render")  # the admin API says the same
         assert (view["capacity"], view["desired"]) == (6, 3)
         assert view["queue"]["queued"] == 3  # it still counts jobs where it shows them
+    finally:
+        controller.leader_lock.release()
+        store.close()
+
+
+def test_the_pool_view_reads_its_tables_counts_once(tmp_path: Path) -> None:
+    """The view's queue and its bill come from one count of the pool's jobs by status (each
+    a walk of the backlog: a second one took 116 ms at 1,000,000 pending)."""
+    app = backend_app("render", "render_job", tmp_path / "log")
+    config = load_config(project(tmp_path, {"render": {"min": 1}}, {"renderer": app}))
+    store = open_store(f"sqlite:///{tmp_path}/state.db")
+    controller = Controller(
+        ControllerSettings(secret="s", state_dir=str(tmp_path)),
+        config,
+        store,
+        Recording(delivers_join_token=True),
+    )
+    reads: list[tuple[str | None, str | None]] = []
+    counts = store.counts
+
+    def counted(table: str | None = None, pool: str | None = None) -> dict[str, int]:
+        reads.append((table, pool))
+        return counts(table, pool)
+
+    try:
+        now = time.time()
+        for n in range(4):
+            store.enqueue(NewJob("renderer", "render_job", "/render", {"n": n}), now)
+        for job in store.claim("render_job", 3, "controller-1", now, 90.0):
+            store.complete(job.id, job.attempt or "", {}, now + 1)
+        store.counts = counted  # type: ignore[method-assign]
+        view = admin.pool_view(controller, "render")
+        assert reads == [("render_job", None)]
+        assert view["queue"]["pending"] == 1 and view["cost"]["jobs"] == 3
+        # Read on its own (the `dev` summary's bills), the bill counts the jobs itself
+        assert admin.cost_view(controller, "render", now + 2)["jobs"] == 3
+        assert len(reads) == 2
     finally:
         controller.leader_lock.release()
         store.close()

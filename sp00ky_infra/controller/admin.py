@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from sp00ky_infra.client import Client, either
@@ -79,7 +80,7 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
         },
         "incidents": [i.as_json() for i in store.pools.incidents(name) if i.closed_at is None],
         "pool_machine_hours": round(store.machines.machine_seconds(name, now) / 3600, 4),
-        "cost": cost_view(controller, name, now),
+        "cost": cost_view(controller, name, now, counts),
     }
     if machines:
         view["machine_list"] = [{**m.as_json(), "busy_slots": busy.get(m.name, 0)} for m in live]
@@ -140,10 +141,14 @@ def recent_entries(controller: Controller, name: str) -> list[dict[str, Any]]:
     ]
 
 
-def cost_view(controller: Controller, name: str, now: float) -> dict[str, Any]:
-    """Euros spent, idle and per job, with the price they were computed at."""
+def cost_view(
+    controller: Controller, name: str, now: float, counts: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """Euros spent, idle and per job, with the price they were computed at (``counts``: the
+    pool's jobs by status, if read already)."""
     price = pool_price(controller.config, name)
-    bill = pool_cost(controller.store, controller.config, name, controller.table_of(name), now)
+    table = controller.table_of(name)
+    bill = pool_cost(controller.store, controller.config, name, table, now, counts)
     return {
         **bill.as_json(),
         "server_type": controller.pools[name].machine.type,

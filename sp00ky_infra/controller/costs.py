@@ -8,6 +8,8 @@ would have cost on Hetzner, which is the figure worth seeing before going there.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sp00ky_infra.config import Config
 from sp00ky_infra.policy.cost import PoolBill, Price, UnknownPrice, pool_bill, price_of
 from sp00ky_infra.store import SqlStore
@@ -23,8 +25,18 @@ def pool_price(config: Config, pool: str) -> Price:
         return Price(0.0, 0.0, f"{exc}; add it under `prices:` in sp00ky.yml")
 
 
-def pool_cost(store: SqlStore, config: Config, pool: str, table: str, now: float) -> PoolBill:
-    """The pool's bill at ``now``: every machine it ever had, live ones up to ``now``."""
+def pool_cost(
+    store: SqlStore,
+    config: Config,
+    pool: str,
+    table: str,
+    now: float,
+    counts: Mapping[str, int] | None = None,
+) -> PoolBill:
+    """The pool's bill at ``now``: every machine it ever had, live ones up to ``now``.
+    ``counts`` are the table's jobs by status (``store.counts``), if the caller has read
+    them already: at 1,000,000 pending a second read took 116 ms."""
     lives = [(life.seconds(now), life.busy(now)) for life in store.machines.lifetimes(pool)]
-    counts = store.counts(table=table)
+    if counts is None:
+        counts = store.counts(table=table)
     return pool_bill(pool_price(config, pool), lives, counts["success"] + counts["failed"])
