@@ -635,8 +635,8 @@ class Jobs(Dialect):
         """Jobs by status (every status present, zero or not). One table's: each status a
         range of jobs_finished (status, tbl, ...), found by the IN list; without it SQLite
         read the whole index for one table (50 ms at 1,000,000 jobs for a table with none,
-        and the admin API's /pools counts every pool's, twice). A pool's are read whole
-        either way: no index leads with it."""
+        and the admin API's /pools counts every pool's). A pool's are read whole either
+        way: no index leads with it."""
         where, params = filters(tbl=table, pool=pool)
         if where:
             where += f" AND status IN ({', '.join(repr(status) for status in STATUSES)})"
