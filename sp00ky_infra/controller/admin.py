@@ -114,7 +114,7 @@ def waiting_entries(controller: Controller, name: str, now: float) -> list[dict[
             "retries": job.retries,
             "cancel": f"POST /pools/{name}/queue/{job.id}/cancel",
         }
-        for job in [*due, *delayed][:WAITING_SHOWN]
+        for job in [*due, *delayed]
     ]
 
 
