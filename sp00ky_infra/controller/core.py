@@ -58,6 +58,16 @@ SEEN_RESOLUTION_SECONDS = 1.0
 log = logging.getLogger("sp00ky.controller")
 
 
+def machine_key(name: str) -> str:
+    """The key a machine's polls and results hold for their transaction, one at a time.
+    Without it the courier's result of a job and a poll that renews the same job deadlocked
+    on PostgreSQL (up to 3 times in a 3,000-job run, each a second's wait for the server's
+    deadlock check and a failed request): the result held the job's row and waited for the
+    machine's row (its busy slots, kept by trigger), while the poll, whose own results had
+    taken the machine's row, waited to renew the job."""
+    return f"machine:{name}"
+
+
 class Controller:
     """What the tick, the agents' endpoint and the admin API share: the ports (settings,
     store, provisioner, clock), the deployment, the pools' states and the executor, the one
@@ -327,7 +337,7 @@ class Controller:
         it: the reply is built from what committed).
         """
         self._require_leader()
-        with self.store.transaction():
+        with self.store.transaction(key=machine_key(name)):
             answer = self._poll(name, session, request, renew)
         return answer()
 
@@ -502,7 +512,7 @@ class Controller:
     ) -> str:
         """Record what the backend answered (or why it could not), for the current attempt:
         one transaction, as a poll's (one commit, and this process's writers in turn)."""
-        with self.store.transaction():
+        with self.store.transaction(key=machine_key(name)):
             machine = self._authenticate(name, session)
             status = self._record(machine, job_id, attempt, report, self.clock())
         self.wake.machine(name)  # a slot is free again

@@ -168,10 +168,14 @@ class Dialect(ABC):
         (a claim, a batch of results). Elsewhere ``_write()``."""
         return self._write()
 
-    def transaction(self) -> AbstractContextManager[Cursor]:
+    def transaction(self, key: str | None = None) -> AbstractContextManager[Cursor]:
         """One transaction for several calls of this thread (an agent's poll: its results,
         renewals and claims commit together, once). Each call inside keeps its own guarantees:
-        its writes are a savepoint, undone alone if it raises."""
+        its writes are a savepoint, undone alone if it raises.
+
+        With ``key``, it runs alone among the transactions that name the same key: the key
+        is held from the start, before any row is. (SQLite's write transactions run one at a
+        time already; PostgreSQL takes the key's advisory lock.)"""
         return self._write()
 
     @abstractmethod

@@ -43,6 +43,9 @@ _CLAIM_SETTINGS = (
     "set_config('plan_cache_mode', 'force_generic_plan', true)"
 )
 LOCK_QUEUE = f"SELECT pg_advisory_xact_lock({_KEY}), {_CLAIM_SETTINGS}"
+# A transaction that names a key (``transaction(key=...)``): its lock, taken in the statement
+# that sets the generic plans, before the transaction touches any row.
+GENERIC_PLANS_KEYED = f"{GENERIC_PLANS}, pg_advisory_xact_lock({_KEY})"
 # For a queue without a concurrency cap: its admission lock shared while it has no wide job
 # (slots > 1) pending, alone otherwise (rows.CLAIM_ANY_PG says why that is safe); which one,
 # kept for the claim that follows in the transaction (``sp00ky.claim_lock``). The check reads
@@ -184,23 +187,29 @@ class PostgresStore(SqlStore):
         )
 
     @contextmanager
-    def transaction(self) -> Iterator[Cursor]:
+    def transaction(self, key: str | None = None) -> Iterator[Cursor]:
         """In a pipeline, BEGIN and COMMIT sent as statements of it (psycopg's own
         transaction blocks sync the pipeline as they open and twice as they close): the
         BEGIN and the generic plans' setting (GENERIC_PLANS, for the batched statements) go
         with the first statements, and what ``_send`` sends travels with the statements
         around it: a poll's first reads and its results in one round trip, its renewals and
         its claim with the COMMIT in another. A statement run with ``_x`` is synced at once
-        (its rows and rowcount then, as outside a pipeline)."""
+        (its rows and rowcount then, as outside a pipeline). ``key``'s advisory lock goes
+        in the plans' statement (GENERIC_PLANS_KEYED): no round trip of its own."""
         conn = self._connection()
         if self._in_transaction(conn):  # inside another: a savepoint of it
             with self._write() as cur:
+                if key is not None:
+                    self._lock(cur, key)
                 yield cur
             return
         try:
             with conn.pipeline() as pipeline, conn.cursor() as cur:
                 cur.execute("BEGIN")
-                cur.execute(GENERIC_PLANS)
+                if key is None:
+                    cur.execute(GENERIC_PLANS)
+                else:
+                    cur.execute(GENERIC_PLANS_KEYED, {"key": key})
                 self._pipelines.current = pipeline
                 try:
                     yield cur
