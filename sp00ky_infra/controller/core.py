@@ -48,7 +48,7 @@ from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.names import pool_image
 from sp00ky_infra.store import Conflict, Job, JobNotFound, SqlStore, StaleAttempt
 from sp00ky_infra.store.dialect import Later
-from sp00ky_infra.store.machines import Machine, MachineNotFound
+from sp00ky_infra.store.machines import Machine, MachineNotFound, machine_key
 from sp00ky_infra.store.model import Recorded, Running, Started
 
 # A poll writes the machine's last sighting at most this often: silence is judged over a
@@ -56,16 +56,6 @@ from sp00ky_infra.store.model import Recorded, Running, Started
 # machine's polls (one a job) skip a write each.
 SEEN_RESOLUTION_SECONDS = 1.0
 log = logging.getLogger("sp00ky.controller")
-
-
-def machine_key(name: str) -> str:
-    """The key a machine's polls and results hold for their transaction, one at a time.
-    Without it the courier's result of a job and a poll that renews the same job deadlocked
-    on PostgreSQL (up to 3 times in a 3,000-job run, each a second's wait for the server's
-    deadlock check and a failed request): the result held the job's row and waited for the
-    machine's row (its busy slots, kept by trigger), while the poll, whose own results had
-    taken the machine's row, waited to renew the job."""
-    return f"machine:{name}"
 
 
 class Controller:

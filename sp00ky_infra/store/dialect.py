@@ -174,8 +174,9 @@ class Dialect(ABC):
         its writes are a savepoint, undone alone if it raises.
 
         With ``key``, it runs alone among the transactions that name the same key: the key
-        is held from the start, before any row is. (SQLite's write transactions run one at a
-        time already; PostgreSQL takes the key's advisory lock.)"""
+        is held from the start, before any row is (inside another transaction: from there
+        on). SQLite's write transactions run one at a time already; PostgreSQL takes the
+        key's advisory lock."""
         return self._write()
 
     @abstractmethod

@@ -30,6 +30,18 @@ class MachineNotFound(StoreError):
     pass
 
 
+def machine_key(name: str) -> str:
+    """The key (``transaction(key=...)``) every transaction that moves a machine's running
+    jobs holds from its start: its polls, its results, the sweep's change of one of its jobs.
+    Such a transaction locks job rows and, through the busy-slots trigger, the machine's row,
+    in an order that depends on what it carries; without the key two of them deadlocked on
+    PostgreSQL. Measured: up to 3 times in a 3,000-job run, the courier's result of a job
+    (the job's row, then the machine's) against the poll that renewed it (its own results
+    took the machine's row, then the renewal waited for the job's), each a second's wait for
+    the server's deadlock check and a failed request."""
+    return f"machine:{name}"
+
+
 @dataclass(frozen=True, slots=True)
 class Machine:
     name: str

@@ -11,12 +11,14 @@ import contextlib
 import re
 import secrets
 import threading
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
+from psycopg.types.numeric import Int4
 
 from sp00ky_infra.store.dialect import Cursor, Later, LeaderLock, PerThread, Watcher
 from sp00ky_infra.store.model import StoreError, StoreUnavailable
@@ -44,8 +46,13 @@ _CLAIM_SETTINGS = (
 )
 LOCK_QUEUE = f"SELECT pg_advisory_xact_lock({_KEY}), {_CLAIM_SETTINGS}"
 # A transaction that names a key (``transaction(key=...)``): its lock, taken in the statement
-# that sets the generic plans, before the transaction touches any row.
-GENERIC_PLANS_KEYED = f"{GENERIC_PLANS}, pg_advisory_xact_lock({_KEY})"
+# that sets the generic plans, before the transaction touches any row. In the two-number key
+# space (the schema's, the key's: ``_key_number``), apart from every one-number lock above
+# and the leader's: a key is a machine's name, which any request may send, and none can
+# then land on the leader's lock, held for good, and wait for ever. The number is made here,
+# so the statement has no text parameter to refuse (a NUL) before it is sent.
+_KEYED = "pg_advisory_xact_lock(hashtext(current_schema()), %s)"
+GENERIC_PLANS_KEYED = f"{GENERIC_PLANS}, {_KEYED}"
 # For a queue without a concurrency cap: its admission lock shared while it has no wide job
 # (slots > 1) pending, alone otherwise (rows.CLAIM_ANY_PG says why that is safe); which one,
 # kept for the claim that follows in the transaction (``sp00ky.claim_lock``). The check reads
@@ -129,6 +136,13 @@ def redact(url: str) -> str:
     return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
 
 
+def _key_number(key: str) -> Int4:
+    """``key`` as the second number of its advisory lock (two keys that share one only take
+    turns)."""
+    number = zlib.crc32(key.encode("utf-8", "backslashreplace"))
+    return Int4(number - (1 << 32) if number >= 1 << 31 else number)
+
+
 def _settle(pipeline: psycopg.Pipeline) -> None:
     """After an error in a pipeline: its aborted statements collected (their errors are the
     one already raised), so that the next statement runs."""
@@ -200,18 +214,18 @@ class PostgresStore(SqlStore):
         if self._in_transaction(conn):  # inside another: a savepoint of it
             with self._write() as cur:
                 if key is not None:
-                    self._lock(cur, key)
+                    cur.execute(f"SELECT {_KEYED}", (_key_number(key),))
                 yield cur
             return
         try:
             with conn.pipeline() as pipeline, conn.cursor() as cur:
                 cur.execute("BEGIN")
-                if key is None:
-                    cur.execute(GENERIC_PLANS)
-                else:
-                    cur.execute(GENERIC_PLANS_KEYED, {"key": key})
-                self._pipelines.current = pipeline
                 try:
+                    if key is None:
+                        cur.execute(GENERIC_PLANS)
+                    else:
+                        cur.execute(GENERIC_PLANS_KEYED, (_key_number(key),))
+                    self._pipelines.current = pipeline
                     yield cur
                 except BaseException:
                     self._pipelines.current = None
@@ -223,8 +237,12 @@ class PostgresStore(SqlStore):
                 cur.execute("COMMIT")  # sent, with what is still queued, as the pipeline ends
         except psycopg.Error:
             # A statement still queued failed as the pipeline ended: the COMMIT after it did
-            # not run, and the transaction is open, aborted.
-            if not conn.closed and conn.info.transaction_status == TransactionStatus.INERROR:
+            # not run, and the transaction is open, aborted (or, had the BEGIN gone alone,
+            # open): never left so for the connection's next user.
+            if not conn.closed and conn.info.transaction_status in (
+                TransactionStatus.INERROR,
+                TransactionStatus.INTRANS,
+            ):
                 conn.execute("ROLLBACK")
             raise
         if cur.statusmessage != "COMMIT":

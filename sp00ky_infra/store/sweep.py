@@ -6,10 +6,12 @@ that lands first wins.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from sp00ky_infra.store.dialect import DEFAULT_BATCH
 from sp00ky_infra.store.jobs import Jobs
+from sp00ky_infra.store.machines import machine_key
 from sp00ky_infra.store.model import LEASE_EXPIRED, QUEUE_TIMEOUT, TIMEOUT, Job, JobNotFound
 from sp00ky_infra.store.transitions import overdue
 
@@ -38,12 +40,13 @@ class Sweeper(Jobs):
             # Two ranges (jobs_lease, jobs_deadline), not an OR that reads every running row.
             self._x(
                 cur,
-                "SELECT id FROM jobs WHERE status = 'processing' AND lease_expires_at < ? "
-                "UNION SELECT id FROM jobs WHERE status = 'processing' "
+                "SELECT id, machine FROM jobs WHERE status = 'processing' "
+                "AND lease_expires_at < ? "
+                "UNION SELECT id, machine FROM jobs WHERE status = 'processing' "
                 "AND deadline IS NOT NULL AND deadline < ? LIMIT ?",
                 (now, now, batch),
             )
-            running = [row[0] for row in cur.fetchall()]
+            running = [(row[0], row[1]) for row in cur.fetchall()]
             self._x(
                 cur,
                 "SELECT id FROM jobs WHERE status = 'pending' AND queue_deadline IS NOT NULL "
@@ -52,7 +55,15 @@ class Sweeper(Jobs):
             )
             waiting = [row[0] for row in cur.fetchall()]
         changed: dict[str, list[str]] = {LEASE_EXPIRED: [], TIMEOUT: [], QUEUE_TIMEOUT: []}
-        for job_id in running + waiting:
+        for job_id, machine in running:
+            # Its machine's key first, as the machine's polls and results hold it: the change
+            # locks the job's row, then (its busy slots) the machine's, which a poll that
+            # renews the job may hold while it waits for the job's (machines.machine_key).
+            with self.transaction(key=machine_key(machine)) if machine else nullcontext():
+                code = self._sweep_one(job_id, now)
+            if code is not None:
+                changed[code].append(job_id)
+        for job_id in waiting:
             code = self._sweep_one(job_id, now)
             if code is not None:
                 changed[code].append(job_id)
