@@ -39,16 +39,9 @@ from sp00ky_infra.controller.state import Deployment
 from sp00ky_infra.store import NewJob, open_store
 from tests.controllers import add_ready_machine, backend_app, leading, project
 from tests.test_controller_executor import Recording
+from tests.test_lease_renewals import Clock
 
 MACHINE = "render-m1"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -46,25 +46,21 @@ class Sweeper(Jobs):
                 "AND deadline IS NOT NULL AND deadline < ? LIMIT ?",
                 (now, now, batch),
             )
-            running = [(row[0], row[1]) for row in cur.fetchall()]
+            running: list[tuple[str, str | None]] = [(row[0], row[1]) for row in cur.fetchall()]
             self._x(
                 cur,
                 "SELECT id FROM jobs WHERE status = 'pending' AND queue_deadline IS NOT NULL "
                 "AND queue_deadline < ? LIMIT ?",
                 (now, batch),
             )
-            waiting = [row[0] for row in cur.fetchall()]
+            waiting = [(row[0], None) for row in cur.fetchall()]
         changed: dict[str, list[str]] = {LEASE_EXPIRED: [], TIMEOUT: [], QUEUE_TIMEOUT: []}
-        for job_id, machine in running:
-            # Its machine's key first, as the machine's polls and results hold it: the change
-            # locks the job's row, then (its busy slots) the machine's, which a poll that
-            # renews the job may hold while it waits for the job's (machines.machine_key).
+        for job_id, machine in running + waiting:
+            # A running job's machine's key first, as the machine's polls and results hold it:
+            # the change locks the job's row, then (its busy slots) the machine's, which a poll
+            # that renews the job may hold while it waits for the job's (machine_key).
             with self.transaction(key=machine_key(machine)) if machine else nullcontext():
                 code = self._sweep_one(job_id, now)
-            if code is not None:
-                changed[code].append(job_id)
-        for job_id in waiting:
-            code = self._sweep_one(job_id, now)
             if code is not None:
                 changed[code].append(job_id)
         return SweepReport(
