@@ -11,6 +11,10 @@
    write of the rows as well: ``throughput_with_enqueue_jobs_per_s``); targets at least 1,000
    jobs/s on SQLite, 800 on PostgreSQL; with the CPU milliseconds per job the controller, the
    agents, the backends and the database server spent meanwhile (from /proc);
+   with 1 and 2, the share of all the machine's CPU time that was busy, and that the
+   hypervisor gave to other guests (``*_machine_busy_percent``, ``*_machine_steal_percent``,
+   from /proc/stat): a round slowed by its host shows there, with more CPU a job in every
+   group at once;
 3. the loopback floor in the same run: keep-alive POSTs straight to the example backend, from
    1 and 16 clients (processes): what the machine could do with no controller at all;
 4. the controller's tick with --pools pools, 10 machines each and --pending pending jobs (in
@@ -114,6 +118,7 @@ def latency(folder: Path, count: int) -> dict[str, float]:
             lambda: [m.state for m in client.store.machines.live("render")] == ["ready"], timeout=30
         )
         read = 0  # bytes of the backend's log read so far
+        machine = machine_cpu()
         for n in range(count + 5):
             sent = time.time()
             job = client.run("renderer", "/render", {"gameId": f"g{n}", "seconds": 0})
@@ -125,11 +130,13 @@ def latency(folder: Path, count: int) -> dict[str, float]:
             if n >= 5:  # the first few warm the connection pool and the caches
                 samples.append((started_at - sent) * 1000)
             wait_for(functools.partial(succeeded, client, job.id), timeout=10, interval=0.001)
+        shares = machine_shares(machine, "latency")
     client.close()
     return {
         "latency_p50_ms": statistics.median(samples),
         "latency_p99_ms": percentile(samples, 0.99),
         "latency_max_ms": max(samples),
+        **shares,
     }
 
 
@@ -140,6 +147,28 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def machine_cpu() -> tuple[int, int, int]:
+    """The machine's CPU time so far, in clock ticks over all cores (/proc/stat's first
+    line): all of it, the busy part (neither idle nor waiting for I/O), and the part the
+    hypervisor gave to other guests (steal)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle, iowait, steal = fields[3], fields[4], fields[7]
+    total = sum(fields[:8])  # guest time is already counted in user and nice
+    return total, total - idle - iowait - steal, steal
+
+
+def machine_shares(before: tuple[int, int, int], prefix: str) -> dict[str, float]:
+    """The machine's busy and stolen CPU since ``before``, in percent of all its cores' time:
+    a round whose every group spent more CPU a job than the round before, with more stolen,
+    was slowed by the host, not by the code."""
+    after = machine_cpu()
+    total = max(after[0] - before[0], 1)
+    return {
+        f"{prefix}_machine_busy_percent": 100 * (after[1] - before[1]) / total,
+        f"{prefix}_machine_steal_percent": 100 * (after[2] - before[2]) / total,
+    }
 
 
 def server_processes() -> list[int]:
@@ -200,6 +229,7 @@ def throughput(folder: Path, count: int, store_url: str) -> dict[str, float]:
         if not store_url.startswith("sqlite"):
             groups["database"] = server_processes()
         before = {name: sum(map(cpu_seconds, pids)) for name, pids in groups.items()}
+        machine = machine_cpu()
         started = time.perf_counter()
         store.enqueue_many(news, time.time())
         visible = time.perf_counter()  # committed: from here the jobs flow
@@ -208,6 +238,7 @@ def throughput(folder: Path, count: int, store_url: str) -> dict[str, float]:
         if "database" in groups:  # and the server processes it started meanwhile
             groups["database"] = sorted(set(groups["database"]) | set(server_processes()))
         after = {name: sum(map(cpu_seconds, pids)) for name, pids in groups.items()}
+        shares = machine_shares(machine, "throughput")
     store.close()
     # The rate through the slots: from the commit that makes the jobs visible to the last
     # success (as bench/peers.py times its workers only); with the producer's write of the
@@ -217,6 +248,7 @@ def throughput(folder: Path, count: int, store_url: str) -> dict[str, float]:
         "throughput_with_enqueue_jobs_per_s": count / (ended - started),
         "throughput_jobs": count,
         "throughput_enqueue_ms": (visible - started) * 1000,
+        **shares,
     }
     for name in groups:
         figures[f"cpu_ms_per_job_{name}"] = (after[name] - before[name]) * 1000 / count
