@@ -264,28 +264,18 @@ def measure(what: str, run: Callable[[], float], figures: dict[str, float | str]
 Run = Callable[[], float]
 
 
-def pair(
-    mine: tuple[str, Run],
-    peer: tuple[str, Run],
-    repeat: int,
-    rates: dict[str, list[float]],
-    ratios: dict[str, list[float]],
-) -> None:
-    """Both, ``repeat`` times back to back, the order swapped each time; each side's jobs/s
-    and each pair's ratio kept (a failed or missing side: reported, and no ratio for that
-    pair)."""
+def pair(mine: tuple[str, Run], peer: tuple[str, Run], repeat: int) -> list[dict[str, float | str]]:
+    """Both, ``repeat`` times back to back, the order swapped each time: each time's figures
+    (a peer that is not installed: once, the same answer every time)."""
+    runs: list[dict[str, float | str]] = []
     for n in range(repeat):
         figures: dict[str, float | str] = {}
         for what, run in (mine, peer) if n % 2 == 0 else (peer, mine):
             measure(what, run, figures)
-        for what, figure in figures.items():
-            if isinstance(figure, float):
-                rates.setdefault(what, []).append(figure)
-        a, b = figures[mine[0]], figures[peer[0]]
-        if isinstance(a, float) and isinstance(b, float):
-            ratios.setdefault(f"{mine[0]} / {peer[0]}", []).append(a / b)
-        if isinstance(b, str) and b.startswith("not run"):
-            return  # not installed: the same answer every time
+        runs.append(figures)
+        if str(figures[peer[0]]).startswith("not run"):
+            break
+    return runs
 
 
 def _sqlite(run: Callable[[str], float], folder: bool = False) -> Run:
@@ -323,19 +313,19 @@ def main() -> None:
         parser.error(f"--repeat must be at least 1, not {args.repeat}")
     jobs = args.jobs
     figures: dict[str, float | str] = {}
-    rates: dict[str, list[float]] = {}
-    ratios: dict[str, list[float]] = {}
+    pairs: dict[tuple[str, str], list[dict[str, float | str]]] = {}
+
+    def paired(mine: tuple[str, Run], peer: tuple[str, Run]) -> None:
+        pairs[mine[0], peer[0]] = pair(mine, peer, args.repeat)
+
     print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {jobs} jobs")
     for workers in (1, 4):
-        pair(
+        paired(
             (
                 f"sqlite ours w{workers}",
                 _sqlite(partial(ours, jobs=jobs, workers=workers, batch=16)),
             ),
             (f"sqlite huey w{workers}", _sqlite(partial(huey, jobs=jobs, workers=workers), True)),
-            args.repeat,
-            rates,
-            ratios,
         )
         if not args.postgres:
             continue
@@ -345,7 +335,7 @@ def main() -> None:
             _postgres(url, partial(ours, jobs=jobs, workers=workers, batch=1)),
             figures,
         )
-        pair(
+        paired(
             (
                 f"postgres ours b16 w{workers}",
                 _postgres(url, partial(ours, jobs=jobs, workers=workers, batch=16)),
@@ -354,9 +344,6 @@ def main() -> None:
                 f"postgres pgqueuer b16 w{workers}",
                 _postgres(url, partial(pgqueuer, jobs=jobs, workers=workers, batch=16)),
             ),
-            args.repeat,
-            rates,
-            ratios,
         )
         measure(
             f"postgres procrastinate w{workers}",
@@ -370,12 +357,30 @@ def main() -> None:
         "ratios (this store / peer; targets: >= 0.75 x huey, >= 1.0 x pgqueuer batched; "
         f"the median of {args.repeat} pairs, then each pair's):"
     )
-    for what, each in ratios.items():
-        listed = ", ".join(f"{r:.2f}" for r in each)
-        print(f"  {what}: {statistics.median(each):.2f} ({listed})")
+    rates: dict[str, list[float]] = {}
+    for (mine, peer), runs in pairs.items():
+        for run in runs:
+            for what in (mine, peer):
+                if isinstance(figure := run[what], float):
+                    rates.setdefault(what, []).append(figure)
+        each = [
+            a / b
+            for a, b in ((run[mine], run[peer]) for run in runs)
+            if isinstance(a, float) and isinstance(b, float)
+        ]
+        if each:
+            listed = ", ".join(f"{r:.2f}" for r in each)
+            print(f"  {mine} / {peer}: {statistics.median(each):.2f} ({listed})")
+        else:  # no run had both sides: why, from the last run's failed side(s)
+            why = "; ".join(
+                f"{what}: {runs[-1][what]}"
+                for what in (mine, peer)
+                if isinstance(runs[-1][what], str)
+            )
+            print(f"  {mine} / {peer}: no ratio ({why})")
     print("medians of the pairs' runs (jobs/s):")
-    for what, each in rates.items():
-        print(f"  {what}: {statistics.median(each):,.0f} ({min(each):,.0f}-{max(each):,.0f})")
+    for what, got in rates.items():
+        print(f"  {what}: {statistics.median(got):,.0f} ({min(got):,.0f}-{max(got):,.0f})")
     for workers in (1, 4):
         mine, peer = f"postgres ours b16 w{workers}", f"postgres procrastinate w{workers}"
         a, b = rates.get(mine), figures.get(peer)
