@@ -13,8 +13,8 @@
    agents, the backends and the database server spent meanwhile (from /proc);
    with 1 and 2, the share of all the machine's CPU time that was busy, and that the
    hypervisor gave to other guests (``*_machine_busy_percent``, ``*_machine_steal_percent``,
-   from /proc/stat): a round slowed by its host shows there, with more CPU a job in every
-   group at once;
+   from /proc/stat): steal is time the host took; a slow round without it (more CPU a job
+   in every group at once) had its cores slowed in a way steal does not count;
 3. the loopback floor in the same run: keep-alive POSTs straight to the example backend, from
    1 and 16 clients (processes): what the machine could do with no controller at all;
 4. the controller's tick with --pools pools, 10 machines each and --pending pending jobs (in
@@ -160,9 +160,8 @@ def machine_cpu() -> tuple[int, int, int]:
 
 
 def machine_shares(before: tuple[int, int, int], prefix: str) -> dict[str, float]:
-    """The machine's busy and stolen CPU since ``before``, in percent of all its cores' time:
-    a round whose every group spent more CPU a job than the round before, with more stolen,
-    was slowed by the host, not by the code."""
+    """The machine's busy and stolen CPU since ``before``, in percent of all its cores'
+    time."""
     after = machine_cpu()
     total = max(after[0] - before[0], 1)
     return {
