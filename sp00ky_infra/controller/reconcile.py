@@ -167,6 +167,8 @@ def tick(controller: Controller) -> TickReport:
     for job_id in swept.lease_expired:
         log.info("event=lease_expired job=%s", job_id)
     count_swept(controller, swept)
+    if controller.store.ensure_statistics():  # a new table's first (store.postgres says why)
+        log.info("event=analyzed table=jobs")
     scheduled = fire_schedules(controller, now)  # before observe: the plan sees their jobs
     plans = [plan_of(controller, view, now) for view in observe(controller, now, summarize=True)]
     controller.plans = {plan.pool: plan for plan in plans}

@@ -27,6 +27,12 @@ class SqlStore(Sweeper, Retention):
         """A long-running process's store: keep the database's housekeeping off its commits
         where the database leaves it to them (SQLite's checkpoints); nothing elsewhere."""
 
+    def ensure_statistics(self) -> bool:
+        """Give the planner statistics for a jobs table that has rows and was never analyzed,
+        where the database would otherwise wait to (PostgreSQL's autovacuum); True when it
+        analyzed. The controller's tick calls it; nothing to do elsewhere (SQLite)."""
+        return False
+
     @functools.cached_property
     def machines(self) -> MachineTable:
         return MachineTable(self)
