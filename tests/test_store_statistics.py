@@ -7,8 +7,6 @@ row for each result; analyzed, it finds each row by id. SQLite has nothing to do
 from __future__ import annotations
 
 import logging
-import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,17 +17,12 @@ from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.controller.settings import ControllerSettings
-from sp00ky_infra.store import NewJob, SqlStore, open_store
+from sp00ky_infra.store import SqlStore, open_store
 from sp00ky_infra.store.rows import COMPLETE_ATTEMPTS_PG
 from tests.controllers import backend_app, leading, project
 from tests.test_controller_executor import Recording
-
-
-def _enqueue(store: SqlStore, count: int) -> None:
-    news = [
-        NewJob("renderer", "render_job", "/render", {"n": n}, pool="render") for n in range(count)
-    ]
-    store.enqueue_many(news, time.time())
+from tests.test_store_layout import generic_plan
+from tests.test_store_pipeline import _enqueue
 
 
 def _new_store(url: str) -> SqlStore:
@@ -53,19 +46,6 @@ def _analyzed(url: str) -> tuple[int, float]:
     return int(row[0]), float(row[1])
 
 
-def _generic_plan(url: str) -> str:
-    """The plan the poll's batched results run with (a generic plan, as in transaction())."""
-    numbered = iter(range(1, 100))
-    sql = re.sub(r"%[sb]", lambda _: f"${next(numbered)}", COMPLETE_ATTEMPTS_PG)
-    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
-        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        conn.execute(f"PREPARE results AS {sql}")
-        rows = conn.execute(
-            "EXPLAIN EXECUTE results(1, 2, '{a}', '{b}', NULL, '{processing}', 'm', 'm')"
-        ).fetchall()
-    return "\n".join(row[0] for row in rows)
-
-
 def test_a_new_jobs_table_is_analyzed_once_it_holds_rows(postgres_url: str) -> None:
     store = _new_store(postgres_url)
     try:
@@ -76,7 +56,7 @@ def test_a_new_jobs_table_is_analyzed_once_it_holds_rows(postgres_url: str) -> N
         assert store.ensure_statistics() is True
         count, rows = _analyzed(postgres_url)
         assert (count, rows) == (1, 2000)
-        plan = _generic_plan(postgres_url)
+        plan = generic_plan(postgres_url, COMPLETE_ATTEMPTS_PG)
         assert "Index Scan using jobs_pkey on jobs" in plan, plan
         assert "Seq Scan on jobs" not in plan, plan
         # Once is enough: autovacuum keeps the statistics from there.

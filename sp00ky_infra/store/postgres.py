@@ -349,9 +349,8 @@ class PostgresStore(SqlStore):
             return False
         if rows < threshold:
             return False
-        conn = self._connection()
         try:
-            with conn.transaction(), conn.cursor() as cur:
+            with self._joined() as cur:
                 cur.execute(ANALYZE_LOCK_TIMEOUT)
                 cur.execute("ANALYZE jobs")
         except psycopg.errors.LockNotAvailable:
