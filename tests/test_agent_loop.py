@@ -152,6 +152,78 @@ def test_a_finished_job_on_a_machine_with_a_free_slot_is_recorded_at_once(tmp_pa
     client.close()
 
 
+# --- the settle: a poll that would carry results waits for the jobs just started -------------
+
+
+class _CountingLock(threading.Condition):
+    """The agent's lock, counting the waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        return super().wait(timeout)
+
+
+def _settling_agent() -> Any:
+    from agent.main import Agent
+    from agent.settings import Settings
+
+    agent = Agent(Settings(controller_url="http://127.0.0.1:9", machine="m1", join_token="t"))
+    agent.lock = _CountingLock()
+    return agent
+
+
+def _job_run(job: str, started: float) -> Any:
+    from agent.jobs import JobRun
+
+    return JobRun(job, "1", "/render", {}, None, started, 2.0, assigned_at=started)
+
+
+def test_a_poll_waits_for_the_jobs_just_started_up_to_the_settle_and_never_for_older_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Agent.settle``, the wait between a job's end and the poll that carries its result:
+    a job started less than SETTLE_SECONDS ago is waited for (so one poll carries both
+    results), at most until SETTLE_SECONDS after its start; one started before that, never.
+    The window is widened here so that a loaded machine's scheduling cannot blur it."""
+    from agent import main as agent_main
+
+    monkeypatch.setattr(agent_main, "SETTLE_SECONDS", 0.3)
+    agent = _settling_agent()
+    now = time.monotonic()
+    old = _job_run("old", now - 10)  # still running, started long ago
+    # only older jobs running: the result leaves at once
+    agent.runs = {"old": old}
+    agent.settle()
+    assert agent.lock.waits == 0
+    # a job just started ends within the window: the poll waits for it, and only that long
+    fresh = _job_run("fresh", time.monotonic())
+    agent.runs = {"old": old, "fresh": fresh}
+
+    def end() -> None:
+        time.sleep(0.02)
+        with agent.lock:  # as Agent.job_done: the run has ended, the loop is told
+            fresh.done.set()
+            agent.lock.notify_all()
+
+    ender = threading.Thread(target=end)
+    ender.start()
+    agent.settle()
+    ended_wait = time.monotonic() - fresh.assigned_at
+    ender.join()
+    assert fresh.done.is_set() and not old.done.is_set()
+    assert agent.lock.waits >= 1 and ended_wait < 0.3
+    # a job just started that runs on: the wait ends SETTLE_SECONDS after its start
+    slow = _job_run("slow", time.monotonic())
+    agent.runs = {"old": old, "slow": slow}
+    agent.settle()
+    assert 0.3 <= time.monotonic() - slow.assigned_at < 5
+    assert not slow.done.is_set()
+
+
 # --- cut the line: the abandon deadline on the agent's own clock -----------------------------
 
 
