@@ -28,6 +28,9 @@ from typing import Any
 import pytest
 import requests
 
+from agent import main as agent_main
+from agent.jobs import JobRun
+from agent.settings import Settings
 from sp00ky_infra.client import Client
 from sp00ky_infra.controller.provisioners.local import session_members
 from sp00ky_infra.shared import tokens
@@ -167,18 +170,14 @@ class _CountingLock(threading.Condition):
         return super().wait(timeout)
 
 
-def _settling_agent() -> Any:
-    from agent.main import Agent
-    from agent.settings import Settings
-
-    agent = Agent(Settings(controller_url="http://127.0.0.1:9", machine="m1", join_token="t"))
-    agent.lock = _CountingLock()
+def _settling_agent(lock: _CountingLock) -> agent_main.Agent:
+    settings = Settings(controller_url="http://127.0.0.1:9", machine="m1", join_token="t")
+    agent = agent_main.Agent(settings)
+    agent.lock = lock
     return agent
 
 
-def _job_run(job: str, started: float) -> Any:
-    from agent.jobs import JobRun
-
+def _job_run(job: str, started: float) -> JobRun:
     return JobRun(job, "1", "/render", {}, None, started, 2.0, assigned_at=started)
 
 
@@ -189,16 +188,15 @@ def test_a_poll_waits_for_the_jobs_just_started_up_to_the_settle_and_never_for_o
     a job started less than SETTLE_SECONDS ago is waited for (so one poll carries both
     results), at most until SETTLE_SECONDS after its start; one started before that, never.
     The window is widened here so that a loaded machine's scheduling cannot blur it."""
-    from agent import main as agent_main
-
     monkeypatch.setattr(agent_main, "SETTLE_SECONDS", 0.3)
-    agent = _settling_agent()
+    lock = _CountingLock()
+    agent = _settling_agent(lock)
     now = time.monotonic()
     old = _job_run("old", now - 10)  # still running, started long ago
     # only older jobs running: the result leaves at once
     agent.runs = {"old": old}
     agent.settle()
-    assert agent.lock.waits == 0
+    assert lock.waits == 0
     # a job just started ends within the window: the poll waits for it, and only that long
     fresh = _job_run("fresh", time.monotonic())
     agent.runs = {"old": old, "fresh": fresh}
@@ -215,7 +213,7 @@ def test_a_poll_waits_for_the_jobs_just_started_up_to_the_settle_and_never_for_o
     ended_wait = time.monotonic() - fresh.assigned_at
     ender.join()
     assert fresh.done.is_set() and not old.done.is_set()
-    assert agent.lock.waits >= 1 and ended_wait < 0.3
+    assert lock.waits >= 1 and ended_wait < 0.3
     # a job just started that runs on: the wait ends SETTLE_SECONDS after its start
     slow = _job_run("slow", time.monotonic())
     agent.runs = {"old": old, "slow": slow}
