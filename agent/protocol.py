@@ -2,10 +2,11 @@
 
 A standard-library mirror of the controller's pydantic models
 (``sp00ky_infra/controller/protocol.py``): the same messages, field names, optional fields and
-defaults; ``tests/test_protocol_agreement.py`` fails when the two differ. Each message is a
-frozen dataclass; ``Message.from_json`` checks what the controller sent, field by field, and
-raises ProtocolError naming the message, the field and what was expected; ``to_json`` gives
-what the agent sends. Fields the agent does not know are ignored, as the controller does.
+defaults; ``tests/controller/test_protocol_agreement.py`` fails when the two differ. Each
+message is a frozen dataclass; ``Message.from_json`` checks what the controller sent, field by
+field, and raises ProtocolError naming the message, the field and what was expected;
+``to_json`` gives what the agent sends. Fields the agent does not know are ignored, as the
+controller does.
 
     agent sends                      controller answers
     POST /v1/join      JoinRequest   JoinReply (BackendInfo, AgentSettings, credential)

@@ -2,7 +2,7 @@
 
 Durations are seconds (float). Defaults cite the docs (machine-pools.txt, jobs.txt,
 resource-pools.txt); where the docs give none the choice is written in sp00ky.schema.json's
-descriptions, and tests/test_config_model.py checks the two agree.
+descriptions, and tests/config/test_config_model.py checks the two agree.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The agents' protocol, version 1: JSON shapes of /v1 on the pool listener.
 
 The agent (standard library + requests only) mirrors every message here as a frozen dataclass
-in ``agent/protocol.py``; ``tests/test_protocol_agreement.py`` holds the two to the same
+in ``agent/protocol.py``; ``tests/controller/test_protocol_agreement.py`` holds the two to the same
 messages, fields, optional fields and defaults. Change both, or that test fails.
 """
 

@@ -14,8 +14,8 @@ and an agent's poll do:
 - every machine move goes through the lifecycle table (``next_state``).
 
 What this class does itself is bookkeeping (counting, ordering) that the store does in SQL.
-``tests/test_simulate_divergence.py`` runs it in lockstep with the real controller on a real
-store and fails on the first decision where the two differ.
+``tests/simulate/test_simulate_divergence.py`` runs it in lockstep with the real controller on a
+real store and fails on the first decision where the two differ.
 """
 
 from __future__ import annotations

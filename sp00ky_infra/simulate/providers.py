@@ -9,7 +9,7 @@ The defaults, and where they come from:
   agent, downloads and starts your backend's image)". Drawn as normal(60 s, 15 s).
 - ``docker``: "a couple of seconds under spky dev" (the same section): normal(3 s, 1 s).
 - ``local``: agent and backend as processes on this host; measured here by the
-  faithful-to-real test (tests/test_simulate_faithful.py), about 1 to 2 s: normal(1.5 s,
+  faithful-to-real test (tests/simulate/test_simulate_faithful.py), about 1 to 2 s: normal(1.5 s,
   0.3 s).
 - Failed boots: no provider publishes a rate; the default is 0 (give ``--failure-rate``).
 - Recycle and drain: the agent restarts (recycle) or stops (drain) the backend's process or

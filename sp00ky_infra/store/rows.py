@@ -319,7 +319,7 @@ def insert_row(new: NewJob, job_id: str, now: float) -> tuple[Any, ...]:
 def pending_job(row: Sequence[Any]) -> Job:
     """The Job an ``insert_row`` writes with INSERT_JOB, the table's defaults for the rest,
     as ``job_from_row`` would read it back (floats where the columns are DOUBLE PRECISION,
-    the payload through JSON): ``tests/test_store_contract.py`` holds the two equal."""
+    the payload through JSON): ``tests/store/test_store_contract.py`` holds the two equal."""
     (job_id, backend, table, path, payload, max_retries, retry_strategy, delay_ms, timeout,
      assigned_to, created_at, updated_at, pool, priority, slots, run_after, queue_timeout,
      queue_deadline, max_job_duration) = row  # fmt: skip

@@ -6,7 +6,7 @@ the backend's last lines where its provisioner can read them (``ShowsOutput``: a
 machine's log file, a Docker machine's container log). The agent's own structured lines are
 left out; what is left is bounded and redacted exactly as the agent redacts a boot failure it
 reports itself (``agent/runtime.py``: the agent imports nothing of this package, so the rules
-are written twice, and tests/test_boot_reasons.py holds the two in agreement).
+are written twice, and tests/controller/test_boot_reasons.py holds the two in agreement).
 """
 
 from __future__ import annotations
