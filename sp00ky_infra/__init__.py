@@ -1,6 +1,6 @@
 """sp00ky-infra: machine pools for sp00ky backends.
 
-Layers, bottom to top (checked by tests/controller/test_layers.py):
+Layers, bottom to top (checked by tests/repo/test_layers.py):
 
 * ``policy`` and ``config.model`` / ``config.rules`` / ``config.durations``: pure, no I/O.
 * ``config``: reads ``sp00ky.yml`` and the shipped JSON Schema.

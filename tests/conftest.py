@@ -1,7 +1,11 @@
-"""Shared fixtures: stores on real SQLite and real PostgreSQL.
+"""Shared fixtures: stores on real SQLite and real PostgreSQL, Docker engines, the Pulumi
+engine; the markers a test gets from the fixtures it uses; Hypothesis's profiles.
 
 PostgreSQL tests use $SPKY_TEST_POSTGRES_URL (each test in a schema of its own). Without it
 they skip, except where $SPKY_TEST_REQUIRE_SERVICES=1 (CI), where they fail.
+
+Every test that uses the host's Docker engine runs in one xdist group (one worker, in turn):
+they share image tags, networks and the engine's clean-ups of earlier runs' containers.
 """
 
 from __future__ import annotations
@@ -13,11 +17,38 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from sp00ky_infra.store import SqlStore, open_store
 
 POSTGRES_URL = os.environ.get("SPKY_TEST_POSTGRES_URL", "")
 REQUIRE_SERVICES = os.environ.get("SPKY_TEST_REQUIRE_SERVICES") == "1"
+
+# CI draws every example a test asks for; a developer's run a fifth of them (tests.helpers.
+# examples). No deadline: a worker shares the machine with the others.
+settings.register_profile("ci", deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None, max_examples=20)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# fixture -> the markers every test that uses it (directly or through another) gets
+FIXTURE_MARKERS = {
+    "postgres_url": ("postgres",),
+    "docker_engine": ("docker",),
+    "pulumi_bin": ("engine", "slow"),
+    "machine_engine": ("slow",),
+    "rehearsal_image": ("slow",),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, markers in FIXTURE_MARKERS.items():
+            if fixture in names:
+                for marker in markers:
+                    item.add_marker(marker)
+        if item.get_closest_marker("docker"):
+            item.add_marker(pytest.mark.xdist_group("docker"))
 
 
 def need_service(name: str, why: str) -> None:
@@ -81,15 +112,20 @@ def docker_available() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def docker_images() -> str:
+def docker_engine() -> None:
+    """The host's Docker engine, answering."""
+    why = docker_available()
+    if why:
+        need_service("Docker", why)
+
+
+@pytest.fixture(scope="session")
+def docker_images(docker_engine: None) -> str:
     """A real Docker engine with the example backend's image built on a local base image."""
     import subprocess
 
     from tests.helpers import ROOT
 
-    why = docker_available()
-    if why:
-        need_service("Docker", why)
     subprocess.run(
         [str(ROOT / "scripts" / "docker-base-image"), BASE_IMAGE], check=True, timeout=900
     )

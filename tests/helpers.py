@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import subprocess
@@ -14,6 +15,30 @@ ROOT = Path(__file__).resolve().parent.parent
 def cli(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
+    """Run ``sp00ky-infra ARGS`` in this process (click's runner), and capture what it prints.
+
+    The same command line, exit code, stdout and stderr as a user's process, without a new
+    interpreter's start-up for each call; ``cli_process`` runs the real process where the test
+    is about the process itself (signals, a terminal, what one import costs). ``timeout`` is
+    the process's only."""
+    from click.testing import CliRunner
+
+    from sp00ky_infra.cli import cli as command
+
+    del timeout
+    runner = CliRunner()
+    with contextlib.chdir(cwd or ROOT):
+        result = runner.invoke(command, list(args), env=env, prog_name="sp00ky-infra")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(
+        ["sp00ky-infra", *args], result.exit_code, result.stdout, result.stderr
+    )
+
+
+def cli_process(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m sp00ky_infra ARGS`` as a user would, and capture what it prints."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
@@ -24,6 +49,12 @@ def cli(
         text=True,
         timeout=timeout,
     )
+
+
+def examples(wanted: int) -> int:
+    """How many examples a Hypothesis test with ``wanted`` in CI draws here: all of them in CI
+    (the ``ci`` profile, tests/conftest.py), a fifth on a developer's machine."""
+    return wanted if os.environ.get("CI") else max(10, wanted // 5)
 
 
 def drain_pty(fd: int, wait: float = 0.1) -> bytes:

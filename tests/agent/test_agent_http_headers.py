@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent import http_headers
+from tests.helpers import examples
 
 NAMES = st.sampled_from(["content-length", "Content-Type", "date", "x-a", "X_B", "From", "a.b"])
 ODD_NAMES = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=255), max_size=12)
@@ -51,7 +52,7 @@ def _read(parse: Any, block: bytes) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(BLOCKS)
 def test_any_block_reads_as_http_client_reads_it(block: bytes) -> None:
     assert _read(http_headers.parse_headers, block) == _read(http.client.parse_headers, block)

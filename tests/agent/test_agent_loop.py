@@ -402,12 +402,14 @@ def _cut_the_line(tmp_path: Path, lease: float) -> None:
         assert "event=abandon job=j1 attempt=a1" in text, text
 
 
+@pytest.mark.slow
 def test_cut_the_line_at_the_minimum_lease_the_agent_stops_the_work_in_time(
     tmp_path: Path,
 ) -> None:
     _cut_the_line(tmp_path, lease=30.0)
 
 
+@pytest.mark.slow
 def test_cut_the_line_at_the_default_lease_the_agent_stops_the_work_in_time(
     tmp_path: Path,
 ) -> None:

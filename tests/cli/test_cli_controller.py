@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sp00ky_infra.store import open_store
 from tests.controllers import ADMIN_TOKEN, backend_app, project, running_controller, wait_for
-from tests.helpers import ROOT, cli, drain_pty
+from tests.helpers import ROOT, cli, cli_process, drain_pty
 
 
 def _processing(db: Path) -> int:
@@ -51,7 +51,7 @@ def test_dev_runs_a_burst_and_returns_to_zero(tmp_path: Path) -> None:
     )
     folder = tmp_path / "project"
     env = {"SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms", "SPKY_STORE": ""}
-    done = cli(
+    done = cli_process(
         "dev", "sp00ky.yml", "--machines", "local", "--burst", "3", "--path", "/render",
         "--payload", '{"gameId": "g", "seconds": 0.5}',
         "--timings", "idleTimeout=1s", "--exit-when-idle", "--plain",
@@ -77,7 +77,7 @@ def test_dev_never_prints_the_store_urls_password(tmp_path: Path, postgres_url: 
     password = postgres_url.split("//", 1)[1].split("@", 1)[0].partition(":")[2]
     assert password, "the test store's URL carries a password"
     env = {"SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms", "SPKY_STORE": ""}
-    done = cli(
+    done = cli_process(
         "dev", "sp00ky.yml", "--machines", "local", "--store", postgres_url, "--burst", "1",
         "--path", "/render",
         "--payload", '{"gameId": "g"}', "--timings", "idleTimeout=1s", "--exit-when-idle",
@@ -188,12 +188,14 @@ def test_controller_refuses_bad_settings_naming_the_variable(tmp_path: Path) -> 
             "SPKY_PROJECT is not set: the stack labels its machines with the project",
         ),
     ):
-        done = cli("controller", cwd=tmp_path, env={"SPKY_CONFIG": str(config), **env}, timeout=30)
+        done = cli_process(
+            "controller", cwd=tmp_path, env={"SPKY_CONFIG": str(config), **env}, timeout=30
+        )
         assert done.returncode == 2 and message in done.stderr, (env, done.stderr)
     invalid = project(
         tmp_path / "bad",
         {"render": {"min": 0}},
         {"renderer": backend_app("render", "t", tmp_path / "l")},
     )
-    done = cli("controller", cwd=tmp_path, env={"SPKY_CONFIG": str(invalid)}, timeout=30)
+    done = cli_process("controller", cwd=tmp_path, env={"SPKY_CONFIG": str(invalid)}, timeout=30)
     assert done.returncode == 1 and "pools.render.min" in done.stderr

@@ -19,7 +19,7 @@ from sp00ky_infra.store import open_store
 from tests.conftest import BASE_IMAGE
 from tests.controllers import backend_app, project
 from tests.dev_process import Dev, example_project, processes_in
-from tests.helpers import ROOT, cli
+from tests.helpers import ROOT, cli_process
 
 BURST = ("--burst", "1", "--path", "/render", "--payload", '{"gameId": "g", "seconds": 0.2}')
 
@@ -45,7 +45,7 @@ def test_dev_without_a_docker_engine_runs_local_processes_and_says_why(tmp_path:
         "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock",
         "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms", "SPKY_STORE": "",
     }  # fmt: skip
-    done = cli(
+    done = cli_process(
         "dev", "sp00ky.yml", *BURST, "--timings", "idleTimeout=1s", "--exit-when-idle", "--plain",
         cwd=folder, env=env, timeout=120,
     )  # fmt: skip
@@ -114,7 +114,7 @@ def test_dev_runs_docker_machines_by_default_and_removes_an_earlier_sessions(
         )  # fmt: skip
     finally:
         client.close()
-    done = cli(
+    done = cli_process(
         "dev", "sp00ky.yml", *BURST, "--timings", "idleTimeout=1s,bootTimeout=60s",
         "--exit-when-idle", "--plain", cwd=folder, env=env, timeout=600,
     )  # fmt: skip
@@ -156,7 +156,9 @@ def test_a_failed_image_build_is_one_message_with_its_last_lines(
         f"FROM {BASE_IMAGE}\n"
         'RUN echo "resolving the wheels" && echo "boom: no such package: renderr" && exit 3\n'
     )
-    done = cli("dev", "sp00ky.yml", "--machines", "docker", cwd=folder, env=env, timeout=600)
+    done = cli_process(
+        "dev", "sp00ky.yml", "--machines", "docker", cwd=folder, env=env, timeout=600
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stdout.splitlines()[0] == "dev: machines are Docker containers (--machines docker)"
     assert "error: building the image of backend renderer failed" in done.stderr

@@ -10,7 +10,7 @@ import pytest
 from sp00ky_infra.controller.preflight import problems
 from sp00ky_infra.controller.settings import ControllerSettings
 from tests.controllers import backend_app, project
-from tests.helpers import ROOT, cli
+from tests.helpers import ROOT, cli_process
 
 HETZNER_TOKEN = {"HCLOUD_TOKEN": "t"}
 
@@ -124,7 +124,7 @@ def test_the_controller_refuses_to_start_and_says_what_to_do(tmp_path: Path) -> 
         "SPKY_POOL_PUBLIC_URL": "http://127.0.0.1:9669", "HCLOUD_TOKEN": "", "PATH": path,
         "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0",
     }  # fmt: skip
-    done = cli("controller", cwd=tmp_path, env=env, timeout=60)
+    done = cli_process("controller", cwd=tmp_path, env=env, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "cannot start with the pulumi provisioner; fix first:" in done.stderr
     for needed in ("no pulumi CLI is on PATH", "machines elsewhere cannot reach it",
@@ -132,7 +132,7 @@ def test_the_controller_refuses_to_start_and_says_what_to_do(tmp_path: Path) -> 
         assert needed in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
-    no_engine = cli(
+    no_engine = cli_process(
         "controller", cwd=tmp_path, timeout=60,
         env={**env, "SPKY_POOL_PROVIDER": "docker", "DOCKER_HOST": f"unix://{tmp_path}/no.sock"},
     )  # fmt: skip

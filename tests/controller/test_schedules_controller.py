@@ -27,7 +27,7 @@ from sp00ky_infra.store import SqlStore, open_store
 from sp00ky_infra.store.schedules import ScheduleTable
 from tests.controller.test_controller_executor import Recording
 from tests.controllers import ControllerProcess, backend_app, kill_machines, wait_for
-from tests.helpers import ROOT
+from tests.helpers import ROOT, examples
 
 POOLS = {"render": {"min": 0, "autoscale": True, "max": 1}}
 RENDER = {"backend": "renderer", "route": "/render", "payload": {"gameId": "nightly"}}
@@ -213,7 +213,7 @@ def test_a_failover_mid_cadence_loses_no_fire_and_doubles_none(
 # --- two controllers that both believe they lead (a split brain), on a virtual clock ----------
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(
         st.tuples(st.sampled_from("ab"), st.floats(0.1, 150.0)),

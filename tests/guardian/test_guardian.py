@@ -15,7 +15,7 @@ from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.hetzner.heartbeat import heartbeats, stamp_heartbeat
 from sp00ky_infra.policy.guardian import Why
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
-from tests.helpers import cli
+from tests.helpers import cli_process
 
 NOW = datetime.now(UTC)
 
@@ -138,21 +138,21 @@ def test_destroy_project_takes_machines_first_then_firewalls(fake: FakeHetzner) 
 def test_the_command_and_its_exit_codes(fake: FakeHetzner) -> None:
     env = {"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": fake.url}
     old = _server(fake, "old", hours=80)
-    planned = cli("guardian", "--dry-run", "--json", env=env)
+    planned = cli_process("guardian", "--dry-run", "--json", env=env)
     assert planned.returncode == 0
     plan = json.loads(planned.stdout)
     assert (
         plan["dry_run"] and plan["plan"][0]["id"] == old and plan["plan"][0]["reason"] == "too_old"
     )
     assert old in fake.servers
-    done = cli("guardian", env=env)
+    done = cli_process("guardian", env=env)
     assert (
         done.returncode == 0 and f"destroy server {old} old (shop/render): too_old" in done.stdout
     )
     assert "reason=too_old" in done.stderr and fake.servers == {}
-    assert cli("guardian", env={"HCLOUD_TOKEN": ""}).returncode == 2
+    assert cli_process("guardian", env={"HCLOUD_TOKEN": ""}).returncode == 2
     fake.fail_next = [(503, "service_error", None)] * 10
-    incomplete = cli("guardian", env=env)
+    incomplete = cli_process("guardian", env=env)
     assert incomplete.returncode == 3 and "destroyed nothing" in incomplete.stderr
 
 

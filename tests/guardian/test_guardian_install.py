@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need_service
-from tests.helpers import cli
+from tests.helpers import cli_process
 
 
 def _free_port() -> int:
@@ -67,7 +67,7 @@ def test_install_writes_the_timer_service_and_a_private_env_file(
     port, key = sshd
     root = tmp_path / "ops-host"
     env = {"HCLOUD_TOKEN": "ops-token-123", "HCLOUD_ENDPOINT": "https://api.example.invalid/v1"}
-    done = cli(
+    done = cli_process(
         "guardian", "install", "--host", "127.0.0.1", "--port", str(port), "--user", "root",
         "--identity", str(key), "--root", str(root), env=env, timeout=60,
     )  # fmt: skip
@@ -88,9 +88,12 @@ def test_install_writes_the_timer_service_and_a_private_env_file(
 
 def test_install_refuses_without_a_token_and_reports_ssh_failures(tmp_path: Path) -> None:
     assert (
-        cli("guardian", "install", "--host", "127.0.0.1", env={"HCLOUD_TOKEN": ""}).returncode == 2
+        cli_process(
+            "guardian", "install", "--host", "127.0.0.1", env={"HCLOUD_TOKEN": ""}
+        ).returncode
+        == 2
     )
-    failed = cli(
+    failed = cli_process(
         "guardian", "install", "--host", "127.0.0.1", "--port", str(_free_port()),
         "--root", str(tmp_path), env={"HCLOUD_TOKEN": "t"}, timeout=60,
     )  # fmt: skip

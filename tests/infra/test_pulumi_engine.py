@@ -24,7 +24,6 @@ from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV
-from tests.conftest import docker_available, need_service
 from tests.controllers import SECRET, ControllerProcess, wait_for
 from tests.pulumi_engine import StackProject, example_config
 
@@ -181,10 +180,9 @@ def test_an_update_that_finds_the_stack_locked_waits_and_fails_no_machine(
             os.environ.update(saved)
 
 
-def test_the_local_stack_from_up_to_destroy(tmp_path: Path, pulumi_bin: str) -> None:
-    why = docker_available()
-    if why:
-        need_service("Docker", why)
+def test_the_local_stack_from_up_to_destroy(
+    tmp_path: Path, pulumi_bin: str, docker_engine: None
+) -> None:
     from sp00ky_infra import engine
 
     client = engine.connect()
@@ -239,14 +237,11 @@ def test_the_local_stack_from_up_to_destroy(tmp_path: Path, pulumi_bin: str) -> 
 
 
 def test_a_controller_drives_the_local_stack_through_the_automation_api(
-    tmp_path: Path, pulumi_bin: str
+    tmp_path: Path, pulumi_bin: str, docker_engine: None
 ) -> None:
     """The controller with SPKY_POOL_PROVIDER=pulumi on the local stack: queued jobs make it
     write sp00ky:machines and run `pulumi up`; the containers that update makes join it through
     the host's gateway and run the jobs; idle, the pool goes back to zero by another update."""
-    why = docker_available()
-    if why:
-        need_service("Docker", why)
     from sp00ky_infra import engine
     from sp00ky_infra.client import Client
 

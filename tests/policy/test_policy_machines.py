@@ -24,6 +24,7 @@ from sp00ky_infra.policy.machines import (
 )
 from sp00ky_infra.store import Conflict, open_store
 from sp00ky_infra.store.machines import Change
+from tests.helpers import examples
 
 R = Reason
 # Every allowed move, with its reason: the lifecycle of machine-pools.txt, left to right, and
@@ -124,7 +125,7 @@ def test_a_real_store_moves_machines_only_as_the_table_allows(tmp_path: Path) ->
     names = (f"m{n}" for n in itertools.count())
 
     @settings(
-        max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+        max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
     )  # bounded: a few seconds
     @given(events)
     def run(sequence: list[Reason | str]) -> None:

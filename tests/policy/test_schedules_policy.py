@@ -18,6 +18,7 @@ from sp00ky_infra.policy.schedules import (
     on_fire,
     parse_cron,
 )
+from tests.helpers import examples
 
 
 def at(text: str) -> float:
@@ -181,7 +182,7 @@ expressions = st.tuples(
 ).map(" ".join)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(expressions, st.integers(0, 4_000_000_000))
 def test_next_after_agrees_with_a_scan(expression: str, after: int) -> None:
     expected = _scan(expression, float(after))
@@ -189,7 +190,7 @@ def test_next_after_agrees_with_a_scan(expression: str, after: int) -> None:
     assert found == expected, (expression, iso(after), iso(found), iso(expected))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.integers(1, 7200),
     st.one_of(st.none(), st.integers(0, 10**6)),

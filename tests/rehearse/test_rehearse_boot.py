@@ -27,17 +27,14 @@ from sp00ky_infra.rehearse.image import ensure_image
 from sp00ky_infra.rehearse.rehearsal import Reading, read_server
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.cloud_init import user_data
-from tests.conftest import docker_available, need_service
+from tests.conftest import need_service
 from tests.controllers import SECRET, backend_app, project, running_controller, wait_for
 from tests.engines import backend_context
 
 
 @pytest.fixture(scope="session")
-def rehearsal_image() -> str:
+def rehearsal_image(docker_engine: None) -> str:
     """The rehearsal's machine image, built once per machine (scripts/rehearsal-image)."""
-    why = docker_available()
-    if why:
-        need_service("Docker", why)
     if shutil.which("debootstrap") is None:
         need_service("debootstrap", "apt-get install debootstrap")
     return ensure_image()
@@ -294,7 +291,7 @@ def _report(timeline: Timeline) -> None:
 
 
 def test_every_exception_of_the_rehearsal_is_a_rehearse_error() -> None:
-    """STYLE.md 5 for the new part (tests/controller/test_error_roots.py lists the older ones)."""
+    """STYLE.md 5 for the new part (tests/repo/test_error_roots.py lists the older ones)."""
     import importlib
     import inspect
     import pkgutil

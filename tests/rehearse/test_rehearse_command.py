@@ -16,15 +16,12 @@ import docker
 import pytest
 
 from sp00ky_infra.rehearse.boot import ROLE
-from tests.conftest import docker_available, need_service
+from tests.conftest import need_service
 from tests.pulumi_engine import example_config
 
 
 @pytest.fixture
-def needs(pulumi_bin: str) -> str:
-    why = docker_available()
-    if why:
-        need_service("Docker", why)
+def needs(pulumi_bin: str, docker_engine: None) -> str:
     if shutil.which("debootstrap") is None:
         need_service("debootstrap", "apt-get install debootstrap")
     return pulumi_bin
