@@ -4,7 +4,7 @@
 
 1. latency from `run` (the row written) to the backend receiving the POST, on a warm machine
    (a real controller process, a real agent and the example backend on loopback);
-   targets (issue 19): p50 at most 1.5 ms, p99 at most 5 ms;
+   targets: p50 at most 1.5 ms, p99 at most 5 ms;
 2. throughput of no-op jobs through 4 machines x 4 slots, on SQLite and (with
    --postgres URL, or SPKY_TEST_POSTGRES_URL) on PostgreSQL, from the commit that makes the
    --throughput-jobs jobs visible to the last success (``throughput_jobs_per_s``; with the
@@ -13,14 +13,14 @@
    agents, the backends and the database server spent meanwhile (from /proc);
    with 1 and 2, the share of all the machine's CPU time that was busy, and that the
    hypervisor gave to other guests (``*_machine_busy_percent``, ``*_machine_steal_percent``,
-   from /proc/stat): steal is time the host took; a slow round without it (more CPU a job
-   in every group at once) had its cores slowed in a way steal does not count;
+   from /proc/stat): steal is time the host took; a host can also slow the cores in a way
+   steal does not count (then every group spends more CPU a job at once);
 3. the loopback floor in the same run: keep-alive POSTs straight to the example backend, from
    1 and 16 clients (processes): what the machine could do with no controller at all;
 4. the controller's tick with --pools pools, 10 machines each and --pending pending jobs (in
    process, against a SQLite store, machines created by a provisioner that only records them);
-   target at most 2 ms (issue 19 sets it at 1,000,000 pending over 50 pools and 1,000
-   machines: `--pools 50 --machines 20 --pending 1000000`, which takes minutes to fill);
+   target at most 2 ms at 1,000,000 pending over 50 pools and 1,000 machines
+   (`--pools 50 --machines 20 --pending 1000000`, which takes minutes to fill);
 5. the controller's memory, on a real controller process (SQLite, SPKY_TICK=1s): its VmRSS after
    10 s with 2 real machines of 2 slots polling and running jobs and the admin API read, with
    1,000 and with --memory-pending (1,000,000) jobs pending; target within 10%. About 1.5
@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from record import record
 
 from agent.runtime import answers
 from sp00ky_infra.client import Client
@@ -526,7 +528,7 @@ def controller_memory_run(
 
 
 def controller_memory(folder: Path, args: argparse.Namespace) -> tuple[dict[str, float], bool]:
-    """Issue 19's memory target on a real controller process: its RSS with --memory-pending
+    """The memory target on a real controller process: its RSS with --memory-pending
     jobs pending within 10% of its RSS with 1,000 (SQLite; each run on a fresh copy of a store
     filled once per size; the figures and whether the target is met)."""
     machines = 2
@@ -630,6 +632,7 @@ def ticks(args: argparse.Namespace) -> None:
             figures.update(found)
             checks += checked
     print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
+    record("dispatch", figures)
     for name, value in figures.items():
         print(f"  {name:<44} {value:>10.2f}")
     for what, ok in checks:
@@ -655,6 +658,7 @@ def memory_only(args: argparse.Namespace) -> None:
         f"load average: {os.getloadavg()[0]:.2f}; took {time.perf_counter() - started:.0f}s",
         flush=True,
     )
+    record("dispatch", figures)
     print_memory(figures, met, args.memory_pending)
 
 
@@ -722,6 +726,7 @@ def main() -> None:
             what = f"controller memory at {args.memory_pending:,} pending within 10% of 1,000"
             tick_checks.append((what, met))
         print(f"load average: {os.getloadavg()[0]:.2f}", flush=True)
+    record("dispatch", figures)
     if args.json:
         print(json.dumps(figures, indent=2))
         return

@@ -28,6 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from record import record
+
 from agent import controller as remote
 from agent.docker import DockerAPI
 from agent.images import ensure_image
@@ -158,6 +160,16 @@ def main() -> None:
                 f"peak memory grew by           : agent {peak:.0f} MB, controller {served:.0f} MB"
             )
             print(f"ratio controller / raw        : {(got / took) / (size / seconds):.2f}")
+            record(
+                "images",
+                {
+                    "raw_mb_per_s": size / 1e6 / seconds,
+                    "controller_mb_per_s": got / 1e6 / took,
+                    "ratio_controller_to_raw": (got / took) / (size / seconds),
+                    "agent_peak_growth_mb": peak,
+                    "controller_peak_growth_mb": served,
+                },
+            )
         finally:
             subprocess.run(["docker", "rmi", "-f", f"{IMAGE}:{args.mb}"], capture_output=True)
             subprocess.run(["docker", "rmi", "-f", "sp00ky-dev-pool-b"], capture_output=True)

@@ -15,16 +15,15 @@ through:
   logged in one statement a batch, as its QueueManager does) and procrastinate.
 
 It prints jobs/s for each and the ratio of this store to each peer. A peer that is not
-installed, or fails, is reported as such: never a made-up figure. Targets (issue 19): SQLite at
-least 0.75 x huey, PostgreSQL at least 1.0 x pgqueuer batched.
+installed, or fails, is reported as such: never a made-up figure. Targets: SQLite at least
+0.75 x huey, PostgreSQL at least 1.0 x pgqueuer batched.
 
-A run of 10,000 jobs takes one to two seconds, and on a shared machine one run of a pair, the
-two a few seconds apart, swung from 0.74 to 1.43 x pgqueuer within minutes. So the two pairs
-with a target (this store against huey, and this store's claims of 16 against pgqueuer) run
---repeat times (5), each pair back to back and the order swapped every time (drift between the
-two halves cancels), and are judged on the median of the pairs' ratios; every pair's figures
-are printed. Claims of 1 and procrastinate (no target; procrastinate alone takes about a
-minute) run once.
+A run of 10,000 jobs takes one to two seconds, and on a shared machine a single pair's ratio
+moves widely from one minute to the next. So the two pairs with a target (this store against
+huey, and this store's claims of 16 against pgqueuer) run --repeat times (5), each pair back
+to back and the order swapped every time (drift between the two halves cancels), and are
+judged on the median of the pairs' ratios; every pair's figures are printed. Claims of 1 and
+procrastinate (no target; procrastinate alone takes about a minute) run once.
 """
 
 from __future__ import annotations
@@ -47,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from record import record
 
 from sp00ky_infra.store import NewJob, open_store
 from sp00ky_infra.store.model import Started
@@ -358,6 +359,7 @@ def main() -> None:
         f"the median of {args.repeat} pairs, then each pair's):"
     )
     rates: dict[str, list[float]] = {}
+    ratios: dict[str, float] = {}
     for (mine, peer), runs in pairs.items():
         for run in runs:
             for what in (mine, peer):
@@ -371,6 +373,7 @@ def main() -> None:
         if each:
             listed = ", ".join(f"{r:.2f}" for r in each)
             print(f"  {mine} / {peer}: {statistics.median(each):.2f} ({listed})")
+            ratios[f"{mine} / {peer}"] = statistics.median(each)
         else:  # no run had both sides: why, from the last run's failed side(s)
             why = "; ".join(
                 f"{what}: {runs[-1][what]}"
@@ -388,6 +391,9 @@ def main() -> None:
             print(f"  {mine} (median) / {peer} (one run): {statistics.median(a) / b:.2f}")
         elif b is not None:
             print(f"  {mine} / {peer}: no ratio ({peer}: {b})")
+    medians = {f"{what} jobs/s": statistics.median(got) for what, got in rates.items()}
+    once = {f"{what} jobs/s": v for what, v in figures.items() if isinstance(v, float)}
+    record("peers", {**ratios, **medians, **once})
 
 
 if __name__ == "__main__":

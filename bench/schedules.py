@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
+from record import record
 
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.core import Controller
@@ -106,6 +107,7 @@ def main() -> None:
     args = parser.parse_args()
     kinds = ["sqlite"] + (["postgresql"] if args.postgres else [])
     print(f"the schedules' step of one tick, {SCHEDULES} schedules, median of {ROUNDS}")
+    figures: dict[str, float] = {}
     for kind in kinds:
         with tempfile.TemporaryDirectory() as tmp, store_url(kind, args.postgres, Path(tmp)) as url:
             idle, worst, firing = measure(url, Path(tmp))
@@ -114,6 +116,10 @@ def main() -> None:
                 f"  {kind:<10} nothing due: {idle:6.1f} ms (worst {worst:.1f})   "
                 f"all {SCHEDULES} due: {firing:7.1f} ms   {verdict}"
             )
+            figures[f"{kind}_nothing_due_ms"] = idle
+            figures[f"{kind}_nothing_due_worst_ms"] = worst
+            figures[f"{kind}_all_{SCHEDULES}_due_ms"] = firing
+    record("schedules", figures)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from record import record
+
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.config.model import Pool
 from sp00ky_infra.policy.cost import HETZNER_PRICES
@@ -46,6 +48,12 @@ def main() -> None:
         f"(target 10 s); wait p95 {report.wait_p95:.1f} s, peak {report.peak_machines} "
         f"machines, {report.euros_per_day:.2f} EUR/day"
     )
+    figures = {
+        "day_seconds": took,
+        "day_wait_p95_s": report.wait_p95,
+        "day_peak_machines": float(report.peak_machines),
+        "day_euros_per_day": report.euros_per_day,
+    }
 
     config = load_config(ROOT / "examples" / "sp00ky.yml")
     day = synthetic(6, Distribution("exp", 240.0), hours=8, seed=0)
@@ -60,6 +68,9 @@ def main() -> None:
         f"sweep: {len(points)} settings x {len(day)} jobs over a day in {took:.2f} s "
         f"(target 60 s); {len(pareto(points))} on the Pareto front"
     )
+    figures["sweep_seconds"] = took
+    figures["sweep_pareto_points"] = len(pareto(points))
+    record("simulate", figures)
 
 
 if __name__ == "__main__":

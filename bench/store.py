@@ -3,7 +3,7 @@
     .venv/bin/python bench/store.py                        # SQLite, and PostgreSQL if a URL is set
     .venv/bin/python bench/store.py --postgres postgresql://user:pw@127.0.0.1/db
 
-Targets on the 2-core machine (issue #3): at least 2,000 jobs/s on SQLite and 1,000 jobs/s on
+Targets on the 2-core machine: at least 2,000 jobs/s on SQLite and 1,000 jobs/s on
 PostgreSQL, and a process whose memory does not grow with the number of pending rows.
 PostgreSQL comes from --postgres, $SPKY_BENCH_POSTGRES_URL or $SPKY_TEST_POSTGRES_URL; the
 benchmark works in a schema of its own and drops it afterwards.
@@ -24,6 +24,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from record import record
 
 from sp00ky_infra.store import NewJob, SqlStore, open_store
 from sp00ky_infra.store.model import Started
@@ -169,6 +171,7 @@ def main() -> None:
             **throughput(kind, args.postgres, args.jobs),
             **memory(kind, args.postgres, args.pending),
         }
+    record("store", {f"{kind}_{k}": v for kind, got in results.items() for k, v in got.items()})
     if args.json:
         print(json.dumps(results, indent=2))
         return

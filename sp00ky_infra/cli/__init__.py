@@ -2,8 +2,7 @@
 
 Each command's module is imported when that command runs (``LazyGroup``, click's documented
 pattern for lazy subcommands): ``jobs list`` needs neither the controller's web framework, the
-Docker SDK nor the MCP server, and importing them all made every command take 1.6 s to start
-on the development machine.
+Docker SDK nor the MCP server, and importing them all would slow every command's start.
 """
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ def dev(
 
     The controller, the agents' endpoint, the admin API and the machines, whatever the file
     says: Docker containers of each backend's image (built at start; containers an earlier
-    session left are removed) when a Docker engine answers, else local processes running
+    run left are removed) when a Docker engine answers, else local processes running
     each backend's deploy.command (--machines chooses). A live view per pool. Ctrl-C drains
     and stops everything, leaving no process behind; a second Ctrl-C aborts.
     """
@@ -206,7 +206,7 @@ def dev(
     env["SPKY_POOL_PROVIDER"] = kind
     env.pop("SPKY_POOL_DOCKER", None)
     if kind == "docker":
-        env.setdefault("SPKY_POOL_SECRET", secrets.token_urlsafe(32))  # this session's own
+        env.setdefault("SPKY_POOL_SECRET", secrets.token_urlsafe(32))  # this run's own
     try:
         settings = ControllerSettings.from_env(
             env, config_path=file, store_url=store_url or env.get("SPKY_STORE") or None
@@ -221,7 +221,7 @@ def dev(
         filename=str(Path(settings.state_dir) / "controller.log"),
     )
     with refusals(), image_progress() as bars, engine.reporting(bars):
-        runtime = _start(settings, fresh=True)  # a new session: an earlier one's leftovers go
+        runtime = _start(settings, fresh=True)  # a new run: an earlier run's leftovers go
     # Before "Ctrl-C stops everything" is printed: a Ctrl-C as soon as it is read drains (with
     # Python's own SIGINT it would end dev there, its machines not destroyed).
     _signals(runtime, drains=True)
@@ -356,8 +356,8 @@ def _at_rest(runtime: Runtime, queued: list[str]) -> bool:
 
 
 class _Ledger:
-    """The machines a dev session answers for: those live in the store when it began to lead
-    (an earlier session's, which it reconnected to) and those created since. A standby's
+    """The machines a dev run answers for: those live in the store when it began to lead
+    (an earlier run's, which it reconnected to) and those created since. A standby's
     machines are the leader's; one that takes over answers for what it took over."""
 
     def __init__(self, runtime: Runtime) -> None:
@@ -391,8 +391,8 @@ class _Ledger:
 
 def _summary(runtime: Runtime, queued: list[str], seconds: float, ledger: _Ledger) -> str:
     """What this run did: its jobs, the machines it destroyed, and the machine time of the
-    machines it answered for (created by it, or an earlier session's it reconnected to:
-    those count from their creation, which no summary told before)."""
+    machines it answered for (created by it, or an earlier run's it reconnected to:
+    those count from their creation)."""
     store = runtime.controller.store
     now = runtime.controller.clock()
     machines = ledger.machines()
@@ -402,7 +402,7 @@ def _summary(runtime: Runtime, queued: list[str], seconds: float, ledger: _Ledge
     spent = (
         f"in all {destroyed} machine(s) destroyed, machine time {machine_seconds:.0f}s "
         f"({machine_seconds / 3600:.4f} pool_machine_hours) of {len(machines)} machine(s)"
-        + (f", {again} reconnected from an earlier session" if again else "")
+        + (f", {again} reconnected from an earlier run" if again else "")
     )
     spent += "; " + _costs(runtime, now)
     if not runtime.owns_machines:  # the machines it saw were the leader's, not its own

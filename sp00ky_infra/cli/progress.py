@@ -1,4 +1,4 @@
-"""Progress where work is long (issue 18, point 7): a bar on stderr when it is a terminal,
+"""Progress where work is long: a bar on stderr when it is a terminal,
 nothing otherwise and nothing with ``--json``, so that piped and JSON output stay clean."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The typed, frozen configuration: what the rest of the program reads. Pure: no I/O.
 
-Durations are seconds (float). Defaults cite the docs (machine-pools.txt, jobs.txt,
-resource-pools.txt); where the docs give none the choice is written in sp00ky.schema.json's
+Durations are seconds (float). Defaults cite the product docs (Machine pools, Jobs, Resource
+pools); where the docs give none the choice is written in sp00ky.schema.json's
 descriptions, and tests/config/test_config_model.py checks the two agree.
 """
 
@@ -33,26 +33,26 @@ Mode = Literal["single", "cluster"]
 
 DEFAULT_CONFIG_FILE = "sp00ky.yml"  # every command reads ./sp00ky.yml unless told otherwise
 DEFAULT_MODE: Mode = "single"
-DEFAULT_PROVIDER: Provider = "hetzner"  # machine-pools.txt, "Providers"
-DEFAULT_SERVER_TYPE = "cx33"  # machine-pools.txt, "Machine shape"
-DEFAULT_MIN = 0  # machine-pools.txt: "min: 0 ... nothing runs while there is no work"
+DEFAULT_PROVIDER: Provider = "hetzner"  # Machine pools docs, "Providers"
+DEFAULT_SERVER_TYPE = "cx33"  # Machine pools docs, "Machine shape"
+DEFAULT_MIN = 0  # Machine pools docs: "min: 0 ... nothing runs while there is no work"
 DEFAULT_BUFFER = 0
-DEFAULT_RECYCLE: Recycle = "job"  # machine-pools.txt, "Machine lifecycle": "job (the default)"
-DEFAULT_SLOTS = 1  # machine-pools.txt, "Machine shape"
-DEFAULT_LEASE = "90s"  # machine-pools.txt, "When things go wrong"
-DEFAULT_MAX_JOB_DURATION = "8h"  # machine-pools.txt, "The contract"
-DEFAULT_MAX_LIFETIME = "24h"  # machine-pools.txt, "Machine lifecycle"
+DEFAULT_RECYCLE: Recycle = "job"  # Machine pools docs, "Machine lifecycle": "job (the default)"
+DEFAULT_SLOTS = 1  # Machine pools docs, "Machine shape"
+DEFAULT_LEASE = "90s"  # Machine pools docs, "When things go wrong"
+DEFAULT_MAX_JOB_DURATION = "8h"  # Machine pools docs, "The contract"
+DEFAULT_MAX_LIFETIME = "24h"  # Machine pools docs, "Machine lifecycle"
 DEFAULT_IDLE_TIMEOUT = "5m"  # no default in the docs; their example's value
 DEFAULT_BOOT_TIMEOUT = "10m"  # no default in the docs; a boot takes about a minute
-DEFAULT_MAX_QUEUED = 1000  # resource-pools.txt
-DEFAULT_QUEUE_TIMEOUT = "1h"  # resource-pools.txt: queueTimeout 3600
+DEFAULT_MAX_QUEUED = 1000  # Resource pools docs
+DEFAULT_QUEUE_TIMEOUT = "1h"  # Resource pools docs: queueTimeout 3600
 DEFAULT_RETENTION = {"success": "6h", "failed": "14d", "runSuccess": "24h", "runFailed": "30d"}
 
 
 def queue_timeout_seconds(value: Any) -> float:
     """A queueTimeout as the docs write it, in seconds: a number of seconds (``1800``, or
     ``"1800"`` as a command line gives it) or a duration (``30m``); finite and above zero
-    (resource-pools.txt: "Maximum wait in seconds; a finite positive number"). Raises
+    (the Resource pools docs: "Maximum wait in seconds; a finite positive number"). Raises
     DurationError saying how to write one."""
     how = "give a positive number of seconds (1800) or a duration (30m)"
     if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -160,7 +160,7 @@ class Backend:
     timeout_overridable: bool = False
 
     def revision(self, pool: Pool, image: str | None = None) -> str:
-        """Hash of what a machine runs (DESIGN.md, "Cloud labels"): the image, command, env,
+        """Hash of what a machine runs (its ``sp00ky/revision`` label): the image, command, env,
         port and healthcheck, the machine's provider, type and locations, its slots and
         recycle policy.
 
@@ -207,7 +207,7 @@ class Retention:
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """``schedules.NAME``: a job written into ``backend``'s outbox table at every fire
-    (jobs.txt, "Scheduled and multi-step work"); the cadence is read in UTC."""
+    (the Jobs docs, "Scheduled and multi-step work"); the cadence is read in UTC."""
 
     name: str
     backend: str

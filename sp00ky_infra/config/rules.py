@@ -293,7 +293,7 @@ PLATFORM_ENV = (
     "SPKY_ENV",
     "SPKY_DB_NS",
     "SPKY_DB_NAME",
-)  # machine-pools.txt, "Environment"
+)  # the Machine pools docs, "Environment"
 SECRET_NAME = re.compile(r"(?i)(secret|token|passw(or)?d|api_?key|private_?key|credential)")
 
 

@@ -13,7 +13,7 @@ exists, and never makes it twice (the client looks it up by name after an unknow
 delete treats "not found" as done and waits out ``locked``/``conflict``.
 
 The provider never replaces a server: a deploy is new machines under new names, made and
-drained by the controller (DESIGN.md, "Cloud labels"). A change of labels is an in-place
+drained by the controller (the labels of shared/labels.py). A change of labels is an in-place
 update (PUT /servers/{id}), except that a server keeps its own ``sp00ky/revision``: it runs
 what it was made with until it is destroyed. Every other change (user-data with a fresh join
 token, server type, locations, fallback types, image, firewalls) matters to new machines only:

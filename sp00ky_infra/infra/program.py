@@ -42,7 +42,7 @@ class PoolArgs:
 
 
 def labels(args: PoolArgs, machine: str | None = None) -> dict[str, str]:
-    """The labels every resource of a pool carries (DESIGN.md), plus the guardian's limit; a
+    """The labels every resource of a pool carries (shared/labels.py), plus the guardian's limit; a
     machine's carry its name and the revision it runs."""
     found = {
         label.PROJECT: args.project,

@@ -1,5 +1,4 @@
 """Pure decisions: sizing, drain selection, breaker, leases, placement, guardian verdicts.
 
 Nothing here does I/O or reads the clock: every function takes ``now`` as an argument.
-The controller issue fills this package.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-FAILURES_TO_OPEN = 3  # machine-pools.txt: "After three failed boots in a row"
+FAILURES_TO_OPEN = 3  # the Machine pools docs: "After three failed boots in a row"
 FIRST_PAUSE_SECONDS = 60.0  # "stops creating machines for a minute"
 MAX_PAUSE_SECONDS = 900.0  # "doubling up to fifteen"
 

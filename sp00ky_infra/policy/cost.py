@@ -61,7 +61,7 @@ HETZNER_PRICES: Mapping[str, Price] = MappingProxyType(
         # docs.vdhome.be/reference/costs (2026-04-15): cx23 3.99 a month; cx53 0.036 an hour.
         "cx23": Price(0.0064, 3.99, "docs.vdhome.be cost breakdown, 2026-04-15"),
         "cx53": Price(0.0360, 22.49, "docs.vdhome.be cost breakdown, 2026-04-15"),
-        # devantler-tech/platform issue 1784 (2026-05): 1.50 EUR per vCPU a month, 8 vCPU.
+        # devantler-tech/platform (2026-05): 1.50 EUR per vCPU a month, 8 vCPU.
         "cx43": Price(0.0192, 11.99, "devantler-tech/platform#1784, 2026-05"),
     }
 )

@@ -1,5 +1,5 @@
 """The guardian's verdicts, pure: which machines the cloud side destroys, whatever the
-scheduler does (machine-pools.txt, "Sp00ky Cloud also watches from its side").
+scheduler does (the Machine pools docs, "Sp00ky Cloud also watches from its side").
 
 - no machine lives longer than 72 hours;
 - machines of a scheduler silent for half an hour are destroyed;

@@ -6,7 +6,7 @@ refuses any move this table does not list.
          \\__________\\________\\________\\-> failed -> destroyed
 
 A machine moves left to right; one that never becomes ready or stops answering is failed
-instead, and is destroyed all the same (machine-pools.txt, "Machine lifecycle").
+instead, and is destroyed all the same (the Machine pools docs, "Machine lifecycle").
 """
 
 from __future__ import annotations

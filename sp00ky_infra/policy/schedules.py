@@ -1,4 +1,4 @@
-"""Schedules' cadences and fire decisions (jobs.txt, "Scheduled and multi-step work"). Pure.
+"""Schedules' cadences and fire decisions (the Jobs docs, "Scheduled and multi-step work"). Pure.
 
 A cadence is a 5-field cron expression (``0 3 * * *``) or an interval (``every: 1m``); both
 are read in UTC (the docs name no time zone). Fire times are whole instants that every
@@ -33,7 +33,7 @@ from typing import Literal
 
 ConcurrencyPolicy = Literal["skip", "replace", "allow"]
 POLICIES: tuple[ConcurrencyPolicy, ...] = ("skip", "replace", "allow")
-DEFAULT_POLICY: ConcurrencyPolicy = "skip"  # jobs.txt, "Retention": "the default concurrency: skip"
+DEFAULT_POLICY: ConcurrencyPolicy = "skip"  # Jobs docs, Retention: "the default concurrency: skip"
 FireAction = Literal["fire", "skip", "replace"]
 
 FIELD_NAMES = ("minute", "hour", "day of month", "month", "day of week")

@@ -36,8 +36,8 @@ class UserDataTooLarge(SharedError, ValueError):
 
 def shipped_source(source: bytes, name: str) -> bytes:
     """A module as it ships in user-data: the same code without its comments and docstrings
-    (the agent's sources, compressed as they are, outgrew Hetzner's 32 KiB; stripped, they
-    take two thirds as much). The stripped module must parse to the same code, or this
+    (the agent's sources with them, compressed, do not fit in Hetzner's 32 KiB; stripped,
+    they take about two thirds as much). The stripped module must parse to the same code, or this
     refuses to ship it."""
     tree = ast.parse(source, name)
     for node in ast.walk(tree):

@@ -4,7 +4,7 @@ SharedError (root)
 ├── TokenError          a join token that is malformed, forged, expired or for another
 │                       machine, or an empty SPKY_POOL_SECRET (tokens.py)
 ├── UserDataTooLarge    a machine's user-data is over Hetzner's 32 KiB (cloud_init.py);
-│                       also a ValueError, as it always was
+│                       also a ValueError, for callers that catch one
 └── DesiredError        a stack's sp00ky:machines is not of a form this reads (desired.py);
                         also a ValueError
 """

@@ -1,4 +1,4 @@
-"""The cloud labels every sp00ky resource carries (DESIGN.md, "Cloud labels on every resource").
+"""The cloud labels every sp00ky resource carries.
 
 Hetzner servers and firewalls, Docker containers, networks and images all use these keys; the
 guardian finds a project's machines by them, so each key is spelled here and nowhere else.

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from sp00ky_infra.shared.errors import SharedError
 
-# How long a join token is good for. A boot takes about a minute (machine-pools.txt, "Boot
-# time"), and a token is one-time anyway.
+# How long a join token is good for. A boot takes about a minute (the Machine pools docs,
+# "Boot time"), and a token is one-time anyway.
 JOIN_TTL_SECONDS = 900.0  # issued by the controller as it creates the machine: 15 min is ample
 # Issued when `pulumi up` runs the program: the update may wait behind the stack's lock and
 # creates its servers one after another, so the token may be minted well before its VM boots.

@@ -4,7 +4,7 @@ backend between jobs (recycle: job) and to leave after a drain.
 
 The defaults, and where they come from:
 
-- ``hetzner``: about a minute. machine-pools.txt, "Boot time": "About a minute on Sp00ky
+- ``hetzner``: about a minute. The Machine pools docs, "Boot time": "About a minute on Sp00ky
   Cloud from the scheduler asking to the machine being ready (the VM boots, installs the
   agent, downloads and starts your backend's image)". Drawn as normal(60 s, 15 s).
 - ``docker``: "a couple of seconds under spky dev" (the same section): normal(3 s, 1 s).

@@ -1,4 +1,4 @@
-"""Issue 18, point 6: the small frictions, each run as a user types it (terminals via a pty)."""
+"""The small frictions, each run as a user types it (terminals via a pty)."""
 
 from __future__ import annotations
 

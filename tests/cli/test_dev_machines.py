@@ -1,6 +1,6 @@
-"""Issue 16 point 8 and issue 18 point 5: `dev --machines docker|local`, docker by default
-when a Docker engine answers; the first line says which and why; a failed image build is one
-clear message with the build's last lines."""
+"""`dev --machines docker|local`, docker by default when a Docker engine answers; the first
+line says which and why; a failed image build is one clear message with the build's last
+lines."""
 
 from __future__ import annotations
 
@@ -101,12 +101,12 @@ def _containers(name: str) -> list[str]:
         client.close()
 
 
-def test_dev_runs_docker_machines_by_default_and_removes_an_earlier_sessions(
+def test_dev_runs_docker_machines_by_default_and_removes_an_earlier_runs(
     docker_dev: tuple[Path, str, dict[str, str]],
 ) -> None:
     folder, name, env = docker_dev
     client = docker.from_env()
-    try:  # a machine container an earlier session left
+    try:  # a machine container an earlier run left
         client.containers.run(
             BASE_IMAGE, ["sleep", "300"], detach=True, name=f"sp00ky-{name}-render-left",
             labels={"sp00ky/project": name, "sp00ky/role": "machine",

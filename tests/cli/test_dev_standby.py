@@ -1,4 +1,4 @@
-"""Issue 17, point 6: a second `dev` on the same store waits as a standby, never touches the
+"""A second `dev` on the same store waits as a standby, never touches the
 leader's machines, never takes the state file, and refuses admin writes naming the leader."""
 
 from __future__ import annotations

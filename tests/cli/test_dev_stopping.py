@@ -1,4 +1,4 @@
-"""Issue 17, point 7: stopping. Held long-polls are answered at once; dev's first Ctrl-C (or
+"""Stopping. Held long-polls are answered at once; dev's first Ctrl-C (or
 SIGTERM, or SIGHUP) drains with a line of progress, a second one aborts, destroys every
 machine and puts the running attempts back in the queue without spending a retry."""
 

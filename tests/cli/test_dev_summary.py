@@ -1,5 +1,5 @@
-"""Issue 18, point 6: dev's summary counts the machines it destroyed, and the machine time of
-machines an earlier session left that it reconnected to, not only of those it created."""
+"""dev's summary counts the machines it destroyed, and the machine time of machines an earlier
+run left that it reconnected to, not only of those it created."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.prometheus import free_port
 
 SUMMARY = re.compile(
     r"in all (\d+) machine\(s\) destroyed, machine time (\d+)s \(\S+ pool_machine_hours\) "
-    r"of (\d+) machine\(s\)(, (\d+) reconnected from an earlier session)?"
+    r"of (\d+) machine\(s\)(, (\d+) reconnected from an earlier run)?"
 )
 
 
@@ -32,10 +32,10 @@ def test_a_dev_that_reconnects_counts_the_machines_it_took_over(tmp_path: Path) 
         running = wait_for(
             lambda: [j for j in store.list_jobs(limit=10) if j.status == "processing"],
             timeout=60,
-            what="the first session's job running",
+            what="the first run's job running",
         )[0]
         machine = store.machines.get(running.machine or "")
-        first.proc.kill()  # the session dies; its machine (own process group) lives on
+        first.proc.kill()  # the run dies; its machine (own process group) lives on
         first.wait(timeout=10)
 
         second_started = time.time()
@@ -44,7 +44,7 @@ def test_a_dev_that_reconnects_counts_the_machines_it_took_over(tmp_path: Path) 
         done = wait_for(
             lambda: store.get(running.id).status == "success" and store.get(running.id),
             timeout=60,
-            what="the job finishing through the session that reconnected",
+            what="the job finishing through the run that reconnected",
         )
         assert done.attempts[-1]["machine"] == machine.name  # the same machine, reconnected
         second.signal(signal.SIGINT)
@@ -55,7 +55,7 @@ def test_a_dev_that_reconnects_counts_the_machines_it_took_over(tmp_path: Path) 
         assert (int(destroyed), int(count), again) == (1, 1, "1"), second.output
         row = store.machines.get(machine.name)
         assert row.destroyed_at is not None
-        # its whole life, from its creation by the first session
+        # its whole life, from its creation by the first run
         assert row.created_at < second_started
         assert abs(int(seconds) - (row.destroyed_at - row.created_at)) <= 1, second.output
     finally:

@@ -1,4 +1,4 @@
-"""Progress where work is long (issue 18, point 7): jobs clear / prune on large tables and
+"""Progress where work is long: jobs clear / prune on large tables and
 guardian passes over many servers show a bar on a terminal (a pty here) and stay quiet in
 --json and in pipes."""
 

@@ -1,4 +1,4 @@
-"""One store per project (issue 18, point 3): the state directory is next to sp00ky.yml
+"""One store per project: the state directory is next to sp00ky.yml
 whatever the working directory, and `run` / `jobs` say when nothing serves the store."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A backend's env from its sources (issue 16, point 9): inline values, env files, and
+"""A backend's env from its sources: inline values, env files, and
 references resolved on the controller at deploy; never a value in a revision or an error."""
 
 from __future__ import annotations

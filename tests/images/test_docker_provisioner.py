@@ -1,6 +1,6 @@
 """Docker machines end to end against a real dockerd: the controller builds the images, starts
 machine containers on a network of the test's own; a restarted controller keeps the live ones,
-`dev` removes every one an earlier session left."""
+`dev` removes every one an earlier run left."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def test_a_restarted_controller_keeps_the_live_machine_containers_and_they_run_j
         client.close()
 
 
-def test_a_dev_start_removes_every_machine_container_of_an_earlier_session(
+def test_a_dev_start_removes_every_machine_container_of_an_earlier_run(
     tmp_path: Path, docker_project: tuple[Path, str, dict[str, str]]
 ) -> None:
     config, name, env = docker_project

@@ -1,4 +1,4 @@
-"""Issue 18, point 7: image builds and pulls show their progress on a terminal (build steps,
+"""Image builds and pulls show their progress on a terminal (build steps,
 pulled layers) and print nothing when the output is not a terminal. Against the real dockerd;
 no registry outside the machine is reachable, so images start from the local base image."""
 

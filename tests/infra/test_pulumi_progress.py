@@ -1,4 +1,4 @@
-"""`pulumi up`'s per-resource progress, forwarded (issue 18, point 7): the provisioner hands
+"""`pulumi up`'s per-resource progress, forwarded: the provisioner hands
 the Automation API an ``on_event`` and tells each resource step as it starts and ends."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from sp00ky_infra.store.machines import Change
 from tests.helpers import examples
 
 R = Reason
-# Every allowed move, with its reason: the lifecycle of machine-pools.txt, left to right, and
+# Every allowed move, with its reason: the lifecycle of the Machine pools docs, left to right, and
 # failed (never ready, or stopped answering) then destroyed all the same.
 EXPECTED = {
     ("requested", "booting", R.PROVISIONED),  # the provisioner made it

@@ -198,7 +198,7 @@ def test_lifetime_revision_boot_timeout_and_silence() -> None:
 
 
 def test_a_failed_machine_is_destroyed_all_the_same() -> None:
-    """machine-pools.txt, "Machine lifecycle": a machine that never becomes ready is failed
+    """The Machine pools docs, "Machine lifecycle": a machine that never becomes ready is failed
     instead, "and is destroyed all the same" (its agent reported the failed boot)."""
     plan = plan_pool(pool(MachineView("broken", "failed", NOW - 20, "r1")), NOW)
     assert [(d.machine, d.reason) for d in plan.destroy] == [("broken", Reason.DESTROYED)]
