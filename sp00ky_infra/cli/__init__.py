@@ -14,6 +14,9 @@ from typing import Any
 import click
 
 from sp00ky_infra import __version__
+from sp00ky_infra.shared.extras import MissingExtra
+
+EXIT_USAGE = 2
 
 # name -> "module:attribute" of the command (each module's imports come with it alone)
 COMMANDS = {
@@ -51,6 +54,14 @@ class LazyGroup(click.Group):
         if not isinstance(command, click.Command):
             raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
         return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # an extra this installation lacks is a usage error: one line says what to install
+        try:
+            return super().invoke(ctx)
+        except MissingExtra as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(EXIT_USAGE)
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
