@@ -9,7 +9,8 @@ exactly as the official host does, ``python -u pulumi-language-python-exec --mon
 --engine ... PROGRAM`` with the stack's config in ``PULUMI_CONFIG`` and its secret keys in
 ``PULUMI_CONFIG_SECRET_KEYS``, where ``pulumi-language-python-exec`` is the SDK's own
 launcher (from the sdk/v3 Go module at the engine's version), and with the project's
-virtualenv (``runtime.options.virtualenv`` in Pulumi.yaml) or ``python3``.
+virtualenv (``runtime.options.virtualenv`` in Pulumi.yaml) or ``python3``. A virtualenv
+without the pulumi SDK is refused, naming the extra that brings it.
 
 What it leaves out, on purpose: it reports no required plugins or packages (this project's
 resources are all dynamic providers, served by ``pulumi-resource-pulumi-python`` beside the
@@ -73,7 +74,19 @@ def python_for(info: language_pb2.ProgramInfo) -> str:
             f"runtime.options.virtualenv is {virtualenv!r}, but {python} does not exist; "
             "create it (scripts/venv) and run again"
         )
+    if not has_sdk(python):
+        raise HostError(
+            f"the Pulumi program needs the pulumi extra in {virtualenv}: {python} -m pip install "
+            "'sp00ky-infra[pulumi]' (scripts/venv in a checkout installs every extra)"
+        )
     return str(python)
+
+
+def has_sdk(python: Path) -> bool:
+    """Whether ``python`` has the pulumi SDK (looked up, not imported: an import takes a second)."""
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('pulumi') is None)"
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, timeout=60)
+    return done.returncode == 0
 
 
 def interpreter(info: language_pb2.ProgramInfo, context: grpc.ServicerContext) -> str:

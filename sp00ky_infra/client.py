@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import jsonschema_rs
 import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
@@ -284,13 +283,6 @@ def check_payload(spec_path: str, backend: str, path: str, payload: Any) -> None
             f"payload: refused by backend {backend}'s spec (POST {path}): a payload is "
             "required and none was given; pass one (run --payload JSON)"
         )
-    fast = _fast_validator(spec_path, modified, path)
-    if fast is not None and _exact_numbers(payload):
-        try:
-            if fast.is_valid(payload):
-                return
-        except Exception:  # a value it cannot take: the reference decides
-            pass
     validator = _payload_validator(spec_path, modified, path)
     problems = sorted(validator.iter_errors(payload), key=lambda e: list(map(str, e.path)))
     if problems:
@@ -302,12 +294,10 @@ def check_payload(spec_path: str, backend: str, path: str, payload: Any) -> None
 def _payload_validator(spec_path: str, modified: int, path: str) -> Draft202012Validator:
     """The validator of POST ``path``'s body, made once per version of the spec (a job's
     ``run`` validates its payload: 20 us this way, 110 us with a validator made each time
-    and its schema reached through a $ref). The reference: it decides every payload the
-    compiled stand-in (_fast_validator) does not accept, and its errors name the fields."""
+    and its schema reached through a $ref); its errors name the fields."""
     return Draft202012Validator(_payload_document(spec_path, modified, path))
 
 
-@functools.lru_cache(maxsize=256)
 def _payload_document(spec_path: str, modified: int, path: str) -> Any:
     """What POST ``path``'s body is validated against: its schema, or, where the schema has
     $refs of its own, the whole spec as the root resource, so that $refs into
@@ -322,110 +312,6 @@ def _payload_document(spec_path: str, modified: int, path: str) -> Any:
         "paths", path, "post", "requestBody", "content", "application/json", "schema"
     )
     return {**spec, "$ref": pointer}
-
-
-# The keywords on which jsonschema-rs (compiled; a payload's check in 10 us instead of 100,
-# measured after a pause between jobs) agrees with jsonschema to the letter: the stand-in
-# is used only for a schema of these. Left out: `pattern` and `patternProperties` (another
-# regular-expression dialect), `multipleOf` (another float arithmetic), `uniqueItems`,
-# `$id` and `$dynamicRef` (other resolution), and whatever this list does not name.
-_SUBSCHEMA = frozenset({"items", "not", "additionalProperties"})
-_SUBSCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
-_SUBSCHEMA_MAPS = frozenset({"properties", "$defs"})
-_VALUES = frozenset(
-    {
-        "type", "enum", "const", "required", "minLength", "maxLength", "minimum", "maximum",
-        "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems", "minProperties",
-        "maxProperties", "$ref",
-        # annotations: neither validator asserts them (formats unchecked by both)
-        "title", "description", "default", "examples", "example", "deprecated", "readOnly",
-        "writeOnly", "format", "$comment", "nullable", "discriminator", "xml", "externalDocs",
-    }
-)  # fmt: skip
-EXACT_INTEGER = 2**53  # past it the stand-in compares integers as floats
-
-
-@functools.lru_cache(maxsize=256)
-def _fast_validator(
-    spec_path: str, modified: int, path: str
-) -> jsonschema_rs.Draft202012Validator | None:
-    """A compiled validator of the same document as ``_payload_validator``, where its schema
-    (and each local $ref it reaches) uses only keywords on which the two agree; None
-    otherwise, or where it cannot be built. It never fetches a $ref (offline)."""
-    document = _payload_document(spec_path, modified, path)
-    if not _agreed(document):
-        return None
-    try:
-        return jsonschema_rs.Draft202012Validator(document, validate_formats=False, offline=True)
-    except Exception:  # a schema it cannot compile: the reference alone
-        return None
-
-
-def _agreed(document: Any) -> bool:
-    """Whether the schema ``document`` validates with (the spec as root resource: from its
-    $ref; the spec's own keys are no keywords to either), and every schema it holds or
-    refers to, uses only the keywords the two validators agree on."""
-    spec = isinstance(document, dict) and "$ref" in document and "paths" in document
-    start = _local(document["$ref"], document) if spec else document
-    todo, seen = [start], set()
-    while todo:
-        item = todo.pop()
-        if isinstance(item, bool):
-            continue
-        if not isinstance(item, dict):
-            return False
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        for key, value in item.items():
-            if key in _SUBSCHEMA:
-                todo.append(value)
-            elif key in _SUBSCHEMA_LISTS:
-                if not isinstance(value, list):
-                    return False
-                todo.extend(value)
-            elif key in _SUBSCHEMA_MAPS:
-                if not isinstance(value, dict):
-                    return False
-                todo.extend(value.values())
-            elif key == "$ref":
-                target = _local(value, document)
-                if target is None:
-                    return False
-                todo.append(target)
-            elif key not in _VALUES and not key.startswith("x-"):
-                return False
-    return True
-
-
-def _local(ref: object, root: Any) -> Any:
-    """What a $ref points at inside ``root`` (a JSON pointer from "#"); None for any other."""
-    if not isinstance(ref, str) or not ref.startswith("#"):
-        return None
-    node: Any = root
-    for part in filter(None, ref[1:].split("/")):
-        key = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        else:
-            return None
-    return node
-
-
-def _exact_numbers(payload: Any) -> bool:
-    """Whether every integer in ``payload`` is one the stand-in compares exactly."""
-    todo = [payload]
-    while todo:
-        item = todo.pop()
-        if isinstance(item, dict):
-            todo.extend(item.values())
-        elif isinstance(item, list):
-            todo.extend(item)
-        elif isinstance(item, int) and not -EXACT_INTEGER <= item <= EXACT_INTEGER:
-            return False
-    return True
 
 
 def _describe(error: ValidationError) -> str:

@@ -2,7 +2,9 @@
 
 Each command's module is imported when that command runs (``LazyGroup``, click's documented
 pattern for lazy subcommands): ``jobs list`` needs neither the controller's web framework, the
-Docker SDK nor the MCP server, and importing them all would slow every command's start.
+Docker SDK nor the MCP server, and importing them all would slow every command's start. A
+command that needs an extra the installation lacks (pulumi, fabric, mcp) exits 2 with one line
+naming the extra and its pip command.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from typing import Any
 import click
 
 from sp00ky_infra import __version__
+from sp00ky_infra.shared.extras import MissingExtra
+
+EXIT_USAGE = 2
 
 # name -> "module:attribute" of the command (each module's imports come with it alone)
 COMMANDS = {
@@ -50,6 +55,14 @@ class LazyGroup(click.Group):
         if not isinstance(command, click.Command):
             raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
         return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # an extra this installation lacks is a usage error: one line says what to install
+        try:
+            return super().invoke(ctx)
+        except MissingExtra as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(EXIT_USAGE)
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]

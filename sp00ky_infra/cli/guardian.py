@@ -1,7 +1,8 @@
 """``sp00ky-infra guardian``: one pass, ``destroy-project``, and ``install``.
 
-Exit codes: 0 the pass ran (whatever it destroyed); 1 some destroys failed; 2 bad usage or no
-HCLOUD_TOKEN; 3 the listing was incomplete, so nothing was destroyed.
+Exit codes: 0 the pass ran (whatever it destroyed); 1 some destroys failed; 2 bad usage, no
+HCLOUD_TOKEN, or (``install``) no fabric extra; 3 the listing was incomplete, so nothing was
+destroyed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import click
 from sp00ky_infra.cli.progress import pass_progress
 from sp00ky_infra.guardian import Incomplete, PassReport, destroy_project, iter_plan_lines, run_pass
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI
+from sp00ky_infra.shared.extras import require
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 1, 2, 3
 
@@ -96,6 +98,7 @@ def install_command(
 ) -> None:
     """Install the guardian's systemd service and 5-minute timer on HOST over SSH, with
     HCLOUD_TOKEN and HCLOUD_ENDPOINT from this environment in a 0600 env file."""
+    require("fabric", "sp00ky-infra guardian install")
     from sp00ky_infra.guardian.install import install
 
     token = os.environ.get("HCLOUD_TOKEN", "")

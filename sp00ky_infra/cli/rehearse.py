@@ -1,7 +1,7 @@
 """``sp00ky-infra rehearse``: the production path of a sp00ky.yml, end to end, on this machine.
 
 Exit codes: 0 everything worked; 1 the rehearsal ran and something failed (the verdict says
-what and why); 2 it could not run (no Docker engine, no pulumi CLI, a bad config).
+what and why); 2 it could not run (no Docker engine, no pulumi CLI or extra, a bad config).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from sp00ky_infra.rehearse.rehearsal import (
     Rehearsal,
     RehearsalReport,
 )
+from sp00ky_infra.shared.extras import require
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
@@ -95,7 +96,8 @@ def rehearse(
     (containers with systemd, cloud-init and a Docker engine each). A burst of jobs, the pools
     back to zero, a guardian pass; then the verdict, with each machine's boot split into phases
     and an estimate of the same on Hetzner. Needs a Docker engine, debootstrap (to build the
-    machine image once) and the pulumi CLI (scripts/pulumi-engine)."""
+    machine image once), the pulumi CLI (scripts/pulumi-engine) and the pulumi extra."""
+    require("pulumi", "sp00ky-infra rehearse")
     body: Any = None
     if payload is not None:
         try:

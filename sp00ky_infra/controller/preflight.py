@@ -6,10 +6,10 @@ wrong and what to do; ``dev`` and ``controller`` refuse to start (exit 2) when t
 
 - local: nothing beyond Python (agents are subprocesses of this one).
 - docker: a Docker engine that answers (DOCKER_HOST, else the local socket).
-- pulumi: the pulumi CLI on PATH; SPKY_PROJECT; the Pulumi project (Pulumi.yaml) and the
-  stack's config file in it; a public URL (SPKY_POOL_PUBLIC_URL) that machines elsewhere can
-  reach (not a loopback or unspecified address); and what the stack's provider needs:
-  HCLOUD_TOKEN for hetzner, a Docker engine for docker.
+- pulumi: the pulumi extra (the SDK) and the pulumi CLI on PATH; SPKY_PROJECT; the Pulumi
+  project (Pulumi.yaml) and the stack's config file in it; a public URL (SPKY_POOL_PUBLIC_URL)
+  that machines elsewhere can reach (not a loopback or unspecified address); and what the
+  stack's provider needs: HCLOUD_TOKEN for hetzner, a Docker engine for docker.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from sp00ky_infra.controller.settings import ControllerSettings
+from sp00ky_infra.shared.extras import install_command, installed
 
 DOCKER_PROBE_SECONDS = 5.0
 
@@ -89,6 +90,14 @@ def _pulumi(
     which: Callable[[str], str | None],
 ) -> list[Problem]:
     found: list[Problem] = []
+    if not installed("pulumi"):
+        found.append(
+            Problem(
+                "SPKY_POOL_PROVIDER=pulumi runs stacks through the Pulumi SDK, but the pulumi "
+                "extra is not installed",
+                install_command("pulumi"),
+            )
+        )
     if which("pulumi") is None:
         found.append(
             Problem(

@@ -1,4 +1,5 @@
-"""Installing the guardian's systemd timer on an operations host, over SSH with fabric."""
+"""Installing the guardian's systemd timer on an operations host, over SSH with fabric (the
+``fabric`` extra: only this command needs an SSH client library)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sp00ky_infra.client import Client
+from sp00ky_infra.client import Client, check_payload
 from sp00ky_infra.store import InvalidJob, QueueFull, SqlStore
 from tests.configs import DELETE, varied
 from tests.helpers import ROOT
@@ -191,3 +191,48 @@ def test_the_docs_names_queue_priority_and_pool_slots(tmp_path: Path, store: Sql
     with pytest.raises(InvalidJob, match=r"^slots: a job takes 1 to 1024 slots, not 0$"):
         client.run("renderer", "/render", {"gameId": "g"}, slots=0)
     assert store.counts()["pending"] == 2
+
+
+BIG = 9_007_199_254_740_993  # 2**53 + 1: no float is it
+
+
+def _orders_spec(tmp_path: Path) -> str:
+    """A spec whose POST /order body reaches its fields through $refs into components."""
+    order = {
+        "type": "object",
+        "required": ["id", "items"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "integer", "minimum": 1, "maximum": BIG},
+            "items": {"type": "array", "items": {"$ref": "#/components/schemas/Item"}},
+        },
+    }
+    item = {"type": "object", "required": ["sku"], "properties": {"sku": {"type": "string"}}}
+    body = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Order"}}}}
+    spec = {
+        "openapi": "3.1.0",
+        "info": {"title": "t", "version": "1"},
+        "paths": {"/order": {"post": {"requestBody": body}}},
+        "components": {"schemas": {"Order": order, "Item": item}},
+    }
+    path = tmp_path / "orders.yml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_every_refused_field_is_named_through_refs(tmp_path: Path) -> None:
+    with pytest.raises(InvalidJob) as refused:
+        check_payload(_orders_spec(tmp_path), "shop", "/order", {"id": 0, "items": [{}], "x": 1})
+    text = str(refused.value)
+    assert "refused by backend shop's spec (POST /order)" in text
+    assert "payload.id: 0 is less than the minimum of 1" in text
+    assert "payload.items[0].sku is required" in text
+    assert "payload.x is not a field of this route" in text
+
+
+def test_integers_past_2_53_are_judged_exactly(tmp_path: Path) -> None:
+    spec, base = _orders_spec(tmp_path), {"items": [{"sku": "s"}]}
+    check_payload(spec, "shop", "/order", {**base, "id": BIG})
+    for over in (BIG + 1, 2**64):
+        with pytest.raises(InvalidJob, match="is greater than the maximum"):
+            check_payload(spec, "shop", "/order", {**base, "id": over})

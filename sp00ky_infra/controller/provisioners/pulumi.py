@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Protocol
 
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Outcome, Provisioned, Refused
 from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV, Desired
+from sp00ky_infra.shared.extras import require
 
 log = logging.getLogger("sp00ky.controller")
 __all__ = ["Outcome", "PulumiProvisioner", "Stack", "automation_stack"]
@@ -51,6 +52,7 @@ def automation_stack(stack: str, work_dir: str) -> Stack:
     """The real stack (needs the pulumi CLI on PATH). Its runs carry the controller's mark:
     only they may take machines away (a `pulumi up` by hand keeps what exists), and never
     download a plugin."""
+    require("pulumi", "the pulumi provisioner")
     from pulumi import automation
 
     return automation.create_or_select_stack(

@@ -1,0 +1,153 @@
+"""The package as a user installs it: a wheel of this checkout in a fresh virtualenv without any
+extra, at the versions of requirements.lock, run from a project directory outside the checkout.
+The core commands work there; those that need an extra say which one to install."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.slow
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+EXTRA_MODULES = ("pulumi", "grpc", "fabric", "paramiko", "mcp")
+INSTALL_SECONDS = 300  # a cold package cache downloads the core set once
+
+
+def _check(*args: str | Path, cwd: Path) -> None:
+    subprocess.run(
+        [str(arg) for arg in args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        timeout=INSTALL_SECONDS,
+    )
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bin directory of a fresh virtualenv holding the wheel and its core dependencies."""
+    work = tmp_path_factory.mktemp("install")
+    source = work / "source"  # a copy: the build leaves build/ and egg-info beside its sources
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("sp00ky_infra", "agent"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    python = sys.executable
+    _check(python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps",
+           "--no-build-isolation", "--wheel-dir", work / "dist", source, cwd=work)  # fmt: skip
+    (wheel,) = (work / "dist").glob("sp00ky_infra-*.whl")
+    # uv installs from its cache of wheels: seconds once the locked versions are in it
+    _check(python, "-m", "uv", "venv", "--quiet", "--python", python, work / "venv", cwd=work)
+    _check(python, "-m", "uv", "pip", "install", "--quiet", "--python", work / "venv/bin/python",
+           "--constraint", ROOT / "requirements.lock", wheel, cwd=work)  # fmt: skip
+    return work / "venv/bin"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("user") / "project"
+    shutil.copytree(ROOT / "examples", folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def spooky(installed: Path, project: Path) -> Run:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SPKY_")}
+    env.pop("PYTHONPATH", None)
+    env["PATH"] = f"{installed}{os.pathsep}{env.get('PATH', '')}"
+
+    def run(*args: str, timeout: float = 60, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(installed / "sp00ky-infra"), *args],
+            cwd=project,
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run
+
+
+def test_the_core_install_holds_no_extra(installed: Path) -> None:
+    probe = (
+        "import importlib.util, json\n"
+        f"print(json.dumps([m for m in {EXTRA_MODULES!r} if importlib.util.find_spec(m)]))"
+    )
+    done = subprocess.run(
+        [str(installed / "python"), "-c", probe], capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(done.stdout) == [], done.stderr
+
+
+def test_lint_run_and_jobs_work_without_extras(spooky: Run) -> None:
+    linted = spooky("lint", "sp00ky.yml")
+    assert linted.returncode == 0, linted.stderr
+    assert "sp00ky.yml: ok." in linted.stdout
+    queued = spooky("run", "renderer", "/render", "--payload", '{"gameId": "g1"}')
+    assert queued.returncode == 0, queued.stderr
+    job = queued.stdout.split()[0]
+    assert job.startswith("render_job:")
+    listed = spooky("jobs", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(j["id"], j["status"]) for j in json.loads(listed.stdout)] == [(job, "pending")]
+    refused = spooky("run", "renderer", "/render", "--payload", '{"format": "mp4"}')
+    assert refused.returncode == 1 and "payload.gameId is required" in refused.stderr
+
+
+def test_dev_runs_a_burst_on_local_processes_without_extras(spooky: Run) -> None:
+    done = spooky(
+        "dev", "sp00ky.yml", "--store", "sqlite:///.sp00ky/dev.db", "--machines", "local",
+        "--burst", "2", "--path", "/render", "--payload", '{"gameId": "g1", "seconds": 0}',
+        "--timings", "idleTimeout=1s", "--exit-when-idle", "--plain", timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 of 2 job(s) succeeded, 0 failed" in done.stdout
+
+
+def test_simulate_works_without_extras(spooky: Run) -> None:
+    done = spooky(
+        "simulate", "--config", "sp00ky.yml", "--rate", "6", "--hours", "2", "--duration", "exp:4m"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "command", "extra"),
+    [
+        (["mcp"], "sp00ky-infra mcp", "mcp"),
+        (["guardian", "install", "--host", "ops.invalid"], "sp00ky-infra guardian install",
+         "fabric"),
+        (["rehearse"], "sp00ky-infra rehearse", "pulumi"),
+    ],
+)  # fmt: skip
+def test_a_command_that_needs_an_extra_names_it(
+    spooky: Run, args: list[str], command: str, extra: str
+) -> None:
+    done = spooky(*args, HCLOUD_TOKEN="t")
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"error: {command} needs the {extra} extra, which is not installed: "
+        f"pip install 'sp00ky-infra[{extra}]'\n"
+    )
+
+
+def test_the_pulumi_controller_names_its_extra(spooky: Run) -> None:
+    done = spooky("controller", "--config", "sp00ky.yml", SPKY_POOL_PROVIDER="pulumi")
+    assert done.returncode == 2
+    assert (
+        "  - SPKY_POOL_PROVIDER=pulumi runs stacks through the Pulumi SDK, but the pulumi extra "
+        "is not installed: pip install 'sp00ky-infra[pulumi]'\n" in done.stderr
+    )
+    assert "Traceback" not in done.stderr
