@@ -5,8 +5,10 @@ SharedError (root)
 │                       machine, or an empty SPKY_POOL_SECRET (tokens.py)
 ├── UserDataTooLarge    a machine's user-data is over Hetzner's 32 KiB (cloud_init.py);
 │                       also a ValueError, for callers that catch one
-└── DesiredError        a stack's sp00ky:machines is not of a form this reads (desired.py);
-                        also a ValueError
+├── DesiredError        a stack's sp00ky:machines is not of a form this reads (desired.py);
+│                       also a ValueError
+└── MissingExtra        a command needs an extra of the package that is not installed
+                        (extras.py)
 """
 
 from __future__ import annotations

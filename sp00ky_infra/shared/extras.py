@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 
+from sp00ky_infra.shared.errors import SharedError
+
 # extra -> the module it brings (what tells whether it is installed)
 EXTRAS = {"pulumi": "pulumi", "fabric": "fabric", "mcp": "mcp"}
 
 
-class MissingExtra(RuntimeError):
+class MissingExtra(SharedError):
     """``needed_by`` needs an extra of the package that is not installed."""
 
     def __init__(self, extra: str, needed_by: str) -> None:
