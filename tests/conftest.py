@@ -40,7 +40,8 @@ FIXTURE_MARKERS = {
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         for fixture, markers in FIXTURE_MARKERS.items():
@@ -49,6 +50,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                     item.add_marker(marker)
         if item.get_closest_marker("docker"):
             item.add_marker(pytest.mark.xdist_group("docker"))
+    # scripts/test's two passes: every other test on the workers, then the `alone` ones
+    wanted = {"parallel": False, "alone": True}.get(os.environ.get("SPKY_TEST_PASS", ""))
+    if wanted is not None:
+        alone = {item: bool(item.get_closest_marker("alone")) for item in items}
+        config.hook.pytest_deselected(items=[item for item in items if alone[item] != wanted])
+        items[:] = [item for item in items if alone[item] == wanted]
 
 
 def need_service(name: str, why: str) -> None:

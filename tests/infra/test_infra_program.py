@@ -4,6 +4,7 @@ real `cloud-init schema`."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import base64
 import hashlib
 import io
@@ -30,6 +31,18 @@ from sp00ky_infra.shared.cloud_init import USER_DATA_LIMIT, UserDataTooLarge, us
 from tests.configs import varied
 from tests.conftest import need_service
 from tests.helpers import ROOT
+
+
+@pytest.fixture(autouse=True)
+def event_loop() -> Any:
+    """An event loop of the test's own for pulumi's mocks, which take the thread's current one:
+    a test before it on this worker may have closed it (asyncio.run)."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield loop
+    asyncio.set_event_loop(None)
+    loop.close()
+
 
 SECRET = "pool-secret-for-tests"
 BACKEND_SECRET = "s3cret-backend-api-key"

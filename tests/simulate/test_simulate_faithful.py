@@ -20,6 +20,8 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from sp00ky_infra.client import Client
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.settings import Timings
@@ -58,6 +60,8 @@ def _sim_intervals(outcome: Outcome) -> list[tuple[float, float]]:
     ]
 
 
+@pytest.mark.alone
+@pytest.mark.slow
 def test_the_simulator_agrees_with_the_real_controller(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path}/state.db"
     log = tmp_path / "backend.jsonl"
