@@ -261,14 +261,11 @@ class Dialect(ABC):
 
     @abstractmethod
     def end_attempts(
-        self,
-        results: Sequence[tuple[str, str, Any]],
-        payloads: Sequence[str | None],
-        now: float,
-        machine: str | None,
+        self, results: Sequence[tuple[str, str, str | None]], now: float, machine: str | None
     ) -> Later[dict[str, float | None]]:
-        """End in success the current attempts of running jobs nobody killed, one result a
-        job (``JobTable.complete_many``'s common case); the started_at of those it ended."""
+        """End in success the current attempts of running jobs nobody killed, given as (job
+        id, attempt, result's JSON), one a job (``JobTable.complete_many``'s common case);
+        the started_at of those it ended."""
 
     @abstractmethod
     def indexed(self, table: str, index: str) -> str:

@@ -55,6 +55,7 @@ from sp00ky_infra.store.transitions import (
 )
 
 CAS_TRIES = 5
+RETRY_LATER = "try again later, or raise pools.{pool}.maxQueued"
 T = TypeVar("T")
 
 
@@ -140,26 +141,14 @@ class JobTable:
                         key = (new.pool, new.table)
                         adding[key] = adding.get(key, 0) + 1
                 for (pool, table), count in sorted(adding.items()):
-                    self._check_room(sql, pool, table, count, max_queued)
+                    check_room(sql, pool, table, count, max_queued, RETRY_LATER.format(pool=pool))
             # Written in admission order (rows.insert_order): a fan-out's rows share
             # created_at and its ids are random, so in the order given they would be claimed
-            # from all over the table and its indexes (measured on SQLite: 90 pages written a
-            # poll of 16 results and 16 claims, against 15 in admission order).
+            # from all over the table and its indexes, a page written a job.
             sql.executemany(INSERT_JOB, sorted(rows, key=insert_order))
             # Delayed rows come due later: the controller looks for those every few moments
             sql.changed(due=[new.table for new in news if new.delay_ms <= 0])
         return rows
-
-    def _check_room(self, sql: Sql, pool: str, table: str, adding: int, max_queued: int) -> None:
-        # A pool runs one backend with one outbox table, so the table's queue is the pool's.
-        sql.lock(f"enqueue:{pool}")
-        sql.execute("SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending'", (table,))
-        waiting = int(sql.fetchone()[0])
-        if waiting + adding > max_queued:
-            raise QueueFull(
-                f"pool {pool!r} already has {waiting} jobs waiting (maxQueued {max_queued}); "
-                f"try again later, or raise pools.{pool}.maxQueued"
-            )
 
     def claim(
         self,
@@ -267,7 +256,13 @@ class JobTable:
         sent around it; the others' transitions run when the outcome is asked for."""
         if not results:
             return Later.ready([])
-        payloads = [None if result is None else json.dumps(result) for _, _, result in results]
+        # The results as their column holds them (JSON), a job's first one only: a join with
+        # two rows for one job would update it with either, and a later one must be stale.
+        firsts: dict[str, tuple[str, str, str | None]] = {}
+        for job_id, attempt, result in results:
+            if job_id not in firsts:
+                payload = None if result is None else json.dumps(result)
+                firsts[job_id] = (job_id, attempt, payload)
 
         def recorded(started: dict[str, float | None]) -> list[Recorded]:
             outcomes = []
@@ -278,24 +273,7 @@ class JobTable:
                     outcomes.append(self._complete_slow(job_id, attempt, result, now, machine))
             return outcomes
 
-        return self._complete_attempts(results, payloads, now, machine).then(recorded)
-
-    def _complete_attempts(
-        self,
-        results: Sequence[tuple[str, str, Any]],
-        payloads: Sequence[str | None],
-        now: float,
-        machine: str | None,
-    ) -> Later[dict[str, float | None]]:
-        """The common case of ``complete_many``: the started_at of the jobs it completed."""
-        if len(results) > 1:
-            # A job's first result only: a join with two rows for one job would update it
-            # with either (PostgreSQL and SQLite alike), and a later one must be stale.
-            firsts = {job_id: n for n, (job_id, _, _) in reversed(list(enumerate(results)))}
-            if len(firsts) < len(results):
-                kept = sorted(firsts.values())
-                results, payloads = [results[n] for n in kept], [payloads[n] for n in kept]
-        return self._db.end_attempts(results, payloads, now, machine)
+        return self._db.end_attempts(list(firsts.values()), now, machine).then(recorded)
 
     def _complete_slow(
         self, job_id: str, attempt: str, result: Any, now: float, machine: str | None
@@ -399,9 +377,8 @@ class JobTable:
     def queue(self, table: str, now: float, limit: int = 100) -> list[Job]:
         """Eligible pending jobs of ``table`` in admission order: the head of jobs_queue,
         read in its order (``+run_after``, as the claim has it: SQLite would rather take
-        jobs_pending_due's range and sort every due row, 420 ms for the first 50 of
-        1,000,000 against under a millisecond). Delayed jobs that outrank the due ones are
-        stepped over one by one, as the claim steps over them (200,000 of them: 119 ms)."""
+        jobs_pending_due's range and sort every due row). Delayed jobs that outrank the due
+        ones are stepped over one by one, as the claim steps over them."""
         with self._db.read() as sql:
             sql.execute(
                 f"SELECT {COLUMNS} FROM jobs WHERE tbl = ? AND status = 'pending' "
@@ -432,9 +409,8 @@ class JobTable:
     def counts(self, table: str | None = None, pool: str | None = None) -> dict[str, int]:
         """Jobs by status (every status present, zero or not). One table's: each status a
         range of jobs_finished (status, tbl, ...), found by the IN list; without it SQLite
-        read the whole index for one table (50 ms at 1,000,000 jobs for a table with none,
-        and the admin API's /pools counts every pool's). A pool's are read whole either
-        way: no index leads with it."""
+        would read the whole index for one table (and the admin API's /pools counts every
+        pool's). A pool's are read whole either way: no index leads with it."""
         where, params = filters(tbl=table, pool=pool)
         if where:
             where += f" AND status IN ({', '.join(repr(status) for status in STATUSES)})"
@@ -545,6 +521,20 @@ class JobTable:
                 "AND cancel_requested = 1",
             )
             return {row[0] for row in sql.fetchall() if row[0] is not None}
+
+
+def check_room(sql: Sql, pool: str, table: str, adding: int, max_queued: int, then: str) -> None:
+    """Refuse (QueueFull, telling the caller ``then``) ``adding`` jobs to ``pool``'s queue
+    past ``max_queued`` waiting. The pool's key is held to the end of the transaction, so
+    that every writer counts what the ones before it wrote."""
+    # A pool runs one backend with one outbox table, so the table's queue is the pool's.
+    sql.lock(f"enqueue:{pool}")
+    sql.execute("SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending'", (table,))
+    waiting = int(sql.fetchone()[0])
+    if waiting + adding > max_queued:
+        raise QueueFull(
+            f"pool {pool!r} already has {waiting} jobs waiting (maxQueued {max_queued}); {then}"
+        )
 
 
 def _require_current(job: Job, attempt: str) -> None:

@@ -416,23 +416,19 @@ class PostgresStore(SqlStore):
         return rows.then(lambda rows: {row[0] for row in rows})
 
     def end_attempts(
-        self,
-        results: Sequence[tuple[str, str, Any]],
-        payloads: Sequence[str | None],
-        now: float,
-        machine: str | None,
+        self, results: Sequence[tuple[str, str, str | None]], now: float, machine: str | None
     ) -> Later[dict[str, float | None]]:
         """One statement, which needs no transaction of its own: inside transaction() it is
         part of it."""
         if len(results) > 1:
             rows = self.send(
                 COMPLETE_ATTEMPTS_PG,
-                (now, now, [each[0] for each in results],
-                 [each[1] for each in results], list(payloads),
-                 ["processing"] * len(results), machine, machine),
+                (now, now, [each[0] for each in results], [each[1] for each in results],
+                 [each[2] for each in results], ["processing"] * len(results), machine,
+                 machine),
             )  # fmt: skip
         else:
-            (job_id, attempt, _), payload = results[0], payloads[0]
+            ((job_id, attempt, payload),) = results
             rows = self.send(
                 COMPLETE_ATTEMPT_PG, (payload, now, now, job_id, attempt, machine, machine)
             ).then(lambda found: [(job_id, row[0]) for row in found])

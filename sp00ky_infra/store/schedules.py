@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 from sp00ky_infra.policy.schedules import ConcurrencyPolicy, FireAction, on_fire
 from sp00ky_infra.store.dialect import DEFAULT_BATCH, Dialect, Sql
-from sp00ky_infra.store.model import CANCELLED, NewJob, QueueFull
+from sp00ky_infra.store.jobs import check_room
+from sp00ky_infra.store.model import CANCELLED, NewJob
 from sp00ky_infra.store.retention import Folded, fold_and_delete
 from sp00ky_infra.store.rows import INSERT_JOB, insert_row
 from sp00ky_infra.store.transitions import new_job_id, validate_new
@@ -41,6 +42,7 @@ RUN_STATUSES: tuple[RunStatus, ...] = (
 OPEN: tuple[RunStatus, ...] = ("pending", "processing")
 KEPT_AS_SUCCESS: tuple[RunStatus, ...] = ("success", "skipped", "replaced")  # the success window
 KEPT_AS_FAILED: tuple[RunStatus, ...] = ("failed", "killed")
+FIRED_LATER = "the fire is made when there is room"
 RUN_COLUMNS = "id, schedule, fire_at, fired_at, status, job_id, finished_at"
 RUN_ROWS = Folded(
     "schedule_counters", "schedule", "DELETE FROM schedule_runs WHERE id IN ({marks})"
@@ -184,7 +186,7 @@ class ScheduleTable:
             replaced: tuple[str, ...] = ()
             if job_id is not None:
                 if max_queued is not None and new.pool is not None:
-                    self._check_room(sql, new.pool, new.table, max_queued)
+                    check_room(sql, new.pool, new.table, 1, max_queued, FIRED_LATER)
                 sql.execute(INSERT_JOB, insert_row(new, job_id, now))
                 if action == "replace":
                     replaced = tuple(job for _, job in running if job is not None)
@@ -197,17 +199,6 @@ class ScheduleTable:
                 sql.changed()
         run = Run(run_id, schedule, fire_at, now, status, job_id, finished)
         return Fired(run, action, replaced)
-
-    def _check_room(self, sql: Sql, pool: str, table: str, max_queued: int) -> None:
-        # The lock key is the one enqueue takes (store/jobs.py), so the two count alike.
-        sql.lock(f"enqueue:{pool}")
-        sql.execute("SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending'", (table,))
-        waiting = int(sql.fetchone()[0])
-        if waiting + 1 > max_queued:
-            raise QueueFull(
-                f"pool {pool!r} already has {waiting} jobs waiting (maxQueued {max_queued}); "
-                "the fire is made when there is room"
-            )
 
     def _running(self, sql: Sql, schedule: str) -> list[tuple[str, str | None]]:
         """(run id, job id) of the schedule's runs whose job is still pending or processing,

@@ -10,15 +10,31 @@ table.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from sp00ky_infra.store.dialect import DEFAULT_BATCH, Dialect, Later
-from sp00ky_infra.store.jobs import JobTable, QueueStats
+from sp00ky_infra.store.dialect import Dialect
+from sp00ky_infra.store.jobs import JobTable
 from sp00ky_infra.store.machines import MachineTable, PoolTable
-from sp00ky_infra.store.model import ErrorEntry, Job, JobStatus, NewJob, Recorded, Running, Started
-from sp00ky_infra.store.retention import Counter, Progress, PruneReport, Retention
-from sp00ky_infra.store.sweep import Sweeper, SweepReport
+from sp00ky_infra.store.retention import Retention
+from sp00ky_infra.store.sweep import Sweeper
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class PassedTo(Generic[P, R]):
+    """A method of the store that is one of its tables': ``enqueue = PassedTo("jobs",
+    JobTable.enqueue)`` makes ``store.enqueue`` the bound ``store.jobs.enqueue``, with its
+    signature."""
+
+    def __init__(self, table: str, method: Callable[Concatenate[Any, P], R]) -> None:
+        self._table = table
+        self._name = method.__name__
+
+    def __get__(self, store: object, owner: type | None = None) -> Callable[P, R]:
+        method: Callable[P, R] = getattr(getattr(store, self._table), self._name)
+        return method
 
 
 class SqlStore(Dialect):
@@ -59,168 +75,38 @@ class SqlStore(Dialect):
     def pools(self) -> PoolTable:
         return PoolTable(self)
 
-    # --- the jobs' calls, each passed on to its table --------------------------------------
+    # --- the tables' calls the store answers too (callers name the store, not the table) --
 
-    def enqueue(self, new: NewJob, now: float, max_queued: int | None = None) -> Job:
-        return self.jobs.enqueue(new, now, max_queued)
-
-    def enqueue_many(
-        self, news: Sequence[NewJob], now: float, max_queued: int | None = None
-    ) -> list[str]:
-        return self.jobs.enqueue_many(news, now, max_queued)
-
-    def claim(
-        self,
-        table: str,
-        free_slots: int,
-        owner: str,
-        now: float,
-        lease: float,
-        machine: str | None = None,
-        concurrency: int | None = None,
-    ) -> list[Job]:
-        return self.jobs.claim(table, free_slots, owner, now, lease, machine, concurrency)
-
-    def send_claim(
-        self,
-        table: str,
-        free_slots: int,
-        owner: str,
-        now: float,
-        lease: float,
-        machine: str | None = None,
-        concurrency: int | None = None,
-    ) -> Later[list[Job]]:
-        return self.jobs.send_claim(table, free_slots, owner, now, lease, machine, concurrency)
-
-    def send_start(
-        self,
-        table: str,
-        free_slots: int,
-        owner: str,
-        now: float,
-        lease: float,
-        machine: str | None = None,
-        concurrency: int | None = None,
-    ) -> Later[list[Started]]:
-        return self.jobs.send_start(table, free_slots, owner, now, lease, machine, concurrency)
-
-    def renew(self, leases: Sequence[tuple[str, str]], now: float, lease: float) -> set[str]:
-        return self.jobs.renew(leases, now, lease)
-
-    def send_renew(
-        self, leases: Sequence[tuple[str, str]], now: float, lease: float
-    ) -> Later[set[str]]:
-        return self.jobs.send_renew(leases, now, lease)
-
-    def complete(self, job_id: str, attempt: str, result: Any, now: float) -> Job:
-        return self.jobs.complete(job_id, attempt, result, now)
-
-    def complete_many(
-        self, results: Sequence[tuple[str, str, Any]], now: float, machine: str | None = None
-    ) -> list[Recorded]:
-        return self.jobs.complete_many(results, now, machine)
-
-    def send_complete_many(
-        self, results: Sequence[tuple[str, str, Any]], now: float, machine: str | None = None
-    ) -> Later[list[Recorded]]:
-        return self.jobs.send_complete_many(results, now, machine)
-
-    def fail_attempt(
-        self, job_id: str, attempt: str, error: ErrorEntry, now: float, retryable: bool = True
-    ) -> Job:
-        return self.jobs.fail_attempt(job_id, attempt, error, now, retryable)
-
-    def confirm_cancel(self, job_id: str, attempt: str, now: float) -> Job:
-        return self.jobs.confirm_cancel(job_id, attempt, now)
-
-    def kill(self, job_id: str, now: float) -> Job:
-        return self.jobs.kill(job_id, now)
-
-    def retry(self, job_id: str, now: float) -> Job:
-        return self.jobs.retry(job_id, now)
-
-    def get(self, job_id: str) -> Job:
-        return self.jobs.get(job_id)
-
-    def list_jobs(
-        self,
-        status: JobStatus | None = None,
-        limit: int = 100,
-        table: str | None = None,
-        pool: str | None = None,
-    ) -> list[Job]:
-        return self.jobs.list_jobs(status, limit, table, pool)
-
-    def queue(self, table: str, now: float, limit: int = 100) -> list[Job]:
-        return self.jobs.queue(table, now, limit)
-
-    def delayed(self, table: str, now: float, limit: int = 100) -> list[Job]:
-        return self.jobs.delayed(table, now, limit)
-
-    def counts(self, table: str | None = None, pool: str | None = None) -> dict[str, int]:
-        return self.jobs.counts(table, pool)
-
-    def queued(self, table: str, now: float, cap: int) -> int:
-        return self.jobs.queued(table, now, cap)
-
-    def queued_slots(self, table: str, now: float, cap: int) -> int:
-        return self.jobs.queued_slots(table, now, cap)
-
-    def queue_stats(self, table: str, now: float) -> QueueStats:
-        return self.jobs.queue_stats(table, now)
-
-    def ahead_of(self, job: Job, now: float) -> int:
-        return self.jobs.ahead_of(job, now)
-
-    def busy_slots(self, table: str) -> dict[str, int]:
-        return self.jobs.busy_slots(table)
-
-    def running_on(self, machine: str) -> list[Job]:
-        return self.jobs.running_on(machine)
-
-    def send_running_on(self, machine: str) -> Later[list[Job]]:
-        return self.jobs.send_running_on(machine)
-
-    def send_running(self, machine: str) -> Later[list[Running]]:
-        return self.jobs.send_running(machine)
-
-    def cancelling_machines(
-        self,
-    ) -> set[str]:
-        return self.jobs.cancelling_machines()
-
-    def sweep(self, now: float, batch: int = DEFAULT_BATCH) -> SweepReport:
-        return self.sweeper.sweep(now, batch)
-
-    def counters(self, table: str | None = None, since: float | None = None) -> list[Counter]:
-        return self.retention.counters(table, since)
-
-    def prune(
-        self,
-        now: float,
-        success_window: float,
-        failed_window: float,
-        max_rows: int = 0,
-        batch: int = DEFAULT_BATCH,
-        progress: Progress | None = None,
-    ) -> PruneReport:
-        return self.retention.prune(now, success_window, failed_window, max_rows, batch, progress)
-
-    def clear(
-        self,
-        status: JobStatus | None = None,
-        batch: int = DEFAULT_BATCH,
-        limit: int | None = None,
-        progress: Progress | None = None,
-    ) -> int:
-        return self.retention.clear(status, batch, limit, progress)
-
-    def clear_jobs(
-        self,
-        status: JobStatus | None = None,
-        batch: int = DEFAULT_BATCH,
-        limit: int | None = None,
-        progress: Progress | None = None,
-    ) -> list[Job]:
-        return self.retention.clear_jobs(status, batch, limit, progress)
+    enqueue = PassedTo("jobs", JobTable.enqueue)
+    enqueue_many = PassedTo("jobs", JobTable.enqueue_many)
+    claim = PassedTo("jobs", JobTable.claim)
+    send_claim = PassedTo("jobs", JobTable.send_claim)
+    send_start = PassedTo("jobs", JobTable.send_start)
+    renew = PassedTo("jobs", JobTable.renew)
+    send_renew = PassedTo("jobs", JobTable.send_renew)
+    complete = PassedTo("jobs", JobTable.complete)
+    complete_many = PassedTo("jobs", JobTable.complete_many)
+    send_complete_many = PassedTo("jobs", JobTable.send_complete_many)
+    fail_attempt = PassedTo("jobs", JobTable.fail_attempt)
+    confirm_cancel = PassedTo("jobs", JobTable.confirm_cancel)
+    kill = PassedTo("jobs", JobTable.kill)
+    retry = PassedTo("jobs", JobTable.retry)
+    get = PassedTo("jobs", JobTable.get)
+    list_jobs = PassedTo("jobs", JobTable.list_jobs)
+    queue = PassedTo("jobs", JobTable.queue)
+    delayed = PassedTo("jobs", JobTable.delayed)
+    counts = PassedTo("jobs", JobTable.counts)
+    queued = PassedTo("jobs", JobTable.queued)
+    queued_slots = PassedTo("jobs", JobTable.queued_slots)
+    queue_stats = PassedTo("jobs", JobTable.queue_stats)
+    ahead_of = PassedTo("jobs", JobTable.ahead_of)
+    busy_slots = PassedTo("jobs", JobTable.busy_slots)
+    running_on = PassedTo("jobs", JobTable.running_on)
+    send_running_on = PassedTo("jobs", JobTable.send_running_on)
+    send_running = PassedTo("jobs", JobTable.send_running)
+    cancelling_machines = PassedTo("jobs", JobTable.cancelling_machines)
+    sweep = PassedTo("sweeper", Sweeper.sweep)
+    counters = PassedTo("retention", Retention.counters)
+    prune = PassedTo("retention", Retention.prune)
+    clear = PassedTo("retention", Retention.clear)
+    clear_jobs = PassedTo("retention", Retention.clear_jobs)

@@ -553,28 +553,20 @@ class SqliteStore(SqlStore):
         return Later.ready(renewed)
 
     def end_attempts(
-        self,
-        results: Sequence[tuple[str, str, Any]],
-        payloads: Sequence[str | None],
-        now: float,
-        machine: str | None,
+        self, results: Sequence[tuple[str, str, str | None]], now: float, machine: str | None
     ) -> Later[dict[str, float | None]]:
         """A statement a chunk of START_ROWS_MAX results (the one-row statement for one
         result), committed together."""
         started: dict[str, float | None] = {}
         with self.joined() as sql:
             if len(results) > 1:
-                values = [
-                    (job_id, attempt, payload)
-                    for (job_id, attempt, _), payload in zip(results, payloads, strict=True)
-                ]
-                for chunk in chunks(values, START_ROWS_MAX):
+                for chunk in chunks(results, START_ROWS_MAX):
                     sql.execute(
                         complete_attempts(len(chunk)), (now, now, *chain(*chunk), machine, machine)
                     )
                     started.update(sql.fetchall())
                 return Later.ready(started)
-            (job_id, attempt, _), payload = results[0], payloads[0]
+            ((job_id, attempt, payload),) = results
             row = sql.execute(
                 COMPLETE_ATTEMPT, (payload, now, now, job_id, attempt, machine, machine)
             ).fetchone()

@@ -1,11 +1,11 @@
 """What the controller's tick reads: a few index ranges a pool, whatever its machines.
 
 The tick reads none of the machines nothing can happen to, so that its cost follows the
-machines that need a decision: each machine's busy slots are kept on
-its row by the database (migration 7's triggers, in the transaction that moves a job), and
-``summarized`` counts each pool's ready machines (how many, their busy slots, how many idle
-past the idle timeout) from one index alone, then seeks, in indexes that hold a few entries
-each, the machines that may need a decision: not ready, or ready and maybe silent, past their
+machines that need a decision: each machine's busy slots are kept on its row by the
+database (migration 7's triggers, in the transaction that moves a job), and ``summarized``
+counts each pool's ready machines (how many, their busy slots, how many idle past the idle
+timeout) from one index alone, then seeks, in indexes that hold a few entries each, the
+machines that may need a decision: not ready, or ready and maybe silent, past their
 lifetime, on another revision, or with an idle clock to start or stop. The policy's own test
 (``policy.plan.steady``) sorts those out; the steady ones among them are counted, the others
 listed. ``silent`` seeks the machines to fence the same way, and ``queued_slots`` counts
