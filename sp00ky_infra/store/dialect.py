@@ -172,7 +172,8 @@ class Sql:
 
 class Dialect(ABC):
     """A SQL database on per-thread connections: its transactions, reads and locks (``Sql``),
-    and the statements each dialect writes its own way. Subclasses supply the dialect."""
+    and the statements each dialect writes its own way. Subclasses supply the dialect; the
+    underscored hooks are what ``Sql`` runs its statements, locks and wake-ups through."""
 
     name: ClassVar[str]
 
