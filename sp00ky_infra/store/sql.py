@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from sp00ky_infra.store.dialect import Dialect
 from sp00ky_infra.store.jobs import JobTable
@@ -32,7 +32,15 @@ class PassedTo(Generic[P, R]):
         self._table = table
         self._name = method.__name__
 
-    def __get__(self, store: object, owner: type | None = None) -> Callable[P, R]:
+    @overload
+    def __get__(self, store: None, owner: type) -> PassedTo[P, R]: ...
+    @overload
+    def __get__(self, store: object, owner: type | None = None) -> Callable[P, R]: ...
+    def __get__(
+        self, store: object | None, owner: type | None = None
+    ) -> PassedTo[P, R] | Callable[P, R]:
+        if store is None:  # read on the class
+            return self
         method: Callable[P, R] = getattr(getattr(store, self._table), self._name)
         return method
 
