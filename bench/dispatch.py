@@ -341,7 +341,7 @@ def write_pending(
                 yield insert_row(new, new_job_id(new.table), now)
 
     with store.transaction() as cur:
-        cur.executemany(store._sql(INSERT_JOB), rows())
+        cur.executemany(INSERT_JOB, rows())
 
 
 def fill_tick_store(
@@ -371,7 +371,7 @@ def fill_tick_store(
                 store.claim(f"{name}_job", 1, "bench", now, pool.lease, machine=machine)
                 store.machines.busy(machine, now)
     if store_url.startswith("postgres"):
-        with store._cursor() as cur:
+        with store.read() as cur:
             cur.execute("ANALYZE jobs")
             cur.execute("ANALYZE machines")
     store.close()

@@ -193,8 +193,8 @@ def kill_machines(store_url: str) -> None:
     """Stop every machine process the store knows of (agents and their backends)."""
     store = open_store(store_url)
     try:
-        with store._cursor() as cur:
-            store._x(cur, "SELECT provider_id FROM machines WHERE provider_id IS NOT NULL")
+        with store.read() as cur:
+            cur.execute("SELECT provider_id FROM machines WHERE provider_id IS NOT NULL")
             pids = [int(row[0]) for row in cur.fetchall()]
     finally:
         store.close()

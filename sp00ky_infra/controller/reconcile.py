@@ -105,7 +105,8 @@ def observe(controller: Controller, now: float, summarize: bool = False) -> list
     counts each queue to ``sizing.queue_cap``. Three to four statements, whatever the pools."""
     reads = TickReads(controller.store)
     observed = _observed(controller)
-    machines = reads.machines([each.terms for each in observed], now, summarize)
+    terms = [each.terms for each in observed]
+    machines = reads.summarized(terms, now) if summarize else reads.listed(terms)
     listed = {name: [row.view() for row in found.listed] for name, found in machines.items()}
     caps = [
         (
@@ -149,7 +150,7 @@ def plan_of(controller: Controller, view: PoolView, now: float) -> Plan:
         return plan_pool(view, now)
     except Unlisted:
         terms = [each for each in terms_of(controller) if each.pool == view.name]
-        found = TickReads(controller.store).machines(terms, now, summarize=False)[view.name]
+        found = TickReads(controller.store).listed(terms)[view.name]
         every = [row.view() for row in found.listed]
         return plan_pool(replace(view, machines=every, steady=0, steady_busy=0, steady_idle=0), now)
 

@@ -43,7 +43,7 @@ def release(store: SqlStore, machines: list[str], now: float) -> list[str]:
             def change(current: Job, attempt: str | None = attempt) -> Job | None:
                 return released(current, attempt, now)
 
-            after = store._transition(job.id, change)
+            after = store.jobs.transition(job.id, change)
             if after.status == "pending":
                 back.append(job.id)
     return back

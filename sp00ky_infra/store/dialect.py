@@ -1,19 +1,21 @@
 """The dialect core: connections, transactions, locking and migrations of a SQL store.
 
-The concerns (``jobs.py``, ``sweep.py``, ``retention.py``, ``machines.py``) write their SQL once
-against this core; the dialects (``sqlite.py``, ``postgres.py``) implement it.
+The tables (``jobs.py``, ``sweep.py``, ``retention.py``, ``machines.py``, ``schedules.py``,
+``tick.py``) write their SQL once against this core, through ``Sql``; the dialects
+(``sqlite.py``, ``postgres.py``) implement it, and the few statements they write apart.
 """
 
 from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from sp00ky_infra.store.migrations import MIGRATIONS
+from sp00ky_infra.store.migrations import MIGRATIONS, Migration
 from sp00ky_infra.store.model import StoreError
+from sp00ky_infra.store.rows import Claim, Claimed
 
 
 class Closable(Protocol):
@@ -35,7 +37,7 @@ class Cursor(Protocol):
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ..., /) -> Any: ...
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
-    def executemany(self, sql: str, params: Sequence[Sequence[Any]], /) -> Any: ...
+    def executemany(self, sql: str, params: Iterable[Sequence[Any]], /) -> Any: ...
 
 
 class Later(Generic[T]):
@@ -130,14 +132,50 @@ class Watcher(ABC):
         return None
 
 
-class Dialect(ABC):
-    """A SQL database on per-thread connections. Subclasses supply the dialect."""
+class Sql:
+    """A cursor of the store's, in a read or a write transaction: statements written once with
+    ``?`` placeholders, run as the dialect runs them. What the tables use of the core."""
 
-    placeholder = "?"
-    # Whether the database takes arrays as parameters: PostgreSQL writes a batch of rows in
-    # one statement with the rows' values as arrays (one round trip); SQLite with them in
-    # VALUES (rows.start_attempts, rows.complete_attempts).
-    arrays = False
+    __slots__ = ("_cur", "_dialect")
+
+    def __init__(self, cur: Cursor, dialect: Dialect) -> None:
+        self._cur = cur
+        self._dialect = dialect
+
+    @property
+    def rowcount(self) -> int:
+        return self._cur.rowcount
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Sql:
+        self._dialect._execute(self._cur, sql, params)
+        return self
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self._cur.executemany(self._dialect._native(sql), rows)
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()
+
+    def lock(self, key: str) -> None:
+        """Serialize the transactions that take ``key``, until this one ends."""
+        self._dialect._lock(self._cur, key)
+
+    def changed(self, due: Sequence[str] = ()) -> None:
+        """Tell watchers in other processes that jobs changed; ``due``: the tables whose
+        queues got work due now, and nothing else (a watcher then wakes those pools' polls
+        without a look at the store). Without it, watchers look at everything."""
+        self._dialect._changed(self._cur, due)
+
+
+class Dialect(ABC):
+    """A SQL database on per-thread connections: its transactions, reads and locks (``Sql``),
+    and the statements each dialect writes its own way. Subclasses supply the dialect; the
+    underscored hooks are what ``Sql`` runs its statements, locks and wake-ups through."""
+
+    name: ClassVar[str]
 
     @abstractmethod
     def leader_lock(self) -> LeaderLock:
@@ -149,26 +187,23 @@ class Dialect(ABC):
         polls, where another watcher of this process takes the writers' wake-ups."""
 
     @abstractmethod
-    def _changed(self, cur: Cursor, due: Sequence[str] = ()) -> None:
-        """Tell watchers in other processes that jobs changed; ``due``: the tables whose
-        queues got work due now, and nothing else (a watcher then wakes those pools' polls
-        without a look at the store). Without it, watchers look at everything."""
+    def close(self) -> None: ...
 
-    # --- dialect -------------------------------------------------------------------------
+    # --- transactions and reads ------------------------------------------------------------
 
     @abstractmethod
-    def _write(self) -> AbstractContextManager[Cursor]:
+    def write(self) -> AbstractContextManager[Sql]:
         """A write transaction that commits on success and rolls back on error; inside
         ``transaction()`` a savepoint of it (rolled back alone on error)."""
 
-    def _joined(self) -> AbstractContextManager[Cursor]:
+    def joined(self) -> AbstractContextManager[Sql]:
         """A write transaction, or inside ``transaction()`` part of it without a savepoint of
         its own, where the dialect's savepoints cost round trips (PostgreSQL): for writes
         whose statements are each atomic and leave consistent rows whatever comes after
-        (a claim, a batch of results). Elsewhere ``_write()``."""
-        return self._write()
+        (a claim, a batch of results). Elsewhere ``write()``."""
+        return self.write()
 
-    def transaction(self, key: str | None = None) -> AbstractContextManager[Cursor]:
+    def transaction(self, key: str | None = None) -> AbstractContextManager[Sql]:
         """One transaction for several calls of this thread (an agent's poll: its results,
         renewals and claims commit together, once). Each call inside keeps its own guarantees:
         its writes are a savepoint, undone alone if it raises.
@@ -177,76 +212,94 @@ class Dialect(ABC):
         is held from the start, before any row is (inside another transaction: from there
         on). SQLite's write transactions run one at a time already; PostgreSQL takes the
         key's advisory lock."""
-        return self._write()
+        return self.write()
 
     @abstractmethod
-    def _cursor(self) -> AbstractContextManager[Cursor]:
-        """A cursor for reads (autocommit)."""
+    def read(self) -> AbstractContextManager[Sql]:
+        """A cursor for reads, and for writes of one statement (autocommit)."""
 
-    def _scan(self) -> AbstractContextManager[Cursor]:
+    def scan(self) -> AbstractContextManager[Sql]:
         """A read that counts a long index range (/metrics' queue counts)."""
-        return self._cursor()
+        return self.read()
+
+    def send(self, sql: str, params: Sequence[Any] = ()) -> Later[list[Any]]:
+        """``sql``'s rows, read when asked for (``Later``). Here it runs at once; PostgreSQL
+        inside ``transaction()`` sends it with the statements around it."""
+        with self.read() as cur:
+            return Later.ready(cur.execute(sql, params).fetchall())
+
+    # --- what each dialect does its own way --------------------------------------------------
+
+    def _native(self, sql: str) -> str:
+        """``sql`` with the dialect's placeholders for ``?``."""
+        return sql
+
+    def _execute(self, cur: Cursor, sql: str, params: Sequence[Any]) -> None:
+        cur.execute(self._native(sql), tuple(params))
 
     @abstractmethod
     def _lock(self, cur: Cursor, key: str) -> None:
         """Serialize transactions that share ``key`` (admission of one queue)."""
 
-    def _lock_queue(self, cur: Cursor, table: str) -> None:
-        """Serialize admission of ``table``'s queue, and prepare the claim's read."""
-        self._lock(cur, f"claim:{table}")
-
-    def _locked_reads(
-        self, cur: Cursor, table: str, reads: Sequence[tuple[str, Sequence[Any]]]
-    ) -> list[list[Any]]:
-        """Serialize admission of ``table``'s queue (``_lock_queue``), then run ``reads``,
-        each seeing every claim committed before the lock; the rows of each."""
-        self._lock_queue(cur, table)
-        rows = []
-        for sql, params in reads:
-            self._x(cur, sql, params)
-            rows.append(cur.fetchall())
-        return rows
-
-    def _send_claim(
-        self, table: str, sql: str, params: dict[str, Any], shared: bool = False
-    ) -> Later[list[Any]]:
-        """A claim made by one statement, ``sql`` (rows.CLAIM_PG), after the queue's
-        admission lock (``shared``: shared with other claims while no wide job waits, for a
-        queue without a concurrency cap): the rows it returns, as ``_send``'s. Only where
-        ``arrays`` (PostgreSQL)."""
-        raise NotImplementedError("claims in one statement are PostgreSQL's")
+    @abstractmethod
+    def _changed(self, cur: Cursor, due: Sequence[str]) -> None:
+        """``Sql.changed``."""
 
     @abstractmethod
-    def close(self) -> None: ...
+    def _own_statements(self, migration: Migration) -> tuple[str, ...]:
+        """The statements of ``migration`` for this dialect alone (its triggers)."""
 
-    def _sql(self, sql: str) -> str:
-        return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
+    @abstractmethod
+    def claim_head(self, claim: Claim, shape: Claimed[T]) -> Later[list[T]]:
+        """Start the attempts of the head of ``claim.table``'s queue that fit
+        (``JobTable.claim``); each read as ``shape`` has it."""
 
-    def _x(self, cur: Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
-        return cur.execute(self._sql(sql), tuple(params))
+    @abstractmethod
+    def renew_leases(
+        self, leases: Sequence[tuple[str, str]], now: float, lease: float
+    ) -> Later[set[str]]:
+        """Extend the leases of (job id, attempt) pairs still current; their job ids."""
 
-    def _send(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Later[list[Any]]:
-        """``sql``'s rows, read when asked for (``Later``). Here it runs at once; PostgreSQL
-        inside ``transaction()`` sends it with the statements around it."""
-        with self._cursor() as cur:
-            cur.execute(self._sql(sql), params if isinstance(params, dict) else tuple(params))
-            return Later.ready(cur.fetchall())
+    @abstractmethod
+    def end_attempts(
+        self, results: Sequence[tuple[str, str, str | None]], now: float, machine: str | None
+    ) -> Later[dict[str, float | None]]:
+        """End in success the current attempts of running jobs nobody killed, given as (job
+        id, attempt, result's JSON), one a job (``JobTable.complete_many``'s common case);
+        the started_at of those it ended."""
+
+    @abstractmethod
+    def indexed(self, table: str, index: str) -> str:
+        """``table`` (a name and an alias) as a FROM names it to be read through ``index``,
+        where the dialect is told which index (SQLite, without statistics to choose by)."""
+
+    @abstractmethod
+    def join_each(self, outer: str, table: str, on: str, where: str, index: str) -> str:
+        """``FROM outer`` joined with the rows of ``table`` (a name and an alias) that match
+        each of its rows (``on``) and hold ``where``, each row's a range of ``index``."""
+
+    @abstractmethod
+    def each_queue(
+        self, head: str, queues: Sequence[tuple[int, str, int]], now: float
+    ) -> tuple[str, list[Any]]:
+        """One statement answering (n, ``head``) for each queue (n, table, cap), and its
+        parameters: ``head`` a scalar subquery of ``{tbl}``, ``{now}`` and ``{cap}``."""
 
     # --- migrations ------------------------------------------------------------------------
 
     def migrate(self) -> list[int]:
         """Apply the migrations not applied yet; returns their versions."""
         applied: list[int] = []
-        with self._write() as cur:
-            self._lock(cur, "sp00ky-migrations")
-            self._x(
-                cur,
+        with self.write() as sql:
+            sql.lock("sp00ky-migrations")
+            sql.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
                 "version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
                 "applied_at DOUBLE PRECISION NOT NULL)",
             )
-            self._x(cur, "SELECT version FROM schema_migrations")
-            done = {row[0] for row in cur.fetchall()}
+            done = {
+                row[0] for row in sql.execute("SELECT version FROM schema_migrations").fetchall()
+            }
             known = MIGRATIONS[-1].version
             if max(done, default=0) > known:
                 # Migrated by a newer build: this one could misread or damage its rows (as a
@@ -259,11 +312,9 @@ class Dialect(ABC):
             for migration in MIGRATIONS:
                 if migration.version in done:
                     continue
-                only = migration.sqlite if self.placeholder == "?" else migration.postgres
-                for statement in (*migration.statements, *only):
-                    self._x(cur, statement)
-                self._x(
-                    cur,
+                for statement in (*migration.statements, *self._own_statements(migration)):
+                    sql.execute(statement)
+                sql.execute(
                     "INSERT INTO schema_migrations (version, description, applied_at) "
                     "VALUES (?, ?, 0)",
                     (migration.version, migration.description),
@@ -272,7 +323,6 @@ class Dialect(ABC):
         return applied
 
     def schema_version(self) -> int:
-        with self._cursor() as cur:
-            self._x(cur, "SELECT max(version) FROM schema_migrations")
-            row = cur.fetchone()
+        with self.read() as sql:
+            row = sql.execute("SELECT max(version) FROM schema_migrations").fetchone()
         return int(row[0] or 0)

@@ -6,14 +6,13 @@ retry, recovery and the runner can never leave a job in states they disagree abo
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from sp00ky_infra.policy.jobs import Queued, admission_key, admit
-from sp00ky_infra.store.dialect import Cursor, Dialect, Later
+from sp00ky_infra.policy.jobs import admission_key
+from sp00ky_infra.store.dialect import Dialect, Later, Sql
 from sp00ky_infra.store.model import (
     CANCELLED,
     STATUSES,
@@ -31,55 +30,33 @@ from sp00ky_infra.store.model import (
     Started,
 )
 from sp00ky_infra.store.rows import (
-    CLAIM_ANY_PG,
-    CLAIM_ANY_STARTED_PG,
-    CLAIM_CAPPED_PG,
-    CLAIM_CAPPED_STARTED_PG,
     COLUMNS,
-    COMPLETE_ATTEMPT,
-    COMPLETE_ATTEMPT_PG,
-    COMPLETE_ATTEMPTS_PG,
     INSERT_JOB,
     QUEUE_ORDER,
-    RENEW_PG,
-    START_ROWS_MAX,
+    STARTED,
     UPDATE_JOB,
-    chunks,
-    complete_attempts,
+    WHOLE_JOBS,
+    Claim,
+    Claimed,
     filters,
     insert_order,
     insert_row,
     job_from_row,
     pending_job,
-    start_attempts,
-    started_job,
     update_row,
 )
 from sp00ky_infra.store.transitions import (
     after_failure,
-    attempt_deadline,
     error_entry,
     finish,
-    new_attempt_id,
     new_job_id,
     rerun,
     validate_new,
 )
 
 CAS_TRIES = 5
-# What a SQLite claim reads of the head of the queue: every column where it returns whole
-# Jobs, only these where it returns a poll's Started (admission, the deadline, the work).
-HEAD_COLUMNS = "id, slots, timeout, max_job_duration, path, payload, run_after"
-_HEAD_FIELDS = ("slots", "timeout", "max_job_duration", "path", "payload", "run_after")
-
-
-def _places(columns: str) -> tuple[int, ...]:
-    """Where _HEAD_FIELDS stand in a row of ``columns``."""
-    names = columns.replace(" ", "").split(",")
-    return tuple(names.index(name) for name in _HEAD_FIELDS)
-
-
-_WHOLE_PLACES, _HEAD_PLACES = _places(COLUMNS), _places(HEAD_COLUMNS)
+RETRY_LATER = "try again later, or raise pools.{pool}.maxQueued"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,39 +69,42 @@ class QueueStats:
     oldest_due: float | None  # run_after of the longest-waiting due job
 
 
-class Jobs(Dialect):
-    """The jobs table, written and read through the store's own connections."""
+class JobTable:
+    """The jobs table, on the store's connections."""
 
-    def _fetch(self, cur: Cursor, job_id: str) -> Job:
-        self._x(cur, f"SELECT {COLUMNS} FROM jobs WHERE id = ?", (job_id,))
-        row = cur.fetchone()
+    def __init__(self, db: Dialect) -> None:
+        self._db = db
+
+    def _fetch(self, sql: Sql, job_id: str) -> Job:
+        sql.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        row = sql.fetchone()
         if row is None:
             raise JobNotFound(f"no job {job_id!r}; `sp00ky-infra jobs list` shows the jobs")
         return job_from_row(row)
 
-    def _save(self, cur: Cursor, before: Job, after: Job) -> bool:
+    def _save(self, sql: Sql, before: Job, after: Job) -> bool:
         """Write ``after`` if the row is still as ``before`` left it (compare-and-set on
         status, attempt, kill request and lease); False when another writer got there first."""
-        self._x(cur, UPDATE_JOB, update_row(before, after))
-        return bool(cur.rowcount == 1)
+        sql.execute(UPDATE_JOB, update_row(before, after))
+        return bool(sql.rowcount == 1)
 
-    def _transition(self, job_id: str, change: Callable[[Job], Job | None]) -> Job:
+    def transition(self, job_id: str, change: Callable[[Job], Job | None]) -> Job:
         """Read the row, compute its next state with ``change`` (pure; it may raise, or return
         None to leave the row as it is) and write it with one compare-and-set; on a lost race,
         read again. Each write is its own transaction: one round trip, one commit."""
         for _ in range(CAS_TRIES):
-            with self._cursor() as cur:
-                before = self._fetch(cur, job_id)
+            with self._db.read() as sql:
+                before = self._fetch(sql, job_id)
                 after = change(before)
                 if after is None:
                     return before
-                if self._save(cur, before, after):
+                if self._save(sql, before, after):
                     # Watchers wait for work or a kill to deliver; an ended job frees a slot
                     # whose machine the controller wakes itself. Notifying only then keeps a
                     # completion to one round trip on PostgreSQL.
                     requeued = after.status == "pending" and before.status != "pending"
                     if requeued or (after.cancel_requested and not before.cancel_requested):
-                        self._changed(cur)
+                        sql.changed()
                     return after
         raise Conflict(f"{job_id} kept changing while it was being updated; try again")
 
@@ -153,7 +133,7 @@ class Jobs(Dialect):
         for new in news:
             validate_new(new)
         rows = [insert_row(new, new_job_id(new.table), now) for new in news]
-        with self._write() as cur:
+        with self._db.write() as sql:
             if max_queued is not None:
                 adding: dict[tuple[str, str], int] = {}
                 for new in news:
@@ -161,26 +141,14 @@ class Jobs(Dialect):
                         key = (new.pool, new.table)
                         adding[key] = adding.get(key, 0) + 1
                 for (pool, table), count in sorted(adding.items()):
-                    self._check_room(cur, pool, table, count, max_queued)
+                    check_room(sql, pool, table, count, max_queued, RETRY_LATER.format(pool=pool))
             # Written in admission order (rows.insert_order): a fan-out's rows share
             # created_at and its ids are random, so in the order given they would be claimed
-            # from all over the table and its indexes (measured on SQLite: 90 pages written a
-            # poll of 16 results and 16 claims, against 15 in admission order).
-            cur.executemany(self._sql(INSERT_JOB), sorted(rows, key=insert_order))
+            # from all over the table and its indexes, a page written a job.
+            sql.executemany(INSERT_JOB, sorted(rows, key=insert_order))
             # Delayed rows come due later: the controller looks for those every few moments
-            self._changed(cur, due=[new.table for new in news if new.delay_ms <= 0])
+            sql.changed(due=[new.table for new in news if new.delay_ms <= 0])
         return rows
-
-    def _check_room(self, cur: Cursor, pool: str, table: str, adding: int, max_queued: int) -> None:
-        # A pool runs one backend with one outbox table, so the table's queue is the pool's.
-        self._lock(cur, f"enqueue:{pool}")
-        self._x(cur, "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending'", (table,))
-        waiting = int(cur.fetchone()[0])
-        if waiting + adding > max_queued:
-            raise QueueFull(
-                f"pool {pool!r} already has {waiting} jobs waiting (maxQueued {max_queued}); "
-                f"try again later, or raise pools.{pool}.maxQueued"
-            )
 
     def claim(
         self,
@@ -214,7 +182,8 @@ class Jobs(Dialect):
     ) -> Later[list[Job]]:
         """``claim``, sent (``Later``): inside ``transaction()`` on PostgreSQL, with what is
         sent around it, and read after the COMMIT if asked for then."""
-        return self._start(table, free_slots, owner, now, lease, machine, concurrency, True)
+        request = Claim(table, free_slots, owner, now, lease, machine, concurrency)
+        return self._claim(request, WHOLE_JOBS)
 
     def send_start(
         self,
@@ -228,127 +197,13 @@ class Jobs(Dialect):
     ) -> Later[list[Started]]:
         """``send_claim`` as a poll makes it: the same claim, each attempt it started read as
         a Started (the columns the machine's assignment needs), not as a whole Job."""
-        return self._start(table, free_slots, owner, now, lease, machine, concurrency, False)
+        request = Claim(table, free_slots, owner, now, lease, machine, concurrency)
+        return self._claim(request, STARTED)
 
-    def _start(
-        self,
-        table: str,
-        free_slots: int,
-        owner: str,
-        now: float,
-        lease: float,
-        machine: str | None,
-        concurrency: int | None,
-        whole: bool,
-    ) -> Later[list[Any]]:
-        """The claim: its started attempts as Jobs (``whole``) or as Started."""
-        if free_slots < 1:
+    def _claim(self, request: Claim, shape: Claimed[T]) -> Later[list[T]]:
+        if request.free_slots < 1:
             return Later.ready([])
-        if self.arrays:
-            return self._claim_in_sql(
-                table, free_slots, owner, now, lease, machine, concurrency, whole
-            )
-        # The head of the queue (SQLite: BEGIN IMMEDIATE holds the database, so the rows
-        # read are the rows written). Read through jobs_queue, already in admission order:
-        # ``+run_after`` keeps SQLite off jobs_pending_due, whose range on run_after it would
-        # rather take, then sort every due row (1.3 ms a claim at 5,000 pending, against
-        # 35 us). The started jobs are built from these rows, not read back: every column for
-        # whole Jobs, HEAD_COLUMNS for Started (a poll's claim: measured, 20 us against 28 a
-        # read of the head after another process's commit).
-        columns, places = (COLUMNS, _WHOLE_PLACES) if whole else (HEAD_COLUMNS, _HEAD_PLACES)
-        slots_at, timeout_at, duration_at, path_at, payload_at, run_after_at = places
-        head = (
-            f"SELECT {columns} FROM jobs "
-            "WHERE tbl = ? AND status = 'pending' AND +run_after <= ? "
-            "AND (queue_deadline IS NULL OR queue_deadline > ?) "
-            f"ORDER BY {QUEUE_ORDER} LIMIT ?",
-            (table, now, now, free_slots),
-        )
-        running = ("SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'processing'", (table,))
-        with self._joined() as cur:
-            if concurrency is None:
-                (queue,) = self._locked_reads(cur, table, [head])
-                in_flight = 0
-            else:
-                counted, queue = self._locked_reads(cur, table, [running, head])
-                in_flight = int(counted[0][0])
-            chosen = set(
-                admit(
-                    (Queued(row[0], row[slots_at]) for row in queue),
-                    free_slots,
-                    in_flight,
-                    concurrency,
-                )
-            )
-            started: list[Any] = []
-            starts = []
-            for row in queue:
-                if row[0] not in chosen:
-                    continue
-                attempt = new_attempt_id()
-                deadline = attempt_deadline(row[timeout_at], row[duration_at], now)
-                starts.append((row[0], attempt, deadline))
-                started.append(
-                    started_job(row, owner, machine, attempt, now + lease, deadline, now)
-                    if whole
-                    else _started(
-                        (
-                            row[0],
-                            attempt,
-                            row[path_at],
-                            row[payload_at],
-                            deadline,
-                            now + lease,
-                            row[run_after_at],
-                        )
-                    )
-                )
-            for chunk in chunks(starts, START_ROWS_MAX):
-                self._x(
-                    cur,
-                    start_attempts(len(chunk)),
-                    (owner, machine, now + lease, now, now, *itertools.chain(*chunk)),
-                )
-                # The database is held: every admitted row must start.
-                if cur.rowcount != len(chunk):
-                    raise Conflict(f"claim of {table} raced another writer; try again")
-        return Later.ready(started)
-
-    def _claim_in_sql(
-        self,
-        table: str,
-        free_slots: int,
-        owner: str,
-        now: float,
-        lease: float,
-        machine: str | None,
-        concurrency: int | None,
-        whole: bool,
-    ) -> Later[list[Any]]:
-        """``claim`` on PostgreSQL: admission and the attempts' start in one statement
-        (rows.CLAIM_PG), one round trip after the lock instead of a read, admission here and
-        a write (two, and the lock held across both)."""
-        params = {
-            "table": table,
-            "now": now,
-            "free": free_slots,
-            "concurrency": concurrency,
-            "owner": owner,
-            "machine": machine,
-            "attempts": [new_attempt_id() for _ in range(free_slots)],
-            "lease": now + lease,
-        }
-        if concurrency is None:  # claims of the queue run side by side (rows.CLAIM_ANY_PG)
-            sql = CLAIM_ANY_PG if whole else CLAIM_ANY_STARTED_PG
-            claimed = self._send_claim(table, sql, params, shared=True)
-        else:
-            claimed = self._send_claim(
-                table, CLAIM_CAPPED_PG if whole else CLAIM_CAPPED_STARTED_PG, params
-            )
-        read = job_from_row if whole else _started
-        return claimed.then(
-            lambda rows: [read(row[1:]) for row in sorted(rows, key=lambda r: int(r[0]))]
-        )
+        return self._db.claim_head(request, shape)
 
     def renew(self, leases: Sequence[tuple[str, str]], now: float, lease: float) -> set[str]:
         """Extend the leases of (job id, attempt) pairs still current; returns their job ids."""
@@ -358,26 +213,9 @@ class Jobs(Dialect):
         self, leases: Sequence[tuple[str, str]], now: float, lease: float
     ) -> Later[set[str]]:
         """``renew``, sent (``Later``)."""
-        renewed: set[str] = set()
         if not leases:
-            return Later.ready(renewed)
-        if self.arrays:  # one statement (one round trip, one run of the jobs triggers)
-            ids, attempts = [job for job, _ in leases], [attempt for _, attempt in leases]
-            rows = self._send(
-                RENEW_PG, (now + lease, now, ids, attempts, ["processing"] * len(ids))
-            )
-            return rows.then(lambda rows: {row[0] for row in rows})
-        with self._joined() as cur:  # each UPDATE stands alone: no savepoint needed
-            for job_id, attempt in leases:
-                self._x(
-                    cur,
-                    "UPDATE jobs SET lease_expires_at = ?, updated_at = ? "
-                    "WHERE id = ? AND attempt = ? AND status = 'processing'",
-                    (now + lease, now, job_id, attempt),
-                )
-                if cur.rowcount == 1:
-                    renewed.add(job_id)
-        return Later.ready(renewed)
+            return Later.ready(set())
+        return self._db.renew_leases(leases, now, lease)
 
     def complete(self, job_id: str, attempt: str, result: Any, now: float) -> Job:
         """Record the backend's answer for the current attempt: success.
@@ -418,7 +256,13 @@ class Jobs(Dialect):
         sent around it; the others' transitions run when the outcome is asked for."""
         if not results:
             return Later.ready([])
-        payloads = [None if result is None else json.dumps(result) for _, _, result in results]
+        # The results as their column holds them (JSON), a job's first one only: a join with
+        # two rows for one job would update it with either, and a later one must be stale.
+        firsts: dict[str, tuple[str, str, str | None]] = {}
+        for job_id, attempt, result in results:
+            if job_id not in firsts:
+                payload = None if result is None else json.dumps(result)
+                firsts[job_id] = (job_id, attempt, payload)
 
         def recorded(started: dict[str, float | None]) -> list[Recorded]:
             outcomes = []
@@ -429,72 +273,7 @@ class Jobs(Dialect):
                     outcomes.append(self._complete_slow(job_id, attempt, result, now, machine))
             return outcomes
 
-        return self._complete_attempts(results, payloads, now, machine).then(recorded)
-
-    def _complete_attempts(
-        self,
-        results: Sequence[tuple[str, str, Any]],
-        payloads: Sequence[str | None],
-        now: float,
-        machine: str | None,
-    ) -> Later[dict[str, float | None]]:
-        """The common case of ``complete_many``: the started_at of the jobs it completed. On
-        PostgreSQL one statement (needing no transaction of its own: inside transaction() it
-        is part of it); on SQLite a statement a chunk, committed together."""
-        if len(results) > 1:
-            # A job's first result only: a join with two rows for one job would update it
-            # with either (PostgreSQL and SQLite alike), and a later one must be stale.
-            firsts = {job_id: n for n, (job_id, _, _) in reversed(list(enumerate(results)))}
-            if len(firsts) < len(results):
-                kept = sorted(firsts.values())
-                results, payloads = [results[n] for n in kept], [payloads[n] for n in kept]
-        if self.arrays:
-            if len(results) > 1:
-                rows = self._send(
-                    COMPLETE_ATTEMPTS_PG,
-                    (now, now, [each[0] for each in results],
-                     [each[1] for each in results], list(payloads),
-                     ["processing"] * len(results), machine, machine),
-                )  # fmt: skip
-            else:
-                (job_id, attempt, _), payload = results[0], payloads[0]
-                rows = self._send(
-                    COMPLETE_ATTEMPT_PG,
-                    (payload, now, now, job_id, attempt, machine, machine),
-                )
-                rows = rows.then(lambda found: [(job_id, row[0]) for row in found])
-            return rows.then(lambda rows: {row[0]: row[1] for row in rows})
-        with self._joined() as cur:
-            return Later.ready(self._complete_in_sqlite(cur, results, payloads, machine, now))
-
-    def _complete_in_sqlite(
-        self,
-        cur: Cursor,
-        results: Sequence[tuple[str, str, Any]],
-        payloads: Sequence[str | None],
-        machine: str | None,
-        now: float,
-    ) -> dict[str, float | None]:
-        started: dict[str, float | None] = {}
-        if len(results) > 1:  # a statement for the batch (or a chunk of it)
-            values = [
-                (job_id, attempt, payload)
-                for (job_id, attempt, _), payload in zip(results, payloads, strict=True)
-            ]
-            for chunk in chunks(values, START_ROWS_MAX):
-                self._x(
-                    cur,
-                    complete_attempts(len(chunk)),
-                    (now, now, *itertools.chain(*chunk), machine, machine),
-                )
-                started.update(cur.fetchall())
-            return started
-        (job_id, attempt, _), payload = results[0], payloads[0]
-        self._x(cur, COMPLETE_ATTEMPT, (payload, now, now, job_id, attempt, machine, machine))
-        row = cur.fetchone()
-        if row is not None:
-            started[job_id] = row[0]
-        return started
+        return self._db.end_attempts(list(firsts.values()), now, machine).then(recorded)
 
     def _complete_slow(
         self, job_id: str, attempt: str, result: Any, now: float, machine: str | None
@@ -512,7 +291,7 @@ class Jobs(Dialect):
             return finish(job, "success", now, result=result)
 
         try:
-            job = self._transition(job_id, change)
+            job = self.transition(job_id, change)
         except (Conflict, JobNotFound) as exc:
             return Recorded(job_id, attempt, refused=exc)
         code = str(job.errors[-1].get("code", "")) if job.errors else ""
@@ -527,7 +306,7 @@ class Jobs(Dialect):
             _require_current(job, attempt)
             return after_failure(job, error, now, retryable)
 
-        return self._transition(job_id, change)
+        return self.transition(job_id, change)
 
     def confirm_cancel(self, job_id: str, attempt: str, now: float) -> Job:
         """The machine dropped a killed job's request: the job fails with ``cancelled``."""
@@ -540,7 +319,7 @@ class Jobs(Dialect):
                 job, "failed", now, error=error_entry(CANCELLED, "killed while it ran", job, now)
             )
 
-        return self._transition(job_id, change)
+        return self.transition(job_id, change)
 
     def kill(self, job_id: str, now: float) -> Job:
         """A pending job fails at once with ``cancelled``; a running one is marked for
@@ -558,7 +337,7 @@ class Jobs(Dialect):
                 )
             raise Conflict(f"{job_id} already ended ({job.status}); nothing to kill")
 
-        return self._transition(job_id, change)
+        return self.transition(job_id, change)
 
     def retry(self, job_id: str, now: float) -> Job:
         """Run a finished job again as a new attempt; its errors and attempts stay."""
@@ -571,13 +350,13 @@ class Jobs(Dialect):
                 )
             return rerun(job, now)
 
-        return self._transition(job_id, change)
+        return self.transition(job_id, change)
 
     # --- reading -------------------------------------------------------------------------------
 
     def get(self, job_id: str) -> Job:
-        with self._cursor() as cur:
-            return self._fetch(cur, job_id)
+        with self._db.read() as sql:
+            return self._fetch(sql, job_id)
 
     def list_jobs(
         self,
@@ -588,28 +367,25 @@ class Jobs(Dialect):
     ) -> list[Job]:
         """Jobs, newest first."""
         where, params = filters(status=status, tbl=table, pool=pool)
-        with self._cursor() as cur:
-            self._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 f"SELECT {COLUMNS} FROM jobs{where} ORDER BY created_at DESC, id DESC LIMIT ?",
                 (*params, limit),
             )
-            return [job_from_row(row) for row in cur.fetchall()]
+            return [job_from_row(row) for row in sql.fetchall()]
 
     def queue(self, table: str, now: float, limit: int = 100) -> list[Job]:
         """Eligible pending jobs of ``table`` in admission order: the head of jobs_queue,
         read in its order (``+run_after``, as the claim has it: SQLite would rather take
-        jobs_pending_due's range and sort every due row, 420 ms for the first 50 of
-        1,000,000 against under a millisecond). Delayed jobs that outrank the due ones are
-        stepped over one by one, as the claim steps over them (200,000 of them: 119 ms)."""
-        with self._cursor() as cur:
-            self._x(
-                cur,
+        jobs_pending_due's range and sort every due row). Delayed jobs that outrank the due
+        ones are stepped over one by one, as the claim steps over them."""
+        with self._db.read() as sql:
+            sql.execute(
                 f"SELECT {COLUMNS} FROM jobs WHERE tbl = ? AND status = 'pending' "
                 f"AND +run_after <= ? ORDER BY {QUEUE_ORDER} LIMIT ?",
                 (table, now, limit),
             )
-            return [job_from_row(row) for row in cur.fetchall()]
+            return [job_from_row(row) for row in sql.fetchall()]
 
     def delayed(self, table: str, now: float, limit: int = 100) -> list[Job]:
         """The ``limit`` pending jobs of ``table`` due soonest that are not due yet (a
@@ -618,14 +394,13 @@ class Jobs(Dialect):
         the same moment across the cut, which ones come is left to the index (an order by
         priority there too sorted every one of them: a batch enqueued with one delay is due
         at one moment)."""
-        with self._cursor() as cur:
-            self._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 f"SELECT {COLUMNS} FROM jobs WHERE tbl = ? AND status = 'pending' "
                 "AND run_after > ? ORDER BY run_after LIMIT ?",
                 (table, now, limit),
             )
-            found = [job_from_row(row) for row in cur.fetchall()]
+            found = [job_from_row(row) for row in sql.fetchall()]
         found.sort(
             key=lambda job: (job.run_after, *admission_key(job.priority, job.created_at, job.id))
         )
@@ -634,89 +409,82 @@ class Jobs(Dialect):
     def counts(self, table: str | None = None, pool: str | None = None) -> dict[str, int]:
         """Jobs by status (every status present, zero or not). One table's: each status a
         range of jobs_finished (status, tbl, ...), found by the IN list; without it SQLite
-        read the whole index for one table (50 ms at 1,000,000 jobs for a table with none,
-        and the admin API's /pools counts every pool's). A pool's are read whole either
-        way: no index leads with it."""
+        would read the whole index for one table (and the admin API's /pools counts every
+        pool's). A pool's are read whole either way: no index leads with it."""
         where, params = filters(tbl=table, pool=pool)
         if where:
             where += f" AND status IN ({', '.join(repr(status) for status in STATUSES)})"
-        with self._cursor() as cur:
-            self._x(cur, f"SELECT status, count(*) FROM jobs{where} GROUP BY status", params)
-            found = {row[0]: int(row[1]) for row in cur.fetchall()}
+        with self._db.read() as sql:
+            sql.execute(f"SELECT status, count(*) FROM jobs{where} GROUP BY status", params)
+            found = {row[0]: int(row[1]) for row in sql.fetchall()}
         return {status: found.get(status, 0) for status in STATUSES}
 
     def queued(self, table: str, now: float, cap: int) -> int:
         """Eligible pending jobs of ``table``, counted up to ``cap`` (cost flat in the backlog)."""
-        with self._cursor() as cur:
-            self._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE tbl = ? AND status = 'pending' "
                 "AND run_after <= ? LIMIT ?) AS head",
                 (table, now, cap),
             )
-            return int(cur.fetchone()[0])
+            return int(sql.fetchone()[0])
 
     def queued_slots(self, table: str, now: float, cap: int) -> int:
         """The slots eligible pending jobs of ``table`` need (a job needing 2 slots counts 2),
         over the first ``cap`` of them in queue order: every job needs a slot at least, so
         ``cap`` jobs already need ``cap`` slots and the cost stays flat in the backlog."""
-        with self._cursor() as cur:
-            self._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "SELECT coalesce(sum(slots), 0) FROM (SELECT slots FROM jobs WHERE tbl = ? "
                 "AND status = 'pending' AND run_after <= ? LIMIT ?) AS head",
                 (table, now, cap),
             )
-            return int(cur.fetchone()[0])
+            return int(sql.fetchone()[0])
 
     def queue_stats(self, table: str, now: float) -> QueueStats:
         """Pending jobs of ``table`` due and delayed, the due time of the oldest due one, and
         the jobs running: two ranges of the jobs_pending_due index (no row is read; a range
         on run_after, so that SQLite picks that index over jobs_queue) and the running rows."""
-        with self._scan() as cur:
-            self._x(
-                cur,
+        with self._db.scan() as sql:
+            sql.execute(
                 "SELECT count(*), min(run_after) FROM jobs WHERE tbl = ? AND status = 'pending' "
                 "AND run_after <= ?",
                 (table, now),
             )
-            due, oldest = cur.fetchone()
-            self._x(
-                cur,
+            due, oldest = sql.fetchone()
+            sql.execute(
                 "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending' AND run_after > ?",
                 (table, now),
             )
-            delayed = cur.fetchone()[0]
-            self._x(
-                cur, "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'processing'", (table,)
+            delayed = sql.fetchone()[0]
+            sql.execute(
+                "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'processing'", (table,)
             )
-            running = cur.fetchone()[0]
+            running = sql.fetchone()[0]
         return QueueStats(int(due), int(delayed), int(running), oldest)
 
     def ahead_of(self, job: Job, now: float) -> int:
         """Due pending jobs before ``job`` in admission order (policy.jobs.admission_key):
         a range of the jobs_queue index."""
-        with self._scan() as cur:
-            self._x(
-                cur,
+        with self._db.scan() as sql:
+            sql.execute(
                 "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending' "
                 "AND run_after <= ? AND id <> ? AND (priority > ? OR (priority = ? AND "
                 "(created_at < ? OR (created_at = ? AND id < ?))))",
                 (job.table, now, job.id, job.priority, job.priority, job.created_at,
                  job.created_at, job.id),
             )  # fmt: skip
-            return int(cur.fetchone()[0])
+            return int(sql.fetchone()[0])
 
     def busy_slots(self, table: str) -> dict[str, int]:
         """Slots taken by running jobs of ``table``, by machine."""
-        with self._cursor() as cur:
-            self._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "SELECT machine, sum(slots) FROM jobs WHERE tbl = ? AND status = 'processing' "
                 "GROUP BY machine",
                 (table,),
             )
-            return {row[0]: int(row[1]) for row in cur.fetchall() if row[0] is not None}
+            return {row[0]: int(row[1]) for row in sql.fetchall() if row[0] is not None}
 
     def running_on(self, machine: str) -> list[Job]:
         """The jobs whose current attempt runs on ``machine``."""
@@ -724,7 +492,7 @@ class Jobs(Dialect):
 
     def send_running_on(self, machine: str) -> Later[list[Job]]:
         """``running_on``, sent (``Later``)."""
-        rows = self._send(
+        rows = self._db.send(
             f"SELECT {COLUMNS} FROM jobs WHERE status = 'processing' AND machine = ? "
             "ORDER BY started_at, id",
             (machine,),
@@ -734,7 +502,7 @@ class Jobs(Dialect):
     def send_running(self, machine: str) -> Later[list[Running]]:
         """The jobs whose current attempt runs on ``machine``, as a poll needs them (Running:
         five columns, not the whole row and its JSON; sent as ``send_running_on``)."""
-        rows = self._send(
+        rows = self._db.send(
             "SELECT id, attempt, slots, cancel_requested, started_at FROM jobs "
             "WHERE status = 'processing' AND machine = ? ORDER BY started_at, id",
             (machine,),
@@ -747,21 +515,26 @@ class Jobs(Dialect):
 
     def cancelling_machines(self) -> set[str]:
         """Machines that run a killed job (the kill waits for their next poll)."""
-        with self._cursor() as cur:
-            self._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "SELECT DISTINCT machine FROM jobs WHERE status = 'processing' "
                 "AND cancel_requested = 1",
             )
-            return {row[0] for row in cur.fetchall() if row[0] is not None}
+            return {row[0] for row in sql.fetchall() if row[0] is not None}
 
 
-def _started(row: Sequence[Any]) -> Started:
-    """A Started of a claim's row (rows.STARTED_COLUMNS)."""
-    job_id, attempt, path, payload, deadline, lease_expires_at, run_after = row
-    return Started(
-        job_id, attempt, path, json.loads(payload), deadline, lease_expires_at, run_after
-    )
+def check_room(sql: Sql, pool: str, table: str, adding: int, max_queued: int, then: str) -> None:
+    """Refuse (QueueFull, telling the caller ``then``) ``adding`` jobs to ``pool``'s queue
+    past ``max_queued`` waiting. The pool's key is held to the end of the transaction, so
+    that every writer counts what the ones before it wrote."""
+    # A pool runs one backend with one outbox table, so the table's queue is the pool's.
+    sql.lock(f"enqueue:{pool}")
+    sql.execute("SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending'", (table,))
+    waiting = int(sql.fetchone()[0])
+    if waiting + adding > max_queued:
+        raise QueueFull(
+            f"pool {pool!r} already has {waiting} jobs waiting (maxQueued {max_queued}); {then}"
+        )
 
 
 def _require_current(job: Job, attempt: str) -> None:

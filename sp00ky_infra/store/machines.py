@@ -34,11 +34,9 @@ def machine_key(name: str) -> str:
     """The key (``transaction(key=...)``) every transaction that moves a machine's running
     jobs holds from its start: its polls, its results, the sweep's change of one of its jobs.
     Such a transaction locks job rows and, through the busy-slots trigger, the machine's row,
-    in an order that depends on what it carries; without the key two of them deadlocked on
-    PostgreSQL. Measured: up to 3 times in a 3,000-job run, the courier's result of a job
-    (the job's row, then the machine's) against the poll that renewed it (its own results
-    took the machine's row, then the renewal waited for the job's), each a second's wait for
-    the server's deadlock check and a failed request."""
+    in an order that depends on what it carries (a result of a job: the job's row, then the
+    machine's; a poll that renews it: the machine's, then the job's); without the key two of
+    them can deadlock on PostgreSQL."""
     return f"machine:{name}"
 
 
@@ -183,16 +181,15 @@ def _machine(row: Sequence[Any]) -> Machine:
 class MachineTable:
     """The machines table, on the store's connections."""
 
-    def __init__(self, store: Dialect) -> None:
-        self._store = store
+    def __init__(self, db: Dialect) -> None:
+        self._db = db
 
     def add(
         self, name: str, pool: str, provider: str, revision: str, slots: int, now: float
     ) -> Machine:
         """A new machine row, ``requested`` (SCALE_UP: the executor asks a provisioner next)."""
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "INSERT INTO machines (name, pool, provider, state, revision, slots, created_at, "
                 "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (name, pool, provider, INITIAL, revision, slots, now, now),
@@ -212,30 +209,28 @@ class MachineTable:
                 )
             return _machine(rows[0])
 
-        rows = self._store._send(f"SELECT {MACHINE_COLUMNS} FROM machines WHERE name = ?", (name,))
+        rows = self._db.send(f"SELECT {MACHINE_COLUMNS} FROM machines WHERE name = ?", (name,))
         return rows.then(machine)
 
     def live(self, pool: str | None = None) -> list[Machine]:
         """Machines not yet destroyed (failed ones too, until they are), oldest first."""
         where = " AND pool = ?" if pool else ""
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 f"SELECT {MACHINE_COLUMNS} FROM machines WHERE state <> 'destroyed'{where} "
                 "ORDER BY created_at, name",
                 (pool,) if pool else (),
             )
-            return [_machine(row) for row in cur.fetchall()]
+            return [_machine(row) for row in sql.fetchall()]
 
     def recent(self, pool: str, limit: int = 50) -> list[Machine]:
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 f"SELECT {MACHINE_COLUMNS} FROM machines WHERE pool = ? "
                 "ORDER BY created_at DESC, name LIMIT ?",
                 (pool, limit),
             )
-            return [_machine(row) for row in cur.fetchall()]
+            return [_machine(row) for row in sql.fetchall()]
 
     def move(self, name: str, reason: Reason, now: float, change: Change = NO_CHANGE) -> bool:
         """Move the machine as ``reason`` allows, if it is in a state the table allows it from;
@@ -244,14 +239,13 @@ class MachineTable:
         found = rule(reason)
         assignments = [("state", found.target), ("updated_at", now), *_columns(found, now, change)]
         marks = ", ".join("?" for _ in found.sources)
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 f"UPDATE machines SET {', '.join(f'{column} = ?' for column, _ in assignments)} "
                 f"WHERE name = ? AND state IN ({marks})",
                 (*(value for _, value in assignments), name, *found.sources),
             )
-            return bool(cur.rowcount == 1)
+            return bool(sql.rowcount == 1)
 
     def join(
         self, name: str, session_hash: str, now: float, credential_hash: str | None = None
@@ -260,15 +254,14 @@ class MachineTable:
         Only once, only while booting."""
         found = rule(Reason.JOINED)
         marks = ", ".join("?" for _ in found.sources)
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "UPDATE machines SET session_hash = ?, credential_hash = ?, joined_at = ?, "
                 "last_seen_at = ?, state = ?, updated_at = ? WHERE name = ? "
                 f"AND session_hash IS NULL AND state IN ({marks})",
                 (session_hash, credential_hash, now, now, found.target, now, name, *found.sources),
             )
-            if cur.rowcount != 1:
+            if sql.rowcount != 1:
                 raise Conflict(f"machine {name!r} cannot join: it joined already or is not booting")
         return self.get(name)
 
@@ -277,14 +270,13 @@ class MachineTable:
         a new session replaces the old one, and the state stays as it is (no move). Only for
         a live machine whose credential matches; Conflict otherwise."""
         marks = ", ".join("?" for _ in LIVE_STATES)
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "UPDATE machines SET session_hash = ?, last_seen_at = ?, updated_at = ? "
                 f"WHERE name = ? AND credential_hash = ? AND state IN ({marks})",
                 (session_hash, now, now, name, credential_hash, *LIVE_STATES),
             )
-            if cur.rowcount != 1:
+            if sql.rowcount != 1:
                 raise Conflict(f"machine {name!r} cannot rejoin: not live, or another credential")
         return self.get(name)
 
@@ -298,9 +290,8 @@ class MachineTable:
         if since is None:
             self._set(name, ("idle_since", None))
             return
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "UPDATE machines SET idle_since = ?, busy_seconds = busy_seconds + "
                 "CASE WHEN busy_since IS NULL OR busy_since > ? THEN 0 ELSE ? - busy_since END, "
                 "busy_since = NULL WHERE name = ?",
@@ -310,9 +301,8 @@ class MachineTable:
     def busy(self, name: str, now: float) -> None:
         """The machine took work at ``now``: its idle clock stops and a busy period opens
         (unless one is open already)."""
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "UPDATE machines SET idle_since = NULL, busy_since = coalesce(busy_since, ?) "
                 "WHERE name = ?",
                 (now, name),
@@ -321,14 +311,13 @@ class MachineTable:
     def lifetimes(self, pool: str) -> list[Lifetime]:
         """Every machine the pool ever had: created, destroyed (None while live) and busy
         time; what its bill is made of (policy/cost.py applies the rule)."""
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "SELECT name, provider, created_at, destroyed_at, busy_seconds, busy_since "
                 "FROM machines WHERE pool = ? ORDER BY created_at, name",
                 (pool,),
             )
-            return [Lifetime(*row) for row in cur.fetchall()]
+            return [Lifetime(*row) for row in sql.fetchall()]
 
     def set_provider(self, name: str, provider_id: str | None, provider_state: str) -> None:
         """What the provisioner reported of it after the move (an asynchronous provisioner)."""
@@ -344,51 +333,47 @@ class MachineTable:
     def _set(self, name: str, *assignments: tuple[str, Any]) -> None:
         """Bookkeeping that does not change the state (column names are this module's own)."""
         sets = ", ".join(f"{column} = ?" for column, _ in assignments)
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 f"UPDATE machines SET {sets} WHERE name = ?",
                 (*(value for _, value in assignments), name),
             )
 
     def machine_seconds(self, pool: str, now: float) -> float:
         """Machine time from creation to destruction (or now), summed over the pool's machines."""
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "SELECT coalesce(sum(coalesce(destroyed_at, ?) - created_at), 0) "
                 "FROM machines WHERE pool = ?",
                 (now, pool),
             )
-            return float(cur.fetchone()[0])
+            return float(sql.fetchone()[0])
 
     def use_nonce(self, nonce: str, machine: str, now: float) -> bool:
         """Record a join token's nonce; False when it was used before (a replay)."""
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "INSERT INTO join_nonces (nonce, machine, used_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (nonce) DO NOTHING",
                 (nonce, machine, now),
             )
-            return bool(cur.rowcount == 1)
+            return bool(sql.rowcount == 1)
 
 
 class PoolTable:
     """Pause flags, breakers and incidents of pools."""
 
-    def __init__(self, store: Dialect) -> None:
-        self._store = store
+    def __init__(self, db: Dialect) -> None:
+        self._db = db
 
     def state(self, pool: str) -> PoolState:
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "SELECT paused, breaker_failures, breaker_opened, breaker_open_until "
                 "FROM pool_state WHERE pool = ?",
                 (pool,),
             )
-            row = cur.fetchone()
+            row = sql.fetchone()
         if row is None:
             return PoolState(pool)
         return PoolState(pool, bool(row[0]), Breaker(int(row[1]), int(row[2]), row[3]))
@@ -397,9 +382,8 @@ class PoolTable:
         columns = ", ".join(column_values)
         marks = ", ".join("?" for _ in column_values)
         updates = ", ".join(f"{name} = excluded.{name}" for name in column_values)
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 f"INSERT INTO pool_state (pool, updated_at, {columns}) VALUES (?, ?, {marks}) "
                 f"ON CONFLICT (pool) DO UPDATE SET updated_at = excluded.updated_at, {updates}",
                 (pool, now, *column_values.values()),
@@ -421,41 +405,37 @@ class PoolTable:
 
     def open_incident(self, pool: str, kind: IncidentKind, message: str, now: float) -> bool:
         """Open an incident unless one of that kind is open for the pool; True if opened."""
-        with self._store._write() as cur:
-            self._store._x(
-                cur,
+        with self._db.write() as sql:
+            sql.execute(
                 "SELECT id FROM incidents WHERE pool = ? AND kind = ? AND closed_at IS NULL",
                 (pool, kind),
             )
-            if cur.fetchone() is not None:
+            if sql.fetchone() is not None:
                 return False
-            self._store._x(
-                cur,
+            sql.execute(
                 "INSERT INTO incidents (id, pool, kind, message, opened_at) VALUES (?, ?, ?, ?, ?)",
                 (f"incident:{secrets.token_hex(8)}", pool, kind, message, now),
             )
             return True
 
     def close_incidents(self, pool: str, kind: IncidentKind, now: float) -> int:
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "UPDATE incidents SET closed_at = ? WHERE pool = ? AND kind = ? "
                 "AND closed_at IS NULL",
                 (now, pool, kind),
             )
-            return int(cur.rowcount)
+            return int(sql.rowcount)
 
     def incidents(self, pool: str | None = None, limit: int = 50) -> list[Incident]:
         where = " WHERE pool = ?" if pool else ""
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 f"SELECT id, pool, kind, message, opened_at, closed_at FROM incidents{where} "
                 "ORDER BY opened_at DESC LIMIT ?",
                 (*((pool,) if pool else ()), limit),
             )
-            return [Incident(*row) for row in cur.fetchall()]
+            return [Incident(*row) for row in sql.fetchall()]
 
 
 __all__ = [

@@ -14,29 +14,34 @@ import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.types.numeric import Int4
 
-from sp00ky_infra.store.dialect import Cursor, Later, LeaderLock, PerThread, Watcher
+from sp00ky_infra.store.dialect import Cursor, Later, LeaderLock, PerThread, Sql, Watcher
+from sp00ky_infra.store.migrations import Migration
 from sp00ky_infra.store.model import StoreError, StoreUnavailable
+from sp00ky_infra.store.rows import (
+    COMPLETE_ATTEMPT_PG,
+    COMPLETE_ATTEMPTS_PG,
+    RENEW_PG,
+    Claim,
+    Claimed,
+)
 from sp00ky_infra.store.sql import SqlStore
+from sp00ky_infra.store.transitions import new_attempt_id
+
+T = TypeVar("T")
 
 LEADER_KEY = "sp00ky-controller-leader"
-# The batched UPDATEs (a join of jobs with arrays unnested) cost 0.2-0.3 ms to plan, more than
-# they take to run; PostgreSQL kept planning them anew at each execution (its custom plans for
-# the array's size), 250-860 us a batch against 100-250 us with the prepared statement's
-# generic plan. Set for the rest of the transaction (a poll's).
+# The batched UPDATEs (jobs joined with unnested arrays) cost more to plan than to run, and a
+# custom plan is made anew for each array size: generic plans, for the rest of the transaction.
 GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
-# A queue's admission lock, then the claim reads the head of the queue through jobs_queue,
-# already in admission order. With stale statistics (a table analyzed while nearly empty,
-# then filled by a burst) the planner expects one row and sorts every pending row instead:
-# 25 ms a claim at 10,000 pending. Turning sorts off for this transaction only keeps the
-# index walk. And generic plans for the attempts' UPDATE that follows (GENERIC_PLANS). And no
-# JIT: the claim's window sorts its 16 rows, which with sorts off costs 1e10 to the planner,
-# far past jit_above_cost, and compiling it took 370 ms a claim.
+# A queue's admission lock, then the claim's settings: sorts off, so that stale statistics never
+# trade the walk of jobs_queue (in admission order) for a sort of every pending row; generic
+# plans (GENERIC_PLANS); no JIT, which sorts off would otherwise trigger for the claim's window.
 # A lock's key: scoped by schema so that stores in different schemas of one database never
 # contend.
 _KEY = "hashtext(current_schema() || ':' || %(key)s)"
@@ -65,14 +70,9 @@ LOCK_QUEUE_SHARED = (
     f"{_CLAIM_SETTINGS}"
 )
 CHANNEL = "sp00ky_jobs"
-# A new jobs table has no statistics until autovacuum's first pass over it, up to
-# autovacuum_naptime (a minute) after its first rows. Meanwhile the planner guesses, and a
-# generic plan it makes then is kept until the table is analyzed: on a new table of 2,000 rows
-# the batched results' UPDATE read every row for each result (a nested loop over a sequential
-# scan of jobs), 9-16 ms for 16 results against 0.3-0.5 ms by id once analyzed (and their
-# transaction, its commit included, 13-16 ms against 1.4).
-# ``ensure_statistics`` runs that first ANALYZE from the tick as soon as the table holds as
-# many rows as autovacuum's own threshold; a table analyzed once is left to autovacuum.
+# A new jobs table has no statistics until autovacuum's first pass over it, and a generic plan
+# made meanwhile (a sequential scan a result) is kept until then: ``ensure_statistics`` runs
+# that first ANALYZE from the tick once the table holds autovacuum's threshold of rows.
 NEVER_ANALYZED = (
     "SELECT last_analyze IS NULL AND last_autoanalyze IS NULL, "
     "(SELECT count(*) FROM (SELECT 1 FROM jobs "
@@ -169,8 +169,7 @@ def _settle(pipeline: psycopg.Pipeline) -> None:
 
 
 class PostgresStore(SqlStore):
-    placeholder = "%s"
-    arrays = True
+    name = "postgres"
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -192,6 +191,11 @@ class PostgresStore(SqlStore):
         return self._connections.get()
 
     @contextmanager
+    def write(self) -> Iterator[Sql]:
+        with self._write() as cur:
+            yield Sql(cur, self)
+
+    @contextmanager
     def _write(self) -> Iterator[Cursor]:
         conn = self._connection()
         pipeline = self._pipeline()
@@ -200,13 +204,13 @@ class PostgresStore(SqlStore):
                 yield cur
             return
         with conn.cursor() as cur:  # inside transaction(): a savepoint of it
-            self._x(cur, "SAVEPOINT nested")
+            self._execute(cur, "SAVEPOINT nested", ())
             try:
                 yield cur
-                self._x(cur, "RELEASE SAVEPOINT nested")  # what the block left unread, too
+                self._execute(cur, "RELEASE SAVEPOINT nested", ())  # what it left unread, too
             except BaseException:
                 _settle(pipeline)
-                self._x(cur, "ROLLBACK TO SAVEPOINT nested")
+                self._execute(cur, "ROLLBACK TO SAVEPOINT nested", ())
                 raise
 
     def _pipeline(self) -> psycopg.Pipeline | None:
@@ -220,21 +224,21 @@ class PostgresStore(SqlStore):
         )
 
     @contextmanager
-    def transaction(self, key: str | None = None) -> Iterator[Cursor]:
+    def transaction(self, key: str | None = None) -> Iterator[Sql]:
         """In a pipeline, BEGIN and COMMIT sent as statements of it (psycopg's own
         transaction blocks sync the pipeline as they open and twice as they close): the
         BEGIN and the generic plans' setting (GENERIC_PLANS, for the batched statements) go
-        with the first statements, and what ``_send`` sends travels with the statements
+        with the first statements, and what ``send`` sends travels with the statements
         around it: a poll's first reads and its results in one round trip, its renewals and
-        its claim with the COMMIT in another. A statement run with ``_x`` is synced at once
-        (its rows and rowcount then, as outside a pipeline). ``key``'s advisory lock goes
-        in the plans' statement (GENERIC_PLANS_KEYED): no round trip of its own."""
+        its claim with the COMMIT in another. A statement run with ``Sql.execute`` is synced
+        at once (its rows and rowcount then, as outside a pipeline). ``key``'s advisory lock
+        goes in the plans' statement (GENERIC_PLANS_KEYED): no round trip of its own."""
         conn = self._connection()
         if self._in_transaction(conn):  # inside another: a savepoint of it
             with self._write() as cur:
                 if key is not None:
                     cur.execute(f"SELECT {_KEYED}", (_key_number(key),))
-                yield cur
+                yield Sql(cur, self)
             return
         try:
             with conn.pipeline() as pipeline, conn.cursor() as cur:
@@ -245,7 +249,7 @@ class PostgresStore(SqlStore):
                     else:
                         cur.execute(GENERIC_PLANS_KEYED, (_key_number(key),))
                     self._pipelines.current = pipeline
-                    yield cur
+                    yield Sql(cur, self)
                 except BaseException:
                     self._pipelines.current = None
                     _settle(pipeline)
@@ -269,24 +273,37 @@ class PostgresStore(SqlStore):
             # server answered the COMMIT with a ROLLBACK. Nothing of it was written.
             raise StoreError(f"the transaction was rolled back ({cur.statusmessage})")
 
-    def _x(self, cur: Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
-        result = cur.execute(self._sql(sql), tuple(params))
+    def _native(self, sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def _execute(self, cur: Cursor, sql: str, params: Sequence[Any]) -> None:
+        cur.execute(self._native(sql), tuple(params))
         pipeline = self._pipeline()
         if pipeline is not None:
             pipeline.sync()
-        return result
 
-    def _send(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Later[list[Any]]:
+    def send(self, sql: str, params: Sequence[Any] = ()) -> Later[list[Any]]:
+        return self._send(self._native(sql), tuple(params))
+
+    def _send(self, statement: str, params: tuple[Any, ...] | dict[str, Any]) -> Later[list[Any]]:
+        """``send`` of a statement in psycopg's own placeholders (named ones too)."""
         if self._pipeline() is None:
-            return super()._send(sql, params)
+            with self._connection().cursor() as cur:
+                cur.execute(statement, params)
+                return Later.ready(cur.fetchall())
         cur = self._connection().cursor()
-        cur.execute(self._sql(sql), params if isinstance(params, dict) else tuple(params))
+        cur.execute(statement, params)
 
         def rows() -> list[Any]:
             with cur:
                 return cur.fetchall()
 
         return Later(rows)
+
+    @contextmanager
+    def joined(self) -> Iterator[Sql]:
+        with self._joined() as cur:
+            yield Sql(cur, self)
 
     @contextmanager
     def _joined(self) -> Iterator[Cursor]:
@@ -299,30 +316,82 @@ class PostgresStore(SqlStore):
                 yield cur
 
     @contextmanager
-    def _cursor(self) -> Iterator[Cursor]:
+    def read(self) -> Iterator[Sql]:
         with self._connection().cursor() as cur:
-            yield cur
+            yield Sql(cur, self)
 
     @contextmanager
-    def _scan(self) -> Iterator[Cursor]:
-        # Counting 100,000 entries of an index: the two parallel workers the planner asks for
-        # cost more to start than they save on two cores (measured 25 ms with, 15 ms without).
+    def scan(self) -> Iterator[Sql]:
+        # The parallel workers the planner asks for to count a long index range cost more to
+        # start than they save on a small machine.
         conn = self._connection()
         with conn.transaction(), conn.cursor() as cur:
             cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")
-            yield cur
+            yield Sql(cur, self)
 
     def _lock(self, cur: Cursor, key: str) -> None:
         # The key as _KEY's (the store's Cursor takes parameters by position).
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':' || %s))", (key,))
 
+    def _own_statements(self, migration: Migration) -> tuple[str, ...]:
+        return migration.postgres
+
+    def indexed(self, table: str, index: str) -> str:
+        return table
+
+    def join_each(self, outer: str, table: str, on: str, where: str, index: str) -> str:
+        # A lateral subquery, answered with a range of the index a row of ``outer``, where a
+        # join would rather hash ``outer`` and read every row of ``table`` (OFFSET 0: the
+        # subquery is not pulled up into a join).
+        alias = table.split()[-1]
+        return (
+            f"FROM {outer} CROSS JOIN LATERAL (SELECT * FROM {table} "
+            f"WHERE {on} AND {where} OFFSET 0) AS {alias}"
+        )
+
+    def each_queue(
+        self, head: str, queues: Sequence[tuple[int, str, int]], now: float
+    ) -> tuple[str, list[Any]]:
+        # The queues as VALUES: one statement to plan, not one a queue.
+        rows = ", ".join(f"({n}, ?, ?)" for n, _, _ in queues)
+        sql = (
+            f"WITH q (n, tbl, cap) AS (VALUES {rows}) SELECT q.n, "
+            + head.format(tbl="q.tbl", now="?", cap="q.cap")
+            + " FROM q"
+        )
+        return sql, [*(value for _, table, cap in queues for value in (table, cap)), now]
+
+    def claim_head(self, claim: Claim, shape: Claimed[T]) -> Later[list[T]]:
+        """Admission and the attempts' start in one statement (rows.CLAIM_PG): one round trip
+        after the queue's admission lock, not a read, admission in Python and a write with
+        the lock held across the three."""
+        params = {
+            "table": claim.table,
+            "now": claim.now,
+            "free": claim.free_slots,
+            "concurrency": claim.concurrency,
+            "owner": claim.owner,
+            "machine": claim.machine,
+            "attempts": [new_attempt_id() for _ in range(claim.free_slots)],
+            "lease": claim.now + claim.lease,
+        }
+        if claim.concurrency is None:  # claims of the queue run side by side (rows.CLAIM_ANY_PG)
+            claimed = self._send_claim(claim.table, shape.any_pg, params, shared=True)
+        else:
+            claimed = self._send_claim(claim.table, shape.capped_pg, params)
+        read = shape.read
+        return claimed.then(
+            lambda rows: [read(row[1:]) for row in sorted(rows, key=lambda r: int(r[0]))]
+        )
+
     def _send_claim(
         self, table: str, sql: str, params: dict[str, Any], shared: bool = False
     ) -> Later[list[Any]]:
-        # The queue's admission lock, then the claim (rows.CLAIM_PG), the claim's snapshot
-        # taken after the lock, as its own statement's always is: sent together (inside
-        # transaction() with what is sent around them; alone, with the BEGIN and COMMIT of a
-        # claim made alone, one round trip).
+        """The queue's admission lock (``shared``: shared with other claims while no wide job
+        waits, for a queue without a concurrency cap), then the claim, whose snapshot is
+        taken after the lock, as its own statement's always is: sent together (inside
+        transaction() with what is sent around them; alone, with the BEGIN and COMMIT of a
+        claim made alone, one round trip)."""
         key = f"claim:{table}"
         lock = (
             (LOCK_QUEUE_SHARED, {"table": table, "key": key})
@@ -338,21 +407,47 @@ class PostgresStore(SqlStore):
             cur.execute(sql, params)
             return Later.ready(cur.fetchall())
 
+    def renew_leases(
+        self, leases: Sequence[tuple[str, str]], now: float, lease: float
+    ) -> Later[set[str]]:
+        # One statement: one round trip, one run of the jobs triggers.
+        ids, attempts = [job for job, _ in leases], [attempt for _, attempt in leases]
+        rows = self.send(RENEW_PG, (now + lease, now, ids, attempts, ["processing"] * len(ids)))
+        return rows.then(lambda rows: {row[0] for row in rows})
+
+    def end_attempts(
+        self, results: Sequence[tuple[str, str, str | None]], now: float, machine: str | None
+    ) -> Later[dict[str, float | None]]:
+        """One statement, which needs no transaction of its own: inside transaction() it is
+        part of it."""
+        if len(results) > 1:
+            rows = self.send(
+                COMPLETE_ATTEMPTS_PG,
+                (now, now, [each[0] for each in results], [each[1] for each in results],
+                 [each[2] for each in results], ["processing"] * len(results), machine,
+                 machine),
+            )  # fmt: skip
+        else:
+            ((job_id, attempt, payload),) = results
+            rows = self.send(
+                COMPLETE_ATTEMPT_PG, (payload, now, now, job_id, attempt, machine, machine)
+            ).then(lambda found: [(job_id, row[0]) for row in found])
+        return rows.then(lambda rows: {row[0]: row[1] for row in rows})
+
     def ensure_statistics(self) -> bool:
         if self._analyzed:
             return False
-        with self._cursor() as cur:
-            cur.execute(NEVER_ANALYZED)
-            never, rows, threshold = cur.fetchone() or (False, 0, 0)
+        with self.read() as sql:
+            never, rows, threshold = sql.execute(NEVER_ANALYZED).fetchone() or (False, 0, 0)
         if not never:
             self._analyzed = True  # analyzed once (by anyone): autovacuum keeps it up
             return False
         if rows < threshold:
             return False
         try:
-            with self._joined() as cur:
-                cur.execute(ANALYZE_LOCK_TIMEOUT)
-                cur.execute("ANALYZE jobs")
+            with self.joined() as sql:
+                sql.execute(ANALYZE_LOCK_TIMEOUT)
+                sql.execute("ANALYZE jobs")
         except psycopg.errors.LockNotAvailable:
             return False  # autovacuum is analyzing it: the next tick sees its statistics
         self._analyzed = True
@@ -364,7 +459,7 @@ class PostgresStore(SqlStore):
     def watch(self, wakeups: bool = True) -> Watcher:
         return NotifyWatcher(self.url)  # a NOTIFY reaches every listener: nothing to share
 
-    def _changed(self, cur: Cursor, due: Sequence[str] = ()) -> None:
+    def _changed(self, cur: Cursor, due: Sequence[str]) -> None:
         cur.execute(f"SELECT pg_notify('{CHANNEL}_' || current_schema(), '')")
 
     def close(self) -> None:

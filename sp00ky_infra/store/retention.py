@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sp00ky_infra.config.durations import DurationError, parse_duration
-from sp00ky_infra.store.dialect import DEFAULT_BATCH, Cursor, Dialect
+from sp00ky_infra.store.dialect import DEFAULT_BATCH, Dialect, Sql
 from sp00ky_infra.store.model import TERMINAL, Conflict, Job, JobStatus
 from sp00ky_infra.store.rows import COLUMNS, filters, job_from_row
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +66,65 @@ def counters_json(counters: Sequence[Counter], since: float | None) -> dict[str,
 Progress = Callable[[int], None]  # told the rows each batch deleted, once it is committed
 
 
-def _hour(at: float) -> int:
+def hour_of(at: float) -> int:
+    """The start of the hour ``at`` falls in (unix time): a counter's hour."""
     return int(at // 3600) * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """A table whose ended rows are folded into hourly counters before they are deleted: the
+    counters' table, the column they are kept by, and the DELETE of a batch of rows by id
+    (``{marks}``: the ids' placeholders)."""
+
+    counters: str
+    key: str
+    delete: str
+
+
+JOB_ROWS = Folded(
+    "job_counters",
+    "tbl",
+    "DELETE FROM jobs WHERE id IN ({marks}) AND status IN ('success', 'failed')",
+)
+DELETE_BATCH = 200  # ids a DELETE names
+
+
+def fold_and_delete(sql: Sql, folded: Folded, rows: Sequence[Sequence[Any]]) -> None:
+    """Count ``rows`` (id, key, outcome, finished_at) into ``folded``'s hourly counters, then
+    delete them, in the transaction of ``sql``."""
+    counts: dict[tuple[str, int, str], int] = {}
+    for _, key, outcome, finished_at in rows:
+        counter = (key, hour_of(finished_at or 0.0), outcome)
+        counts[counter] = counts.get(counter, 0) + 1
+    for (key, hour, outcome), count in counts.items():
+        sql.execute(
+            f"INSERT INTO {folded.counters} ({folded.key}, hour, outcome, count) "
+            f"VALUES (?, ?, ?, ?) ON CONFLICT ({folded.key}, hour, outcome) "
+            f"DO UPDATE SET count = {folded.counters}.count + excluded.count",
+            (key, hour, outcome, count),
+        )
+    for start in range(0, len(rows), DELETE_BATCH):
+        ids = [row[0] for row in rows[start : start + DELETE_BATCH]]
+        sql.execute(folded.delete.format(marks=", ".join("?" for _ in ids)), ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted(Generic[T]):
+    """What a clear answers of each job it deleted (its id, or the whole Job): the columns it
+    reads of the rows, and the answer and the row to fold (``fold_and_delete``) of each."""
+
+    columns: str
+    read: Callable[[Sequence[Any]], tuple[T, Sequence[Any]]]
+
+
+def _whole(row: Sequence[Any]) -> tuple[Job, Sequence[Any]]:
+    job = job_from_row(row)
+    return job, (job.id, job.table, job.status, job.finished_at)
+
+
+IDS: Deleted[str] = Deleted("id, tbl, status, finished_at", lambda row: (row[0], row))
+JOBS: Deleted[Job] = Deleted(COLUMNS, _whole)
 
 
 def since_time(text: str | None, now: float) -> float | None:
@@ -92,8 +151,11 @@ def since_time(text: str | None, now: float) -> float | None:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
-class Retention(Dialect):
-    """The hourly counters, and the deletes that feed them."""
+class Retention:
+    """The jobs' hourly counters, and the deletes that feed them."""
+
+    def __init__(self, db: Dialect) -> None:
+        self._db = db
 
     def counters(self, table: str | None = None, since: float | None = None) -> list[Counter]:
         """The hourly counters, by table, hour and outcome; with ``since``, the hours that
@@ -102,14 +164,13 @@ class Retention(Dialect):
         if since is not None:
             where += (" AND" if where else " WHERE") + " hour > ?"
             params = (*params, since - 3600)
-        with self._cursor() as cur:
-            self._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 f"SELECT tbl, hour, outcome, count FROM job_counters{where} "
                 "ORDER BY tbl, hour, outcome",
                 params,
             )
-            return [Counter(row[0], int(row[1]), row[2], int(row[3])) for row in cur.fetchall()]
+            return [Counter(row[0], int(row[1]), row[2], int(row[3])) for row in sql.fetchall()]
 
     def prune(
         self,
@@ -130,6 +191,7 @@ class Retention(Dialect):
                     "status = ? AND finished_at < ?",
                     (status, now - window),
                     batch,
+                    IDS,
                     progress=progress,
                 )
             )
@@ -147,7 +209,7 @@ class Retention(Dialect):
         """Delete terminal jobs (all, or those of one terminal status) in batches; with
         ``limit``, at most that many, the oldest finished first. ``progress(n)`` is told
         after each batch."""
-        return len(self._clear(status, batch, limit, whole=False, progress=progress))
+        return len(self._clear(status, batch, limit, IDS, progress))
 
     def clear_jobs(
         self,
@@ -157,17 +219,16 @@ class Retention(Dialect):
         progress: Progress | None = None,
     ) -> list[Job]:
         """``clear``, answering the deleted jobs as they were (``jobs clear --json``)."""
-        cleared = self._clear(status, batch, limit, whole=True, progress=progress)
-        return [row for row in cleared if isinstance(row, Job)]
+        return self._clear(status, batch, limit, JOBS, progress)
 
     def _clear(
         self,
         status: JobStatus | None,
         batch: int,
         limit: int | None,
-        whole: bool,
-        progress: Progress | None = None,
-    ) -> list[Job | str]:
+        answer: Deleted[T],
+        progress: Progress | None,
+    ) -> list[T]:
         if status is not None and status not in TERMINAL:
             raise Conflict(f"clear deletes finished jobs only (success or failed), not {status}")
         if limit is not None and limit < 1:
@@ -177,31 +238,27 @@ class Retention(Dialect):
             condition,
             (status,) if status else TERMINAL,
             batch,
+            answer,
             limit=limit,
-            whole=whole,
             progress=progress,
         )
 
     def _trim_to(self, max_rows: int, batch: int, progress: Progress | None = None) -> int:
-        with self._cursor() as cur:
-            self._x(
-                cur,
-                "SELECT tbl, count(*) FROM jobs WHERE status = 'success' GROUP BY tbl",
-            )
-            over = {row[0]: int(row[1]) - max_rows for row in cur.fetchall()}
+        with self._db.read() as sql:
+            sql.execute("SELECT tbl, count(*) FROM jobs WHERE status = 'success' GROUP BY tbl")
+            over = {row[0]: int(row[1]) - max_rows for row in sql.fetchall()}
         removed = 0
         for table, excess in over.items():
             while excess > 0:
                 take = min(excess, batch)
-                with self._write() as cur:
-                    self._x(
-                        cur,
+                with self._db.write() as sql:
+                    sql.execute(
                         "SELECT id, tbl, status, finished_at FROM jobs WHERE tbl = ? "
                         "AND status = 'success' ORDER BY finished_at, id LIMIT ?",
                         (table, take),
                     )
-                    rows = cur.fetchall()
-                    self._fold_and_delete(cur, rows)
+                    rows = sql.fetchall()
+                    fold_and_delete(sql, JOB_ROWS, rows)
                 removed += len(rows)
                 excess -= len(rows)
                 if progress is not None and rows:
@@ -215,65 +272,28 @@ class Retention(Dialect):
         condition: str,
         params: Sequence[Any],
         batch: int,
+        answer: Deleted[T],
         limit: int | None = None,
-        whole: bool = False,
         progress: Progress | None = None,
-    ) -> list[Job | str]:
-        """Delete the matching rows batch by batch, each folded into the counters first; the
-        deleted jobs (``whole``) or their ids. With ``limit``, the oldest finished first."""
-        removed: list[Job | str] = []
+    ) -> list[T]:
+        """Delete the matching rows batch by batch, each folded into the counters first; what
+        ``answer`` reads of each. With ``limit``, the oldest finished first."""
+        removed: list[T] = []
         order = " ORDER BY finished_at, id" if limit is not None else ""
         while True:
             take = batch if limit is None else min(batch, limit - len(removed))
             if take <= 0:
                 return removed
-            with self._write() as cur:
-                if whole:
-                    self._x(
-                        cur,
-                        f"SELECT {COLUMNS} FROM jobs WHERE {condition}{order} LIMIT ?",
-                        (*params, take),
-                    )
-                    jobs = [job_from_row(row) for row in cur.fetchall()]
-                    rows: list[tuple[Any, ...]] = [
-                        (job.id, job.table, job.status, job.finished_at) for job in jobs
-                    ]
-                    removed.extend(jobs)
-                else:
-                    self._x(
-                        cur,
-                        f"SELECT id, tbl, status, finished_at FROM jobs WHERE {condition}"
-                        f"{order} LIMIT ?",
-                        (*params, take),
-                    )
-                    rows = [tuple(row) for row in cur.fetchall()]
-                    removed.extend(row[0] for row in rows)
-                self._fold_and_delete(cur, rows)
+            with self._db.write() as sql:
+                sql.execute(
+                    f"SELECT {answer.columns} FROM jobs WHERE {condition}{order} LIMIT ?",
+                    (*params, take),
+                )
+                read = [answer.read(row) for row in sql.fetchall()]
+                removed.extend(each for each, _ in read)
+                rows = [row for _, row in read]
+                fold_and_delete(sql, JOB_ROWS, rows)
             if progress is not None and rows:
                 progress(len(rows))  # after the batch's commit: these rows are gone
             if len(rows) < take:
                 return removed
-
-    def _fold_and_delete(self, cur: Cursor, rows: Sequence[Sequence[Any]]) -> None:
-        if not rows:
-            return
-        folded: dict[tuple[str, int, str], int] = {}
-        for _, table, status, finished_at in rows:
-            key = (table, _hour(finished_at or 0.0), status)
-            folded[key] = folded.get(key, 0) + 1
-        for (table, hour, outcome), count in folded.items():
-            self._x(
-                cur,
-                "INSERT INTO job_counters (tbl, hour, outcome, count) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (tbl, hour, outcome) "
-                "DO UPDATE SET count = job_counters.count + excluded.count",
-                (table, hour, outcome, count),
-            )
-        for start in range(0, len(rows), 200):
-            ids = [row[0] for row in rows[start : start + 200]]
-            marks = ", ".join("?" for _ in ids)
-            self._x(
-                cur,
-                f"DELETE FROM jobs WHERE id IN ({marks}) AND status IN ('success', 'failed')",
-                ids,
-            )

@@ -4,27 +4,26 @@
 
 The hot path (a claim starting attempts, a result ending one) does not rewrite whole rows: its
 statements change the columns that change, once a batch of several rows: SQLite with the
-rows' values in VALUES (one statement a claim or a poll's results: a statement a row cost
-twice the whole claim and complete), PostgreSQL with them as arrays (one round trip; ``%b``:
-sent in binary, which spares psycopg quoting every element of a text array); a single result
-with the one-row statement (cheaper to send, bind and plan than a join).
+rows' values in VALUES, PostgreSQL with them as arrays (one round trip; ``%b``: sent in
+binary, which spares psycopg quoting every element of a text array); a single result with
+the one-row statement (cheaper to send, bind and plan than a join).
 
 Nor does it write the attempt history (the ``attempts`` column, JSON): the entry of the
 attempt a row runs, or of the one a result ended in success, is the row's own columns
 (attempt, attempt_number, machine, started_at, finished_at), which ``job_from_row`` turns
 into the history's last entry; the column holds the entries before it, and the entries a
-transition in Python ended (``update_row`` writes them). Measured on PostgreSQL, 16 jobs a
-poll: 17 us of the server's CPU a job went on reading, appending to and closing that JSON.
+transition in Python ended (``update_row`` writes them). Rewriting that JSON on every start
+and end would cost the server more than the rest of the statement.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from dataclasses import fields
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Generic, TypeVar
 
-from sp00ky_infra.store.model import TERMINAL, AttemptEntry, Job, NewJob
+from sp00ky_infra.store.model import TERMINAL, AttemptEntry, Job, NewJob, Started
 from sp00ky_infra.store.transitions import attempt_entry
 
 T = TypeVar("T")
@@ -49,8 +48,7 @@ UPDATE_JOB = (
 # Start attempts (SQLite; the rows read by the claim, which builds what it returns): one
 # statement for the claim's rows, each with its attempt id and deadline from VALUES, each row
 # found by id (``+``: the status is checked, never a way in through a partial index on
-# status, which would read every pending row). Measured on 16-row claims: 22-24 us a row,
-# against 68 for a statement a row.
+# status, which would read every pending row). One statement a claim, not one a row.
 START_ATTEMPTS = (
     "UPDATE jobs SET status = 'processing', assignee = ?, machine = ?, attempt = v.column2, "
     "attempt_number = attempt_number + 1, lease_expires_at = ?, deadline = v.column3, "
@@ -58,6 +56,14 @@ START_ATTEMPTS = (
     "FROM (VALUES {rows}) AS v WHERE jobs.id = v.column1 AND +jobs.status = 'pending'"
 )
 START_ROWS_MAX = 1000  # rows a statement: 3 variables each, well under SQLite's 32,766
+
+
+# The slots the first ``{cap}`` eligible pending jobs of a queue need (``{tbl}``, at ``{now}``):
+# a range of jobs_pending_due no longer than the cap, whatever the backlog.
+QUEUE_HEAD_SLOTS = (
+    "(SELECT coalesce(sum(slots), 0) FROM (SELECT slots FROM jobs WHERE tbl = {tbl} "
+    "AND status = 'pending' AND run_after <= {now} LIMIT {cap}) AS head)"
+)
 
 
 def chunks(rows: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -158,8 +164,7 @@ COMPLETE_ATTEMPT_PG = COMPLETE_ATTEMPT.replace("(? IS NULL OR", "(?::text IS NUL
 # statistics say. The status check compares with a column of the unnested arrays
 # (``v.status``), a join clause, not the constant: a constant would let the planner take a
 # partial index on status instead, which on a table not analyzed since a burst of enqueues
-# it believes holds a dozen rows, and the UPDATE then read every pending job (measured:
-# 7.7 ms for 16 claims at 10,000 pending, against 0.6 ms by id).
+# it believes holds a dozen rows, and the UPDATE would then read every pending job.
 COMPLETE_ATTEMPTS_PG = (
     "UPDATE jobs SET status = 'success', result = v.result, updated_at = %s, finished_at = %s, "
     "lease_expires_at = NULL "
@@ -397,3 +402,85 @@ def update_row(before: Job, after: Job) -> tuple[Any, ...]:
         int(before.cancel_requested),
         before.lease_expires_at,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claim of the head of ``table``'s queue: the jobs that fit in ``free_slots``, started
+    for ``owner`` (on ``machine``) at ``now``, each attempt leased for ``lease`` seconds;
+    ``concurrency`` caps the table's jobs in flight."""
+
+    table: str
+    free_slots: int
+    owner: str
+    now: float
+    lease: float
+    machine: str | None = None
+    concurrency: int | None = None
+
+
+# What a SQLite claim reads of the head of the queue where it answers a poll's Started: what
+# admission, the deadline and the work need.
+HEAD_COLUMNS = "id, slots, timeout, max_job_duration, path, payload, run_after"
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed(Generic[T]):
+    """What a claim answers of each attempt it starts (a whole Job, or a poll's Started). On
+    SQLite the claim reads ``head``'s columns of the queued rows and builds each answer with
+    ``made`` (the row, the claim, the attempt id, the deadline), not read back; on PostgreSQL
+    its statement (``any_pg`` without a concurrency cap, ``capped_pg`` with one) returns the
+    answer's columns, which ``read`` reads."""
+
+    head: str
+    made: Callable[[Sequence[Any], Claim, str, float | None], T]
+    any_pg: str
+    capped_pg: str
+    read: Callable[[Sequence[Any]], T]
+    # where slots, timeout and max_job_duration stand in a row of ``head``
+    places: tuple[int, int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        names = self.head.replace(" ", "").split(",")
+        places = tuple(names.index(name) for name in ("slots", "timeout", "max_job_duration"))
+        object.__setattr__(self, "places", places)
+
+
+def started_from_row(row: Sequence[Any]) -> Started:
+    """A Started of a claim's row (STARTED_COLUMNS)."""
+    job_id, attempt, path, payload, deadline, lease_expires_at, run_after = row
+    return Started(
+        job_id, attempt, path, json.loads(payload), deadline, lease_expires_at, run_after
+    )
+
+
+def _made_job(row: Sequence[Any], claim: Claim, attempt: str, deadline: float | None) -> Job:
+    return started_job(
+        row, claim.owner, claim.machine, attempt, claim.now + claim.lease, deadline, claim.now
+    )
+
+
+_PATH, _PAYLOAD_AT, _RUN_AFTER = (
+    HEAD_COLUMNS.replace(" ", "").split(",").index(name)
+    for name in ("path", "payload", "run_after")
+)
+
+
+def _made_started(
+    row: Sequence[Any], claim: Claim, attempt: str, deadline: float | None
+) -> Started:
+    return Started(
+        row[0],
+        attempt,
+        row[_PATH],
+        json.loads(row[_PAYLOAD_AT]),
+        deadline,
+        claim.now + claim.lease,
+        row[_RUN_AFTER],
+    )
+
+
+WHOLE_JOBS: Claimed[Job] = Claimed(COLUMNS, _made_job, CLAIM_ANY_PG, CLAIM_CAPPED_PG, job_from_row)
+STARTED: Claimed[Started] = Claimed(
+    HEAD_COLUMNS, _made_started, CLAIM_ANY_STARTED_PG, CLAIM_CAPPED_STARTED_PG, started_from_row
+)

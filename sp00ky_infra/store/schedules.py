@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sp00ky_infra.policy.schedules import ConcurrencyPolicy, FireAction, on_fire
-from sp00ky_infra.store.dialect import DEFAULT_BATCH, Cursor, Dialect
-from sp00ky_infra.store.model import CANCELLED, NewJob, QueueFull
+from sp00ky_infra.store.dialect import DEFAULT_BATCH, Dialect, Sql
+from sp00ky_infra.store.jobs import check_room
+from sp00ky_infra.store.model import CANCELLED, NewJob
+from sp00ky_infra.store.retention import Folded, fold_and_delete
 from sp00ky_infra.store.rows import INSERT_JOB, insert_row
 from sp00ky_infra.store.transitions import new_job_id, validate_new
 
@@ -38,9 +40,13 @@ RUN_STATUSES: tuple[RunStatus, ...] = (
     "replaced",
 )
 OPEN: tuple[RunStatus, ...] = ("pending", "processing")
-KEPT_AS_SUCCESS: tuple[RunStatus, ...] = ("success", "skipped", "replaced")  # jobs.txt, Retention
+KEPT_AS_SUCCESS: tuple[RunStatus, ...] = ("success", "skipped", "replaced")  # the success window
 KEPT_AS_FAILED: tuple[RunStatus, ...] = ("failed", "killed")
+FIRED_LATER = "the fire is made when there is room"
 RUN_COLUMNS = "id, schedule, fire_at, fired_at, status, job_id, finished_at"
+RUN_ROWS = Folded(
+    "schedule_counters", "schedule", "DELETE FROM schedule_runs WHERE id IN ({marks})"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +92,6 @@ def _run(row: Sequence[Any]) -> Run:
     return Run(row[0], row[1], row[2], row[3], row[4], row[5], row[6])
 
 
-def _hour(at: float) -> int:
-    return int(at // 3600) * 3600
-
-
 def run_status_of(job_status: str | None, errors: str | None) -> RunStatus:
     """A run's status from its job's: a job that failed because it was killed is ``killed``;
     a job that is gone (cleared before its end was seen) counts as ``failed``."""
@@ -105,8 +107,8 @@ def run_status_of(job_status: str | None, errors: str | None) -> RunStatus:
 class ScheduleTable:
     """Schedules' cursors, runs and counters on the store's connections."""
 
-    def __init__(self, store: Dialect) -> None:
-        self._store = store
+    def __init__(self, db: Dialect) -> None:
+        self._db = db
 
     # --- cursors -------------------------------------------------------------------------
 
@@ -117,10 +119,9 @@ class ScheduleTable:
         found = self.read_states(wanted)
         missing = [name for name in wanted if name not in found]
         if missing:
-            with self._store._write() as cur:
+            with self._db.write() as sql:
                 for name in missing:
-                    self._store._x(
-                        cur,
+                    sql.execute(
                         "INSERT INTO schedule_state (schedule, first_seen_at) VALUES (?, ?) "
                         "ON CONFLICT (schedule) DO NOTHING",
                         (name, now),
@@ -133,14 +134,13 @@ class ScheduleTable:
         if not names:
             return {}
         marks = ", ".join("?" for _ in names)
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "SELECT schedule, first_seen_at, last_fire_at FROM schedule_state "
                 f"WHERE schedule IN ({marks})",
                 names,
             )
-            return {row[0]: ScheduleState(row[0], row[1], row[2]) for row in cur.fetchall()}
+            return {row[0]: ScheduleState(row[0], row[1], row[2]) for row in sql.fetchall()}
 
     # --- firing --------------------------------------------------------------------------
 
@@ -158,29 +158,26 @@ class ScheduleTable:
         ``max_queued`` waiting jobs it raises QueueFull and makes nothing, as ``run`` does (the
         next tick tries again)."""
         validate_new(new)
-        store = self._store
-        with store._write() as cur:
-            store._lock(cur, f"schedule:{schedule}")
-            store._x(cur, "SELECT last_fire_at FROM schedule_state WHERE schedule = ?", (schedule,))
-            row = cur.fetchone()
+        with self._db.write() as sql:
+            sql.lock(f"schedule:{schedule}")
+            sql.execute("SELECT last_fire_at FROM schedule_state WHERE schedule = ?", (schedule,))
+            row = sql.fetchone()
             if row is not None and row[0] is not None and row[0] >= fire_at:
                 return None
-            running = self._running(cur, schedule)
+            running = self._running(sql, schedule)
             action = on_fire(policy, bool(running))
             run_id = f"run:{secrets.token_hex(10)}"
             job_id = None if action == "skip" else new_job_id(new.table)
             status: RunStatus = "skipped" if action == "skip" else "pending"
             finished = now if action == "skip" else None
-            store._x(
-                cur,
+            sql.execute(
                 f"INSERT INTO schedule_runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (schedule, fire_at) DO NOTHING",
                 (run_id, schedule, fire_at, now, status, job_id, finished),
             )
-            if cur.rowcount != 1:
+            if sql.rowcount != 1:
                 return None
-            store._x(
-                cur,
+            sql.execute(
                 "INSERT INTO schedule_state (schedule, first_seen_at, last_fire_at) "
                 "VALUES (?, ?, ?) ON CONFLICT (schedule) DO UPDATE SET "
                 "last_fire_at = excluded.last_fire_at",
@@ -189,58 +186,41 @@ class ScheduleTable:
             replaced: tuple[str, ...] = ()
             if job_id is not None:
                 if max_queued is not None and new.pool is not None:
-                    self._check_room(cur, new.pool, new.table, max_queued)
-                cur.execute(store._sql(INSERT_JOB), insert_row(new, job_id, now))
+                    check_room(sql, new.pool, new.table, 1, max_queued, FIRED_LATER)
+                sql.execute(INSERT_JOB, insert_row(new, job_id, now))
                 if action == "replace":
                     replaced = tuple(job for _, job in running if job is not None)
                     for open_run, _ in running:
-                        store._x(
-                            cur,
+                        sql.execute(
                             "UPDATE schedule_runs SET status = 'replaced', finished_at = ? "
                             "WHERE id = ?",
                             (now, open_run),
                         )
-                store._changed(cur)
+                sql.changed()
         run = Run(run_id, schedule, fire_at, now, status, job_id, finished)
         return Fired(run, action, replaced)
 
-    def _check_room(self, cur: Cursor, pool: str, table: str, max_queued: int) -> None:
-        # The lock key is the one enqueue takes (store/jobs.py), so the two count alike.
-        self._store._lock(cur, f"enqueue:{pool}")
-        self._store._x(
-            cur, "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending'", (table,)
-        )
-        waiting = int(cur.fetchone()[0])
-        if waiting + 1 > max_queued:
-            raise QueueFull(
-                f"pool {pool!r} already has {waiting} jobs waiting (maxQueued {max_queued}); "
-                "the fire is made when there is room"
-            )
-
-    def _running(self, cur: Cursor, schedule: str) -> list[tuple[str, str | None]]:
+    def _running(self, sql: Sql, schedule: str) -> list[tuple[str, str | None]]:
         """(run id, job id) of the schedule's runs whose job is still pending or processing,
         read from the jobs themselves (a run's own status may lag a tick behind)."""
-        self._store._x(
-            cur,
+        sql.execute(
             "SELECT r.id, r.job_id FROM schedule_runs r JOIN jobs j ON j.id = r.job_id "
             "WHERE r.schedule = ? AND r.status IN ('pending', 'processing') "
             "AND j.status IN ('pending', 'processing')",
             (schedule,),
         )
-        return [(row[0], row[1]) for row in cur.fetchall()]
+        return [(row[0], row[1]) for row in sql.fetchall()]
 
     # --- following jobs ------------------------------------------------------------------
 
     def sync(self, now: float) -> list[tuple[str, RunStatus]]:
         """Bring open runs' statuses up to their jobs'; returns (run id, new status) changed."""
-        store = self._store
-        with store._cursor() as cur:
-            store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "SELECT r.id, r.status, j.status, j.errors, j.finished_at FROM schedule_runs r "
                 "LEFT JOIN jobs j ON j.id = r.job_id WHERE r.status IN ('pending', 'processing')",
             )
-            rows = cur.fetchall()
+            rows = sql.fetchall()
         changes = []
         for run_id, before, job_status, errors, finished_at in rows:
             after = run_status_of(job_status, errors)
@@ -248,10 +228,9 @@ class ScheduleTable:
                 ended = None if after in OPEN else (finished_at or now)
                 changes.append((run_id, before, after, ended))
         if changes:
-            with store._write() as cur:
+            with self._db.write() as sql:
                 for run_id, before, after, ended in changes:
-                    store._x(
-                        cur,
+                    sql.execute(
                         "UPDATE schedule_runs SET status = ?, finished_at = ? "
                         "WHERE id = ? AND status = ?",
                         (after, ended, run_id, before),
@@ -261,14 +240,13 @@ class ScheduleTable:
     def replaced_still_running(self) -> list[str]:
         """Jobs of replaced runs that still run and were not asked to stop (the controller
         that replaced them died before it killed them)."""
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "SELECT j.id FROM schedule_runs r JOIN jobs j ON j.id = r.job_id "
                 "WHERE r.status = 'replaced' AND j.status IN ('pending', 'processing') "
                 "AND j.cancel_requested = 0",
             )
-            return [row[0] for row in cur.fetchall()]
+            return [row[0] for row in sql.fetchall()]
 
     # --- retention -----------------------------------------------------------------------
 
@@ -303,72 +281,49 @@ class ScheduleTable:
         removed = 0
         after: tuple[float, str] = (float("-inf"), "")
         while True:
-            with self._store._write() as cur:
-                self._store._x(
-                    cur,
+            with self._db.write() as sql:
+                sql.execute(
                     "SELECT id, schedule, status, finished_at FROM schedule_runs "
                     f"WHERE status IN ({marks}) AND finished_at < ? "
                     "AND (finished_at > ? OR (finished_at = ? AND id > ?)) "
                     "ORDER BY finished_at, id LIMIT ?",
                     (*statuses, before, after[0], after[0], after[1], batch),
                 )
-                rows = cur.fetchall()
+                rows = sql.fetchall()
                 doomed = [row for row in rows if row[3] < limits.get(row[1], fallback)]
-                self._fold_and_delete(cur, doomed)
+                fold_and_delete(sql, RUN_ROWS, doomed)
             removed += len(doomed)
             if len(rows) < batch:
                 return removed
             after = (rows[-1][3], rows[-1][0])
 
-    def _fold_and_delete(self, cur: Cursor, rows: Sequence[Sequence[Any]]) -> None:
-        folded: dict[tuple[str, int, str], int] = {}
-        for _, schedule, status, finished_at in rows:
-            key = (schedule, _hour(finished_at), status)
-            folded[key] = folded.get(key, 0) + 1
-        for (schedule, hour, outcome), count in folded.items():
-            self._store._x(
-                cur,
-                "INSERT INTO schedule_counters (schedule, hour, outcome, count) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (schedule, hour, outcome) "
-                "DO UPDATE SET count = schedule_counters.count + excluded.count",
-                (schedule, hour, outcome, count),
-            )
-        for start in range(0, len(rows), 200):
-            ids = [row[0] for row in rows[start : start + 200]]
-            self._store._x(
-                cur, f"DELETE FROM schedule_runs WHERE id IN ({', '.join('?' for _ in ids)})", ids
-            )
-
     # --- reading -------------------------------------------------------------------------
 
     def runs(self, schedule: str, limit: int = 20) -> list[Run]:
         """The schedule's runs, the latest fire first."""
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 f"SELECT {RUN_COLUMNS} FROM schedule_runs WHERE schedule = ? "
                 "ORDER BY fire_at DESC LIMIT ?",
                 (schedule, limit),
             )
-            return [_run(row) for row in cur.fetchall()]
+            return [_run(row) for row in sql.fetchall()]
 
     def totals(self, schedule: str) -> dict[str, dict[str, int]]:
         """The schedule's runs by status: those still kept (``kept``) and those retention
         folded into the counters (``pruned``); every status present in both."""
-        with self._store._cursor() as cur:
-            self._store._x(
-                cur,
+        with self._db.read() as sql:
+            sql.execute(
                 "SELECT status, count(*) FROM schedule_runs WHERE schedule = ? GROUP BY status",
                 (schedule,),
             )
-            kept = {row[0]: int(row[1]) for row in cur.fetchall()}
-            self._store._x(
-                cur,
+            kept = {row[0]: int(row[1]) for row in sql.fetchall()}
+            sql.execute(
                 "SELECT outcome, sum(count) FROM schedule_counters WHERE schedule = ? "
                 "GROUP BY outcome",
                 (schedule,),
             )
-            pruned = {row[0]: int(row[1]) for row in cur.fetchall()}
+            pruned = {row[0]: int(row[1]) for row in sql.fetchall()}
         return {
             "kept": {status: kept.get(status, 0) for status in RUN_STATUSES},
             "pruned": {status: pruned.get(status, 0) for status in RUN_STATUSES},

@@ -2,14 +2,12 @@
 
 ``BEGIN IMMEDIATE`` takes the database's write lock at the start of every write transaction,
 so writers are serialized and a claim's read-then-update cannot interleave with another's.
-The threads of one process first queue on a lock of their own: SQLite's busy handler sleeps
-1, 2, 5, 10 ms... between tries, so two threads of the controller meeting at ``BEGIN``
-would otherwise cost the loser milliseconds (measured: 12% of the controller's time under
-load went to those sleeps). Processes queue on a file lock beside the database
-(``WriterQueue``), waiting in a blocking flock, for the same reason: measured with four
-processes claiming and completing, each one's transactions waited in those sleeps while the
-database was free. SQLite's own lock stays what serializes writers: the queue only spares
-them the sleeps, and a writer that cannot take it in BUSY_TIMEOUT_MS goes on without it.
+The threads of one process first queue on a lock of their own, and processes on a file lock
+beside the database (``WriterQueue``), waiting in a blocking flock: SQLite's busy handler
+sleeps 1, 2, 5, 10 ms... between tries, and a writer that meets another at ``BEGIN`` would
+sleep while the database is free. SQLite's own lock stays what serializes writers: the
+queue only spares them the sleeps, and a writer that cannot take it in BUSY_TIMEOUT_MS goes
+on without it.
 """
 
 from __future__ import annotations
@@ -26,13 +24,29 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
+from typing import Any, TypeVar
 
-from sp00ky_infra.store.dialect import Cursor, LeaderLock, PerThread, Watcher
-from sp00ky_infra.store.model import StoreUnavailable
+from sp00ky_infra.policy.jobs import Queued, admit
+from sp00ky_infra.store.dialect import Cursor, Later, LeaderLock, PerThread, Sql, Watcher
+from sp00ky_infra.store.migrations import Migration
+from sp00ky_infra.store.model import Conflict, StoreUnavailable
+from sp00ky_infra.store.rows import (
+    COMPLETE_ATTEMPT,
+    QUEUE_ORDER,
+    START_ROWS_MAX,
+    Claim,
+    Claimed,
+    chunks,
+    complete_attempts,
+    start_attempts,
+)
 from sp00ky_infra.store.sql import SqlStore
+from sp00ky_infra.store.transitions import attempt_deadline, new_attempt_id
 
 log = logging.getLogger("sp00ky.store")
+T = TypeVar("T")
 
 WATCH_INTERVAL_SECONDS = 0.005  # data_version is read this often, wake-up or not
 # ... and this often by a watcher whose process takes the wake-ups on another (wakeups=False)
@@ -144,8 +158,7 @@ class WakeSender:
     The socket it sends from is kept, and so is the folder's listing, read again when the
     folder's mtime changed or the listing is RESCAN_SECONDS old (an mtime can stay the same
     across two changes close together), or a send found a socket gone: a commit's wake-up
-    is a stat and a send a watcher. Measured on the 2-core machine after a pause between
-    jobs, 42-43 us against 68-71 with a listing and a socket of its own each time. A
+    is a stat and a send a watcher, not a listing and a socket of its own each time. A
     watcher bound since the last listing misses wake-ups for that long at most; its store's
     reads find the commits meanwhile. A socket nobody holds any more (a killed controller's)
     is removed."""
@@ -226,23 +239,15 @@ class FileLock(LeaderLock):
 
 
 BUSY_TIMEOUT_MS = 30_000
-# Page cache a connection (SQLite's default is 2,000 KiB). The controller has a connection a
-# thread that touches the store, and on a database of a million rows each one's cache fills:
-# measured on a real controller (bench/dispatch.py --controller-memory), its memory at
-# 1,000,000 pending was 1.13-1.20 x that at 1,000 with the default, 1.04-1.05 x with 512 KiB,
-# and the tick and the store's claims were no slower (the OS keeps the file's pages).
+# Page cache a connection, under SQLite's default: the controller has a connection a thread,
+# each one's cache fills on a large database, and the OS keeps the file's pages anyway.
 CACHE_KIB = 512
 # A store that checkpoints in the background (``checkpoint_in_background``: the controller's)
 # has a thread copy the WAL back into the database every CHECKPOINT_INTERVAL_SECONDS when
-# something was written. No store's commits checkpoint below BACKSTOP_CHECKPOINT_PAGES, the
-# controller's or another process's (a client's, the CLI's): by default the commit that
-# takes the WAL past 1,000 pages does it, with an fsync. Measured on the 2-core machine,
-# 22-27 of 3,000 of the controller's commits took 2-12 ms instead of 0.3; and with the
-# controller's own commits spared, a client's enqueue still met that point about once in
-# 100 jobs of bench/dispatch.py's latency (+1.5-3 ms, its p99), the WAL growing some 1,200
-# pages between two of the thread's rounds. Without a controller the last connection to
-# close checkpoints, and a process that writes more meanwhile, at the backstop (its WAL then
-# grows to about 40 MiB, and the commit that reaches it pays for a checkpoint that size).
+# something was written, so that no commit pays for a checkpoint's fsync: no store's commits
+# checkpoint below BACKSTOP_CHECKPOINT_PAGES, the controller's or another process's (a
+# client's, the CLI's). Without a controller the last connection to close checkpoints, and
+# a process that writes more meanwhile, at the backstop.
 CHECKPOINT_INTERVAL_SECONDS = 0.1
 BACKSTOP_CHECKPOINT_PAGES = 10_000
 
@@ -255,9 +260,7 @@ class WriterQueue:
     A writer that finds the lock taken waits in a blocking flock, so the kernel hands it
     the lock the moment the holder lets go, with a timeout: the blocking call is made by
     a thread of the process's own (``_Waiter``), which a writer waits for up to its
-    timeout. Measured with four processes claiming and completing on two cores, trying
-    again every 20-200 us instead cost a quarter of their throughput: the holder shared
-    the cores with the waiters' tries.
+    timeout. Trying again in a loop instead would take the holder's CPU.
     """
 
     def __init__(self, path: str) -> None:
@@ -389,6 +392,7 @@ class Checkpointer(threading.Thread):
 
 
 class SqliteStore(SqlStore):
+    name = "sqlite"
     embedded = True
 
     def __init__(self, path: str) -> None:
@@ -432,7 +436,7 @@ class SqliteStore(SqlStore):
         return self._connections.get()
 
     @contextmanager
-    def _write(self) -> Iterator[Cursor]:
+    def write(self) -> Iterator[Sql]:
         conn = self._connection()
         cur = conn.cursor()
         nested = conn.in_transaction  # inside transaction(): a savepoint of it
@@ -444,7 +448,7 @@ class SqliteStore(SqlStore):
         try:
             cur.execute("SAVEPOINT nested" if nested else "BEGIN IMMEDIATE")
             try:
-                yield cur
+                yield Sql(cur, self)
             except BaseException:
                 if nested:
                     cur.execute("ROLLBACK TO nested")
@@ -467,15 +471,108 @@ class SqliteStore(SqlStore):
             self._waker.send(wake_message(due))
 
     @contextmanager
-    def _cursor(self) -> Iterator[Cursor]:
+    def read(self) -> Iterator[Sql]:
         cur = self._connection().cursor()
         try:
-            yield cur
+            yield Sql(cur, self)
         finally:
             cur.close()
 
     def _lock(self, cur: Cursor, key: str) -> None:
         """Nothing to do: BEGIN IMMEDIATE already serializes every writer."""
+
+    def _own_statements(self, migration: Migration) -> tuple[str, ...]:
+        return migration.sqlite
+
+    def indexed(self, table: str, index: str) -> str:
+        return f"{table} INDEXED BY {index}"
+
+    def join_each(self, outer: str, table: str, on: str, where: str, index: str) -> str:
+        return f"FROM {outer} JOIN {self.indexed(table, index)} ON {on} WHERE {where}"
+
+    def each_queue(
+        self, head: str, queues: Sequence[tuple[int, str, int]], now: float
+    ) -> tuple[str, list[Any]]:
+        # A subquery a queue, joined by UNION ALL: a LIMIT here names no outer column.
+        one = "SELECT {n}, " + head.format(tbl="?", now="?", cap="?")
+        sql = " UNION ALL ".join(one.format(n=n) for n, _, _ in queues)
+        return sql, [value for _, table, cap in queues for value in (table, now, cap)]
+
+    def claim_head(self, claim: Claim, shape: Claimed[T]) -> Later[list[T]]:
+        """Read the head of the queue (BEGIN IMMEDIATE holds the database, so the rows read
+        are the rows written), admit as policy.jobs.admit does, and start the admitted rows;
+        the answers are built from the rows read (``shape.made``), not read back."""
+        # ``+run_after`` keeps SQLite on jobs_queue, already in admission order, off
+        # jobs_pending_due, whose range it would rather take and then sort every due row.
+        head = (
+            f"SELECT {shape.head} FROM jobs "
+            "WHERE tbl = ? AND status = 'pending' AND +run_after <= ? "
+            "AND (queue_deadline IS NULL OR queue_deadline > ?) "
+            f"ORDER BY {QUEUE_ORDER} LIMIT ?"
+        )
+        now, slots_at, timeout_at, duration_at = claim.now, *shape.places
+        with self.joined() as sql:
+            in_flight = 0
+            if claim.concurrency is not None:
+                running = "SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'processing'"
+                in_flight = int(sql.execute(running, (claim.table,)).fetchone()[0])
+            queue = sql.execute(head, (claim.table, now, now, claim.free_slots)).fetchall()
+            queued = (Queued(row[0], row[slots_at]) for row in queue)
+            chosen = set(admit(queued, claim.free_slots, in_flight, claim.concurrency))
+            started: list[T] = []
+            starts = []
+            for row in queue:
+                if row[0] in chosen:
+                    attempt = new_attempt_id()
+                    deadline = attempt_deadline(row[timeout_at], row[duration_at], now)
+                    starts.append((row[0], attempt, deadline))
+                    started.append(shape.made(row, claim, attempt, deadline))
+            lease_expires_at = now + claim.lease
+            for chunk in chunks(starts, START_ROWS_MAX):
+                sql.execute(
+                    start_attempts(len(chunk)),
+                    (claim.owner, claim.machine, lease_expires_at, now, now, *chain(*chunk)),
+                )
+                if sql.rowcount != len(chunk):  # the database is held: every admitted row starts
+                    raise Conflict(f"claim of {claim.table} raced another writer; try again")
+        return Later.ready(started)
+
+    def renew_leases(
+        self, leases: Sequence[tuple[str, str]], now: float, lease: float
+    ) -> Later[set[str]]:
+        renewed: set[str] = set()
+        with self.joined() as sql:  # each UPDATE stands alone: no savepoint needed
+            for job_id, attempt in leases:
+                sql.execute(
+                    "UPDATE jobs SET lease_expires_at = ?, updated_at = ? "
+                    "WHERE id = ? AND attempt = ? AND status = 'processing'",
+                    (now + lease, now, job_id, attempt),
+                )
+                if sql.rowcount == 1:
+                    renewed.add(job_id)
+        return Later.ready(renewed)
+
+    def end_attempts(
+        self, results: Sequence[tuple[str, str, str | None]], now: float, machine: str | None
+    ) -> Later[dict[str, float | None]]:
+        """A statement a chunk of START_ROWS_MAX results (the one-row statement for one
+        result), committed together."""
+        started: dict[str, float | None] = {}
+        with self.joined() as sql:
+            if len(results) > 1:
+                for chunk in chunks(results, START_ROWS_MAX):
+                    sql.execute(
+                        complete_attempts(len(chunk)), (now, now, *chain(*chunk), machine, machine)
+                    )
+                    started.update(sql.fetchall())
+                return Later.ready(started)
+            ((job_id, attempt, payload),) = results
+            row = sql.execute(
+                COMPLETE_ATTEMPT, (payload, now, now, job_id, attempt, machine, machine)
+            ).fetchone()
+            if row is not None:
+                started[job_id] = row[0]
+        return Later.ready(started)
 
     def leader_lock(self) -> LeaderLock:
         return FileLock(f"{self.path}.leader")

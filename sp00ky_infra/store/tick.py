@@ -1,12 +1,11 @@
 """What the controller's tick reads: a few index ranges a pool, whatever its machines.
 
-A tick used to read every live machine row, then every pool's in one statement that sought
-each machine's running jobs (about 2 ms at 1,000 machines, a microsecond a machine). Here
-it reads none of the machines nothing can happen to: each machine's busy slots are kept on
-its row by the database (migration 7's triggers, in the transaction that moves a job), and
-``machines`` counts each pool's ready machines (how many, their busy slots, how many idle
-past the idle timeout) from one index alone, then seeks, in indexes that hold a few entries
-each, the machines that may need a decision: not ready, or ready and maybe silent, past their
+The tick reads none of the machines nothing can happen to, so that its cost follows the
+machines that need a decision: each machine's busy slots are kept on its row by the
+database (migration 7's triggers, in the transaction that moves a job), and ``summarized``
+counts each pool's ready machines (how many, their busy slots, how many idle past the idle
+timeout) from one index alone, then seeks, in indexes that hold a few entries each, the
+machines that may need a decision: not ready, or ready and maybe silent, past their
 lifetime, on another revision, or with an idle clock to start or stop. The policy's own test
 (``policy.plan.steady``) sorts those out; the steady ones among them are counted, the others
 listed. ``silent`` seeks the machines to fence the same way, and ``queued_slots`` counts
@@ -24,6 +23,7 @@ from typing import Any
 from sp00ky_infra.policy.machines import MachineState
 from sp00ky_infra.policy.plan import MachineView, idle_past, silent, steady
 from sp00ky_infra.store.dialect import Dialect
+from sp00ky_infra.store.rows import QUEUE_HEAD_SLOTS
 
 # Seconds added to a threshold to seek a range that holds every machine past it: ``x + s <
 # now`` and ``now - x >= t``, computed in doubles, imply ``x < now - s + MARGIN`` and ``x <
@@ -120,92 +120,42 @@ def _row(found: Sequence[Any]) -> MachineRow:
 class TickReads:
     """The tick's reads, on the store's connections."""
 
-    def __init__(self, store: Dialect) -> None:
-        self._store = store
-        self._sqlite = store.placeholder == "?"
-
-    def _machines(self, index: str) -> str:
-        """``machines m``, on SQLite read through ``index``."""
-        return f"machines m INDEXED BY {index}" if self._sqlite else "machines m"
+    def __init__(self, db: Dialect) -> None:
+        self._db = db
 
     def _each_pool(self, index: str, where: str) -> str:
-        """``FROM`` the machines of each pool of ``p`` ``where`` it holds: on SQLite through
-        ``index``; on PostgreSQL a lateral subquery, which it answers with a range of the
-        index a pool (it would rather hash the pools and read every machine a branch)."""
-        if self._sqlite:
-            return f"FROM p JOIN {self._machines(index)} ON m.pool = p.pool WHERE {where}"
-        return (
-            "FROM p CROSS JOIN LATERAL (SELECT * FROM machines m "
-            f"WHERE m.pool = p.pool AND {where} OFFSET 0) AS m"  # OFFSET 0: not pulled up
-        )
+        """``FROM`` the machines of each pool of ``p`` ``where`` it holds (``Dialect.join_each``;
+        SQLite told ``index``)."""
+        return self._db.join_each("p", "machines m", "m.pool = p.pool", where, index)
 
     def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        with self._store._cursor() as cur:
-            self._store._x(cur, sql, params)
-            return list(cur.fetchall())
+        with self._db.read() as cur:
+            return list(cur.execute(sql, params).fetchall())
 
-    def machines(
-        self, terms: Sequence[PoolTerms], now: float, summarize: bool = True
-    ) -> dict[str, PoolMachines]:
-        """Every configured pool's live machines with their busy slots; with ``summarize``,
-        the steady ones (``policy.plan.steady``) are only counted. One statement, whatever
-        the pools; it reads no steady machine's row."""
+    def listed(self, terms: Sequence[PoolTerms]) -> dict[str, PoolMachines]:
+        """Every configured pool's live machines with their busy slots, each one listed, oldest
+        first (in one statement, whatever the pools)."""
         found = {each.pool: PoolMachines() for each in terms}
         if not terms:
             return found
-        if not summarize:
-            rows = self._fetch(
-                f"{_with('pool', len(terms))}SELECT {_COLUMNS} FROM p JOIN machines m "
-                "ON m.pool = p.pool WHERE m.state <> 'destroyed' ORDER BY 4, 2",
-                [each.pool for each in terms],
-            )
-            for row in map(_row, rows):
-                found[row.pool].listed.append(row)
-            return found
-        # One statement, so that the counts and the rows are of one snapshot (the rows first:
-        # PostgreSQL types the columns of a UNION from the left): every ready
-        # machine counted, its busy slots summed, from machines_ready alone (every pool's:
-        # the ones not configured are left out here); the ones idle past the timeout
-        # (policy.plan.idle_past, the same arithmetic: IEEE doubles on both dialects), a
-        # range of it a pool; and the rows of the machines that may not be steady. The
-        # steady ones are the ones counted but these.
-        ready = self._machines("machines_ready")
-        counted = (
-            "SELECT 1, m.pool, NULL, NULL, NULL, NULL, count(*), NULL, NULL, sum(m.busy_slots) "
-            f"FROM {ready} WHERE m.state = 'ready' GROUP BY m.pool",
-            "SELECT 2, p.pool, NULL, NULL, NULL, NULL, count(*), NULL, NULL, 0 "
-            + self._each_pool(
-                "machines_ready",
-                "m.state = 'ready' AND m.busy_slots = 0 AND m.idle_since < p.idle_bound "
-                "AND ? - m.idle_since >= p.idle_timeout",
-            )
-            + " GROUP BY p.pool",
-        )
-        listed = (
-            f"SELECT 0, {_COLUMNS} {self._each_pool(index, where)}"
-            for index, where in _MAYBE_UNSTEADY
-        )
-        columns = "pool, revision, seen_bound, born_bound, idle_bound, idle_timeout"
         rows = self._fetch(
-            f"{_with(columns, len(terms))}{' UNION '.join((*listed, *counted))} ORDER BY 5, 3",
-            [
-                *(
-                    value
-                    for each in terms
-                    for value in (
-                        each.pool,
-                        each.revision,
-                        now - each.silence + MARGIN,
-                        now - each.max_lifetime + MARGIN,
-                        now - each.idle_timeout + MARGIN,
-                        each.idle_timeout,
-                    )
-                ),
-                now,
-            ],
+            f"{_with('pool', len(terms))}SELECT {_COLUMNS} FROM p JOIN machines m "
+            "ON m.pool = p.pool WHERE m.state <> 'destroyed' ORDER BY 4, 2",
+            [each.pool for each in terms],
         )
+        for row in map(_row, rows):
+            found[row.pool].listed.append(row)
+        return found
+
+    def summarized(self, terms: Sequence[PoolTerms], now: float) -> dict[str, PoolMachines]:
+        """Every configured pool's live machines with their busy slots, the steady ones
+        (``policy.plan.steady``) only counted. One statement, whatever the pools; it reads no
+        steady machine's row."""
+        found = {each.pool: PoolMachines() for each in terms}
+        if not terms:
+            return found
         maybe = []
-        for kind, pool, *machine in rows:
+        for kind, pool, *machine in self._fetch(*self._summary(terms, now)):
             if kind == 0:
                 maybe.append(_row((pool, *machine)))
             elif (into := found.get(pool)) is not None:
@@ -226,6 +176,46 @@ class TickReads:
                 into.steady_idle -= idle_past(view, pool, now)
             into.listed.append(row)
         return found
+
+    def _summary(self, terms: Sequence[PoolTerms], now: float) -> tuple[str, list[Any]]:
+        """``summarized``'s statement, so that the counts and the rows are of one snapshot
+        (the rows first: PostgreSQL types the columns of a UNION from the left): every ready
+        machine counted, its busy slots summed, from machines_ready alone (every pool's: the
+        ones not configured are left out after); the ones idle past the timeout
+        (policy.plan.idle_past, the same arithmetic: IEEE doubles on both dialects), a range
+        of it a pool; and the rows of the machines that may not be steady. The steady ones
+        are the ones counted but these."""
+        ready = self._db.indexed("machines m", "machines_ready")
+        counted = (
+            "SELECT 1, m.pool, NULL, NULL, NULL, NULL, count(*), NULL, NULL, sum(m.busy_slots) "
+            f"FROM {ready} WHERE m.state = 'ready' GROUP BY m.pool",
+            "SELECT 2, p.pool, NULL, NULL, NULL, NULL, count(*), NULL, NULL, 0 "
+            + self._each_pool(
+                "machines_ready",
+                "m.state = 'ready' AND m.busy_slots = 0 AND m.idle_since < p.idle_bound "
+                "AND ? - m.idle_since >= p.idle_timeout",
+            )
+            + " GROUP BY p.pool",
+        )
+        listed = (
+            f"SELECT 0, {_COLUMNS} {self._each_pool(index, where)}"
+            for index, where in _MAYBE_UNSTEADY
+        )
+        columns = "pool, revision, seen_bound, born_bound, idle_bound, idle_timeout"
+        params: list[Any] = [
+            value
+            for each in terms
+            for value in (
+                each.pool,
+                each.revision,
+                now - each.silence + MARGIN,
+                now - each.max_lifetime + MARGIN,
+                now - each.idle_timeout + MARGIN,
+                each.idle_timeout,
+            )
+        ]
+        union = " UNION ".join((*listed, *counted))
+        return f"{_with(columns, len(terms))}{union} ORDER BY 5, 3", [*params, now]
 
     def silent(self, terms: Sequence[PoolTerms], now: float) -> list[MachineRow]:
         """The serving (ready, draining) machines of configured pools silent for a whole lease
@@ -252,32 +242,12 @@ class TickReads:
 
     def queued_slots(self, queues: Sequence[tuple[str, int]], now: float) -> list[int]:
         """For each (table, cap): the slots its eligible pending jobs need over the first
-        ``cap`` of them (``Jobs.queued_slots``, every queue in one statement): a range of
+        ``cap`` of them (``JobTable.queued_slots``, every queue in one statement): a range of
         the jobs_pending_due index each, never longer than its cap; none for a cap of 0."""
         found = [0] * len(queues)
         counted = [(n, table, cap) for n, (table, cap) in enumerate(queues) if cap > 0]
         if not counted:
             return found
-        head = (
-            "(SELECT coalesce(sum(slots), 0) FROM (SELECT slots FROM jobs WHERE tbl = {tbl} "
-            "AND status = 'pending' AND run_after <= {now} LIMIT {cap}) AS head)"
-        )
-        params: list[Any] = []
-        if self._store.placeholder == "?":  # SQLite: a LIMIT names no outer column
-            one = "SELECT {n}, " + head.format(tbl="?", now="?", cap="?")
-            sql = " UNION ALL ".join(one.format(n=n) for n, _, _ in counted)
-            for _, table, cap in counted:
-                params += [table, now, cap]
-        else:  # one statement to plan, not one a queue (0.8 ms against 1.3 at 50 queues)
-            rows = ", ".join(f"({n}, ?, ?)" for n, _, _ in counted)
-            sql = (
-                f"WITH q (n, tbl, cap) AS (VALUES {rows}) SELECT q.n, "
-                + head.format(tbl="q.tbl", now="?", cap="q.cap")
-                + " FROM q"
-            )
-            for _, table, cap in counted:
-                params += [table, cap]
-            params.append(now)
-        for n, slots in self._fetch(sql, params):
+        for n, slots in self._fetch(*self._db.each_queue(QUEUE_HEAD_SLOTS, counted, now)):
             found[int(n)] = int(slots)
         return found

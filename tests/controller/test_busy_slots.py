@@ -26,11 +26,10 @@ class Rollback(Exception):
 
 def drift(store: SqlStore) -> dict[str, tuple[int, int]]:
     """The machines whose kept busy slots differ from their running jobs': (kept, actual)."""
-    with store._cursor() as cur:
-        store._x(cur, "SELECT name, busy_slots FROM machines")
+    with store.read() as cur:
+        cur.execute("SELECT name, busy_slots FROM machines")
         kept = {name: int(busy) for name, busy in cur.fetchall()}
-        store._x(
-            cur,
+        cur.execute(
             "SELECT machine, sum(slots) FROM jobs WHERE status = 'processing' "
             "AND machine IS NOT NULL GROUP BY machine",
         )
@@ -43,9 +42,8 @@ def drift(store: SqlStore) -> dict[str, tuple[int, int]]:
 
 
 def running(store: SqlStore) -> list[tuple[str, str, bool]]:
-    with store._cursor() as cur:
-        store._x(
-            cur,
+    with store.read() as cur:
+        cur.execute(
             "SELECT id, attempt, cancel_requested FROM jobs WHERE status = 'processing' "
             "ORDER BY id",
         )
@@ -53,8 +51,8 @@ def running(store: SqlStore) -> list[tuple[str, str, bool]]:
 
 
 def ids(store: SqlStore, where: str) -> list[str]:
-    with store._cursor() as cur:
-        store._x(cur, f"SELECT id FROM jobs WHERE {where} ORDER BY id")
+    with store.read() as cur:
+        cur.execute(f"SELECT id FROM jobs WHERE {where} ORDER BY id")
         return [row[0] for row in cur.fetchall()]
 
 
@@ -150,14 +148,14 @@ def test_a_machine_added_while_jobs_run_under_its_name_counts_them(store: SqlSto
     store.enqueue_many([NewJob("app", "work_job", "/run", {}, pool="work", slots=2)], T0)
     assert store.claim("work_job", 2, "test", T0, LEASE, machine=LATE)
     store.machines.add(LATE, "work", "test", "r1", 4, T0)
-    with store._cursor() as cur:
-        store._x(cur, "SELECT busy_slots FROM machines WHERE name = ?", (LATE,))
+    with store.read() as cur:
+        cur.execute("SELECT busy_slots FROM machines WHERE name = ?", (LATE,))
         assert cur.fetchone()[0] == 2
     (job, attempt, _), *_ = running(store)
     store.complete(job, attempt, None, T0 + 1)
     assert drift(store) == {}
-    with store._cursor() as cur:
-        store._x(cur, "SELECT busy_slots FROM machines WHERE name = ?", (LATE,))
+    with store.read() as cur:
+        cur.execute("SELECT busy_slots FROM machines WHERE name = ?", (LATE,))
         assert cur.fetchone()[0] == 0
 
 
@@ -167,11 +165,11 @@ def test_a_running_job_deleted_frees_its_slots(store: SqlStore) -> None:
     store.machines.add("m1", "work", "test", "r1", 4, T0)
     store.enqueue_many([NewJob("app", "work_job", "/run", {}, pool="work", slots=3)], T0)
     (job,) = store.claim("work_job", 4, "test", T0, LEASE, machine="m1")
-    with store._cursor() as cur:
-        store._x(cur, "SELECT busy_slots FROM machines WHERE name = 'm1'")
+    with store.read() as cur:
+        cur.execute("SELECT busy_slots FROM machines WHERE name = 'm1'")
         assert cur.fetchone()[0] == 3
     with store.transaction() as cur:
-        store._x(cur, "DELETE FROM jobs WHERE id = ?", (job.id,))
-    with store._cursor() as cur:
-        store._x(cur, "SELECT busy_slots FROM machines WHERE name = 'm1'")
+        cur.execute("DELETE FROM jobs WHERE id = ?", (job.id,))
+    with store.read() as cur:
+        cur.execute("SELECT busy_slots FROM machines WHERE name = 'm1'")
         assert cur.fetchone()[0] == 0

@@ -1,5 +1,5 @@
-"""Counters you can read (issue 16, point 6): the hourly counters retention folds rows into,
-from the store, `jobs stats` and the admin API's GET /stats."""
+"""Counters you can read: the hourly counters retention folds rows into, from the store,
+`jobs stats` and the admin API's GET /stats."""
 
 from __future__ import annotations
 

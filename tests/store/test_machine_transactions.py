@@ -4,10 +4,9 @@ The agent's courier posts a job's result while the loop's next poll may still re
 job as running and renew its lease; the tick's sweep fails a job whose lease ran out while
 its machine's poll may renew it. The poll's own results take the machine's row (its busy
 slots, kept by trigger) before the renewal takes the job's row; the result and the sweep
-take the job's row before the machine's. In that order they deadlocked: the server broke the
-cycle after its deadlock_timeout (a second) by failing one of them, which the bench saw up to
-three times in a 3,000-job run. All of them now hold the machine's key (``machine_key``)
-from the start.
+take the job's row before the machine's. In that order they would deadlock, and the server
+would break the cycle after its deadlock_timeout (a second) by failing one of them: all of
+them hold the machine's key (``machine_key``) from the start.
 
 The interleaving is forced, not hoped for: a third connection holds the job's row, so the
 result (or the sweep) waits there first and the poll comes second; then that connection

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from sp00ky_infra.store import SqlStore, jobs, open_store
+from sp00ky_infra.store import SqlStore, open_store
+from sp00ky_infra.store import sqlite as sqlite_dialect
 from sp00ky_infra.store.model import CANCELLED, Conflict, Job, JobNotFound, StaleAttempt
 from sp00ky_infra.store.rows import complete_attempts, start_attempts
 from tests.store.test_store_contract import LEASE, T0, claim_one, new
@@ -128,7 +129,7 @@ def test_claims_and_batches_larger_than_a_statement_go_in_chunks(
 ) -> None:
     # SQLite starts a claim's attempts and records a batch of results a statement for at
     # most START_ROWS_MAX rows: a larger claim or batch goes in several, every row once.
-    monkeypatch.setattr(jobs, "START_ROWS_MAX", 2)
+    monkeypatch.setattr(sqlite_dialect, "START_ROWS_MAX", 2)
     for n in range(5):
         store.enqueue(new(payload={"n": n}), T0)
     running = store.claim("render_job", 5, "controller-1", T0, LEASE, machine="m1")
@@ -147,7 +148,7 @@ def test_sqlite_writes_a_claim_and_a_batch_of_results_by_id(sqlite_url: str) -> 
     try:
         store.enqueue_many([new(payload={"n": n}) for n in range(3000)], T0)
         store.claim("render_job", 1000, "controller-1", T0, LEASE, machine="m1")
-        with store._cursor() as cur:
+        with store.read() as cur:
             cur.execute("ANALYZE")
             plans = []
             for sql, variables in ((start_attempts(3), 5 + 9), (complete_attempts(3), 4 + 9)):

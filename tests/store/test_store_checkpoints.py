@@ -18,7 +18,7 @@ from tests.store.test_store_contract import T0, new
 
 
 def _autocheckpoint(store: SqlStore) -> int:
-    with store._cursor() as cur:
+    with store.read() as cur:
         cur.execute("PRAGMA wal_autocheckpoint")
         return int(cur.fetchone()[0])
 

@@ -602,7 +602,7 @@ def test_a_renewal_between_the_sweeps_read_and_write_wins(store: SqlStore) -> No
         found = overdue(seen, late)
         return None if found is None else found[1]
 
-    after = store._transition(job.id, sweep_step)
+    after = store.jobs.transition(job.id, sweep_step)
     assert reads == [T0 + LEASE, late + LEASE]  # the stale write lost; the re-read saw the renewal
     assert after.status == "processing" and after.attempt == running.attempt
     assert store.get(job.id).lease_expires_at == late + LEASE
@@ -623,6 +623,6 @@ def test_a_kill_between_a_reports_read_and_write_is_not_lost(store: SqlStore) ->
             return finish(seen, "failed", T0 + 2, error=error_entry("cancelled", "k", seen, T0 + 2))
         return finish(seen, "success", T0 + 2, result={"ok": True})
 
-    after = store._transition(job.id, report_step)
+    after = store.jobs.transition(job.id, report_step)
     assert seen_kill == [False, True]  # the write that missed the kill lost, and was redone
     assert after.status == "failed" and store.get(job.id).errors[-1]["code"] == "cancelled"

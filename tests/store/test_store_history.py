@@ -16,8 +16,8 @@ from tests.store.test_store_contract import LEASE, T0, claim_one, new
 
 
 def _column(store: SqlStore, job_id: str) -> list[dict[str, Any]]:
-    with store._cursor() as cur:
-        store._x(cur, "SELECT attempts FROM jobs WHERE id = ?", (job_id,))
+    with store.read() as cur:
+        cur.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,))
         return list(json.loads(cur.fetchone()[0]))
 
 
@@ -106,7 +106,7 @@ def test_a_store_whose_claims_appended_the_entry_reads_the_same_after_migrating(
     try:
         assert old.schema_version() == 8
         running_id, done_id = old.enqueue_many([new(), new()], T0)
-        with old._write() as cur:
+        with old.write() as cur:
             for job_id, status in ((running_id, "processing"), (done_id, "success")):
                 entry = {
                     "id": f"att-{status}",
@@ -116,8 +116,7 @@ def test_a_store_whose_claims_appended_the_entry_reads_the_same_after_migrating(
                     "ended_at": None if status == "processing" else T0 + 2,
                     "outcome": None if status == "processing" else "success",
                 }
-                old._x(
-                    cur,
+                cur.execute(
                     "UPDATE jobs SET status = ?, attempt = ?, attempt_number = 1, machine = 'm1', "
                     "assignee = 'controller-1', started_at = ?, lease_expires_at = ?, "
                     "finished_at = ?, attempts = ? WHERE id = ?",
@@ -147,9 +146,8 @@ def _write_old_claim(store: SqlStore, job_id: str, attempt: str) -> None:
     """The row as a build before migration 9 claimed it: the running entry in the column."""
     entry = {"id": attempt, "number": 1, "machine": "m1", "started_at": T0 + 1,
              "ended_at": None, "outcome": None}  # fmt: skip
-    with store._write() as cur:
-        store._x(
-            cur,
+    with store.write() as cur:
+        cur.execute(
             "UPDATE jobs SET status = 'processing', attempt = ?, attempt_number = 1, "
             "machine = 'm1', assignee = 'controller-1', started_at = ?, lease_expires_at = ?, "
             "attempts = ? WHERE id = ?",

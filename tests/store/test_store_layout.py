@@ -25,8 +25,8 @@ from tests.store.test_store_contract import LEASE, T0, new
 def physical_order(store: SqlStore) -> list[str]:
     """The jobs' ids in the order the database laid the rows down (SQLite's rowid,
     PostgreSQL's tuple id, which for rows never updated is the order they were written)."""
-    order = "ctid" if store.arrays else "rowid"
-    with store._cursor() as cur:
+    order = "ctid" if store.name == "postgres" else "rowid"
+    with store.read() as cur:
         cur.execute(f"SELECT id FROM jobs ORDER BY {order}")
         return [row[0] for row in cur.fetchall()]
 

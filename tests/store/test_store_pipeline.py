@@ -169,7 +169,7 @@ def test_an_error_in_the_pipeline_undoes_the_transaction_and_leaves_the_connecti
     running = claim_one(store, T0)
     with pytest.raises(psycopg.errors.DivisionByZero), store.transaction():
         store.send_complete_many([(job.id, running.attempt or "", {"n": 1})], T0 + 1)
-        store._send("SELECT 1 / 0").result()
+        store.send("SELECT 1 / 0").result()
     assert store.get(job.id).status == "processing"
     # a Python error after statements were sent (and never read) undoes them too
     with pytest.raises(RuntimeError), store.transaction():
@@ -186,9 +186,9 @@ def test_a_write_inside_the_pipelined_transaction_is_undone_alone(
     store, _ = proxied
     first, second = store.enqueue(new(), T0), store.enqueue(new(), T0)
     with store.transaction():
-        with pytest.raises(psycopg.errors.DivisionByZero), store._write() as cur:
-            store._x(cur, "UPDATE jobs SET priority = 7 WHERE id = ?", (first.id,))
-            store._x(cur, "SELECT 1 / 0")
+        with pytest.raises(psycopg.errors.DivisionByZero), store.write() as cur:
+            cur.execute("UPDATE jobs SET priority = 7 WHERE id = ?", (first.id,))
+            cur.execute("SELECT 1 / 0")
         store.send_claim("render_job", 1, "c", T0, LEASE, machine="m1")
     assert store.get(first.id).priority == first.priority  # its savepoint rolled back
     assert {store.get(first.id).status, store.get(second.id).status} == {"processing", "pending"}
@@ -286,7 +286,7 @@ def test_an_error_that_surfaces_with_the_commit_rolls_back_and_leaves_the_connec
     job = store.enqueue(new(), T0)
     with pytest.raises(psycopg.errors.DivisionByZero), store.transaction():
         claim_one(store, T0)
-        store._send("SELECT 1 / 0")  # never read: its error comes with the COMMIT
+        store.send("SELECT 1 / 0")  # never read: its error comes with the COMMIT
     assert store.get(job.id).status == "pending"  # the same connection, out of that transaction
     with store.transaction():
         claimed = store.send_claim("render_job", 1, "c", T0, LEASE, machine="m1")
@@ -299,8 +299,8 @@ def test_a_savepoint_whose_unread_statement_fails_is_undone_alone(
     store, _ = proxied
     job = store.enqueue(new(), T0)
     with store.transaction():
-        with pytest.raises(psycopg.errors.DivisionByZero), store._write():
-            store._send("SELECT 1 / 0")  # never read: its error comes with the RELEASE
+        with pytest.raises(psycopg.errors.DivisionByZero), store.write():
+            store.send("SELECT 1 / 0")  # never read: its error comes with the RELEASE
         claimed = store.send_claim("render_job", 1, "c", T0, LEASE, machine="m1")
     assert [each.id for each in claimed.result()] == [job.id]
     assert store.get(job.id).status == "processing"
@@ -315,13 +315,13 @@ def test_a_transaction_that_went_on_after_a_failed_statement_raises_instead_of_c
     with pytest.raises(psycopg.errors.PipelineAborted), store.transaction():
         claim_one(store, T0)
         with pytest.raises(psycopg.errors.DivisionByZero):
-            store._send("SELECT 1 / 0").result()  # caught: the block goes on
+            store.send("SELECT 1 / 0").result()  # caught: the block goes on
     assert store.get(job.id).status == "pending"
     # synced after it (the transaction aborted, the pipeline not): the COMMIT is a ROLLBACK
     with pytest.raises(StoreError, match="rolled back"), store.transaction():
         claim_one(store, T0)
         with pytest.raises(psycopg.errors.DivisionByZero):
-            store._send("SELECT 1 / 0").result()
+            store.send("SELECT 1 / 0").result()
         store._pipeline().sync()  # type: ignore[union-attr]
     assert store.get(job.id).status == "pending"
 
@@ -331,7 +331,7 @@ def test_a_transaction_inside_a_write_is_a_savepoint_of_it(
 ) -> None:
     store, _ = proxied
     job = store.enqueue(new(), T0)
-    with pytest.raises(RuntimeError), store._write():
+    with pytest.raises(RuntimeError), store.write():
         with store.transaction():
             claim_one(store, T0)
         raise RuntimeError("the outer write fails after the inner transaction ended")

@@ -109,7 +109,7 @@ def test_sqlite_has_no_statistics_to_make(sqlite_url: str) -> None:
     try:
         _enqueue(store, 300)
         assert store.ensure_statistics() is False
-        with store._cursor() as cur:
+        with store.read() as cur:
             cur.execute("SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_stat1'")
             assert cur.fetchone()[0] == 0
     finally:

@@ -119,9 +119,8 @@ def test_a_surplus_with_idle_machines_counted_asks_for_them() -> None:
 
 
 def _insert(store: SqlStore, machine: MachineView, pool: str) -> None:
-    with store._cursor() as cur:
-        store._x(
-            cur,
+    with store.read() as cur:
+        cur.execute(
             "INSERT INTO machines (name, pool, provider, state, revision, slots, created_at, "
             "updated_at, last_seen_at, idle_since, drained) VALUES (?, ?, 'test', ?, ?, 4, ?, ?, "
             "?, ?, ?)",
@@ -188,7 +187,7 @@ def test_the_store_counts_the_machines_the_policy_calls_steady(store: SqlStore, 
             _run(store, "other_job", machine.name, 1, now)
     terms = [PoolTerms("render", "r1", LEASE, LIFETIME, IDLE)]
     reads = TickReads(store)
-    found = reads.machines(terms, now)["render"]
+    found = reads.summarized(terms, now)["render"]
     pool = view(machines, Shape(0, 2, True, 0, 4), 0)
     want = summarize(pool, now)
     assert found.steady == want.steady > 0
@@ -197,7 +196,7 @@ def test_the_store_counts_the_machines_the_policy_calls_steady(store: SqlStore, 
     listed = sorted(want.machines, key=lambda m: (m.created_at, m.name))
     assert [row.view() for row in found.listed] == listed
     # every machine listed when not summarizing (explain), other pools' never
-    every = reads.machines(terms, now, summarize=False)["render"]
+    every = reads.listed(terms)["render"]
     assert (every.steady, len(every.listed)) == (0, len(machines))
     assert sorted((row.view() for row in every.listed), key=lambda m: m.name) == machines
     # the fence's read: the serving machines silent for a whole lease, as the policy says
