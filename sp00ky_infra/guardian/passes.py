@@ -3,10 +3,7 @@
 It needs only HCLOUD_TOKEN (and HCLOUD_ENDPOINT). It lists servers by label, reads each
 project's scheduler heartbeat (a label with a unix time on a small firewall the stacks do not
 manage), asks the pure verdicts what to destroy, and destroys it, logging each with its
-reason. A pass that could not list everything destroys nothing.
-
-GuardianError (root)
-└── Incomplete   the listing failed part-way: nothing was destroyed
+reason. A pass that could not list everything destroys nothing (``Incomplete``).
 """
 
 from __future__ import annotations
@@ -16,20 +13,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sp00ky_infra.guardian.errors import Incomplete
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI, Server
 from sp00ky_infra.hetzner.heartbeat import heartbeats
 from sp00ky_infra.policy.guardian import Machine, Verdict, Why, verdicts
 from sp00ky_infra.shared import labels
 
 log = logging.getLogger("sp00ky.guardian")
-
-
-class GuardianError(Exception):
-    """The guardian's root: a pass that could not do its work; the message says why."""
-
-
-class Incomplete(GuardianError):
-    """The servers or heartbeats could not all be listed; nothing was destroyed."""
 
 
 @dataclass
@@ -89,7 +79,7 @@ def listing(
 
 
 class Progress(Protocol):
-    """Told how a pass goes (a bar on a terminal, ``cli/progress.py``): the servers seen once
+    """Told how a pass goes (a bar on a terminal): the servers seen once
     listed, then each destroy as it ends."""
 
     def listed(self, servers: int, to_destroy: int) -> None: ...
