@@ -20,10 +20,11 @@ from sp00ky_infra.client import Client
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.hetzner.client import HetznerAPI
 from sp00ky_infra.hetzner.errors import HcloudError
-from sp00ky_infra.rehearse.boot import CLOUD, Booter, Timeline
+from sp00ky_infra.rehearse.boot import CLOUD, Booter
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.rehearse.errors import BootError
 from sp00ky_infra.rehearse.image import ensure_image
+from sp00ky_infra.rehearse.phases import Timeline
 from sp00ky_infra.rehearse.rehearsal import Reading, read_server
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.cloud_init import user_data
