@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import quote
 
 from agent.errors import DockerError
-from agent.redaction import TAIL_LINES
 from agent.runtime import free_port
+from agent.tail import TAIL_LINES
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 API_VERSION = "v1.41"  # Docker 20.10 and later
@@ -40,16 +40,14 @@ class DockerAPI:
         self.socket_path = socket_path
         self.timeout = timeout
 
-    def raw(self, method: str, path: str) -> bytes:
-        """An answer's body as it comes (a container's log), DockerError on a 4xx or 5xx."""
-        return self._request(method, path)
-
     def call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> Any:
         """An answer's JSON body (None when empty); DockerError on a 4xx or 5xx not in ``ok``."""
-        raw = self._request(method, path, body, ok)
+        raw = self.raw(method, path, body, ok)
         return json.loads(raw) if raw else None
 
-    def _request(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> bytes:
+    def raw(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> bytes:
+        """An answer's body as it comes (a container's log), DockerError on a 4xx or 5xx not
+        in ``ok``: every request to the engine goes this way."""
         conn = _UnixConnection(self.socket_path, self.timeout)
         try:
             data = None if body is None else json.dumps(body).encode()

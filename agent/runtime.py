@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Protocol
 
 from agent.errors import RuntimeError_
-from agent.redaction import TAIL_LINE_CHARS, TAIL_LINES, output_summary
+from agent.tail import TAIL_LINE_CHARS, TAIL_LINES, output_summary
 
 STOP_GRACE_SECONDS = 5.0
 # What a process needs to exist, and nothing else, passed on from the agent's own environment

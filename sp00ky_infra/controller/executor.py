@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from agent.redaction import output_summary
+from agent.tail import output_summary
 from sp00ky_infra.config.env_sources import EnvSourceError, resolve_env
 from sp00ky_infra.controller.measures import Measures
 from sp00ky_infra.controller.provisioners import (

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from agent.docker import demultiplex
-from agent.redaction import TAIL_CHARS, output_summary, redact
+from agent.tail import TAIL_CHARS, output_summary, redact
 from tests.helpers import ROOT, cli
 
 BACKEND_SECRET = "s3cr3t-value-of-the-backend"

@@ -24,7 +24,7 @@ from typing import Any
 import docker
 from docker.errors import APIError, BuildError, ImageNotFound, NotFound
 
-from agent.redaction import TAIL_LINES
+from agent.tail import TAIL_LINES
 from sp00ky_infra import engine
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
 from sp00ky_infra.shared import labels

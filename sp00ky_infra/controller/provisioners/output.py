@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from agent.redaction import TAIL_LINES
+from agent.tail import TAIL_LINES
 
 AGENT_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d agent machine=")
 

@@ -1,5 +1,5 @@
-"""What a failed boot may show of a backend's output: its last lines, bounded so that a noisy
-backend never makes a huge report, and redacted so that no secret leaves the machine.
+"""A backend's tail: what a failed boot shows of its output. Its last lines, bounded so that
+a noisy backend never makes a huge report, and redacted so that no secret leaves the machine.
 
 Pure (the standard library's ``re`` only): the controller redacts what a machine's backend
 printed with these same rules when a boot times out.
