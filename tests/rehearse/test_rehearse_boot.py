@@ -295,7 +295,8 @@ def _report(timeline: Timeline) -> None:
 
 
 def test_every_exception_of_the_rehearsal_is_a_rehearse_error() -> None:
-    """STYLE.md 5 for the new part (tests/controller/test_error_roots.py lists the older ones)."""
+    """The rehearsal has one exception root, as every part (tests/controller/test_error_roots.py
+    checks the others)."""
     import importlib
     import inspect
     import pkgutil

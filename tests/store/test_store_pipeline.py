@@ -1,7 +1,7 @@
 """PostgreSQL: the statements of one ``transaction()`` travel in a pipeline. What is sent
 before a read goes with it, and what is read after the COMMIT goes with the COMMIT. A poll
-that carries results and claims work costs two round trips. It used to cost seven: BEGIN,
-the machine, its running jobs, the results, the renewals, the claim, COMMIT.
+that carries results and claims work costs two round trips, not one for each of BEGIN, the
+machine, its running jobs, the results, the renewals, the claim and COMMIT.
 
 The round trips are counted on the wire. A proxy on loopback sits between the store and the
 server and counts the client's Sync and Query messages: each one waits for the server's
