@@ -15,7 +15,8 @@ from typing import Any
 from urllib.parse import quote
 
 from agent.errors import DockerError
-from agent.runtime import TAIL_LINES, free_port
+from agent.runtime import free_port
+from agent.tail import TAIL_LINES
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 API_VERSION = "v1.41"  # Docker 20.10 and later
@@ -39,24 +40,14 @@ class DockerAPI:
         self.socket_path = socket_path
         self.timeout = timeout
 
-    def raw(self, method: str, path: str) -> bytes:
-        """An answer's body as it comes (a container's log), DockerError on a 4xx or 5xx."""
-        conn = _UnixConnection(self.socket_path, self.timeout)
-        try:
-            conn.request(method, f"/{API_VERSION}{path}")
-            answer = conn.getresponse()
-            body = answer.read()
-        except OSError as exc:
-            raise DockerError(
-                f"cannot reach the Docker engine at {self.socket_path}: {exc}"
-            ) from exc
-        finally:
-            conn.close()
-        if answer.status >= 400:
-            raise DockerError(f"docker {method} {path}: {answer.status}")
-        return body
-
     def call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> Any:
+        """An answer's JSON body (None when empty); DockerError on a 4xx or 5xx not in ``ok``."""
+        raw = self.raw(method, path, body, ok)
+        return json.loads(raw) if raw else None
+
+    def raw(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> bytes:
+        """An answer's body as it comes (a container's log), DockerError on a 4xx or 5xx not
+        in ``ok``: every request to the engine goes this way."""
         conn = _UnixConnection(self.socket_path, self.timeout)
         try:
             data = None if body is None else json.dumps(body).encode()
@@ -73,10 +64,10 @@ class DockerAPI:
         if answer.status >= 400 and answer.status not in ok:
             try:
                 message = json.loads(raw).get("message", raw.decode(errors="replace"))
-            except ValueError:
+            except (ValueError, AttributeError):  # not JSON, or not an object
                 message = raw.decode(errors="replace")
             raise DockerError(f"docker {method} {path}: {answer.status}: {message}")
-        return json.loads(raw) if raw else None
+        return raw
 
 
 def demultiplex(raw: bytes) -> bytes:

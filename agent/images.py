@@ -34,7 +34,6 @@ from agent.protocol import ImageSource
 
 CHUNK_BYTES = 1 << 22
 PROGRESS_EVERY_SECONDS = 2.0
-CONNECT_TIMEOUT_SECONDS = 10.0
 READ_TIMEOUT_SECONDS = 60.0  # a stream silent this long is cut short, and retried
 DENIED = ("unauthorized", "no basic auth credentials", "denied", "authentication required")
 

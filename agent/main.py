@@ -68,16 +68,8 @@ POLL_RESULTS_BYTES = 128 * 1024
 # the courier. Under load polls come back within a few milliseconds with work, so results
 # ride them instead of costing the controller a request each.
 COURIER_GRACE_SECONDS = 0.02
-# A poll that would carry results waits up to this long for the jobs the last poll started
-# (if they are still running) so that it carries theirs too: under load a poll's round trip
-# is longer than a short job, and without the wait a machine settles at half its slots a
-# poll (the other half were just started). Twice the results a poll for a few milliseconds.
-# 8 ms, not 3: on two loaded cores some no-op jobs take longer than 3 ms, and their results
-# were left for the poll after next. With 4 x 4 slots of no-op jobs on PostgreSQL (longer
-# polls), 8 ms carried 3.2 results a poll instead of 3.1 (3% fewer polls) and gave more
-# jobs/s in 15 of 16 alternated pairs (median 1.10 times); on SQLite in 3 of 11 (median
-# 0.985, within its noise). A result waits at most this long; one whose machine started no
-# other job in that time, not at all.
+# A poll that would carry results first waits this long for the jobs the last poll started,
+# so that it carries their results too rather than leave them to the poll after.
 SETTLE_SECONDS = 0.008
 
 

@@ -14,13 +14,8 @@ import click
 
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.rehearse.errors import RehearseError
-from sp00ky_infra.rehearse.rehearsal import (
-    DEFAULT_TIMINGS,
-    ESTIMATE,
-    PHASES,
-    Rehearsal,
-    RehearsalReport,
-)
+from sp00ky_infra.rehearse.phases import ESTIMATE, PHASES
+from sp00ky_infra.rehearse.rehearsal import DEFAULT_TIMINGS, Rehearsal, RehearsalReport
 from sp00ky_infra.shared.extras import require
 
 EXIT_FAILED, EXIT_USAGE = 1, 2

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from sp00ky_infra import __version__
+from sp00ky_infra.controller.agents import Agents
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.errors import AGENT_STATUS, ControllerError, Unauthorized, http_status
 from sp00ky_infra.controller.hub import Hub
@@ -63,14 +64,14 @@ class Polls:
     the store calls itself (microseconds each; a thread hand-off cost more than the call);
     on PostgreSQL they go to the thread pool, since a round trip must not hold the loop."""
 
-    def __init__(self, controller: Controller, hub: Hub) -> None:
-        self.controller = controller
+    def __init__(self, agents: Agents, hub: Hub) -> None:
+        self.agents = agents
         self.hub = hub
         self.pools_of: dict[str, str] = {}  # machine -> pool, for the long-polls' wake-ups
-        self.call = _inline if controller.store.embedded else run_in_threadpool
+        self.call = _inline if agents.store.embedded else run_in_threadpool
 
     async def poll(self, name: str, authorization: str | None, body: PollRequest) -> bytes:
-        controller, hub = self.controller, self.hub
+        agents, controller, hub = self.agents, self.agents.controller, self.hub
         session = _session(authorization)
         loop = asyncio.get_running_loop()
         pool = ""
@@ -80,16 +81,18 @@ class Polls:
                 if len(self.pools_of) >= 10_000:
                     self.pools_of.clear()
                 self.pools_of[name] = pool
-        limit = controller.poll_wait(controller.pools[pool]) if pool in controller.pools else 0.0
+        limit = agents.poll_wait(controller.pools[pool]) if pool in controller.pools else 0.0
         deadline = loop.time() + min(body.wait, limit)
-        renew = True  # results, leases and the machine's last sighting: once a request
-        acks: list[ResultAck] = []
+        # The first pass takes the results, leases and the machine's last sighting (once a
+        # request); the passes after each wake-up only look for cancels, drain and work.
+        step: Callable[[str, str, PollRequest], PollReply] = agents.poll
+        acks: list[ResultAck] | None = None
         while True:
             woken = hub.waiter(name, pool)
             try:
-                reply = await self.call(controller.poll, name, session, body, renew=renew)
-                if renew:
-                    acks, renew = reply.results, False
+                reply = await self.call(step, name, session, body)
+                if acks is None:
+                    acks, step = reply.results, agents.look
                 left = deadline - loop.time()
                 if reply.assignments or reply.stop or reply.drain or left <= 0:
                     reply.results = acks  # the results were recorded by the first pass
@@ -102,7 +105,7 @@ class Polls:
         self, name: str, authorization: str | None, job: str, attempt: str, body: ResultRequest
     ) -> bytes:
         session = _session(authorization)
-        status = await self.call(self.controller.result, name, session, job, attempt, body)
+        status = await self.call(self.agents.result, name, session, job, attempt, body)
         return ResultReply(job_status=status).model_dump_json().encode()
 
 
@@ -194,6 +197,7 @@ def _detail(exc: ValidationError) -> bytes:
 
 
 def agents_app(controller: Controller, hub: Hub) -> HotRoutes:
+    agents = Agents(controller)
     app = FastAPI(
         title="sp00ky pool listener",
         description="The endpoint pool machines' agents dial: join, poll, results.",
@@ -214,24 +218,24 @@ def agents_app(controller: Controller, hub: Hub) -> HotRoutes:
     @app.post("/v1/join", responses=ERRORS)
     def join(body: JoinRequest) -> JoinReply:
         """Trade the machine's one-time join token for a session, the backend and its env."""
-        return controller.join(body.machine, body.token)
+        return agents.join(body.machine, body.token)
 
     @app.post("/v1/machines/{name}/rejoin", responses=ERRORS)
     def rejoin(name: str, body: RejoinRequest) -> JoinReply:
         """After a reboot or a restart: trade the machine credential of the first join for a
         new session (the reply of a join, without a new credential). 401 for another
         credential or an unknown machine, 410 for a failed or destroyed one."""
-        return controller.rejoin(name, body.credential)
+        return agents.rejoin(name, body.credential)
 
     @app.post("/v1/machines/{name}/ready", responses=ERRORS)
     def ready(
         name: str, body: ReadyRequest, authorization: Annotated[str | None, Header()] = None
     ) -> Ack:
         """The backend answers its healthcheck (ok), or never will (a failed boot)."""
-        controller.ready(name, _session(authorization), body.ok, body.reason)
+        agents.ready(name, _session(authorization), body.ok, body.reason)
         return Ack(ok=True)
 
-    polls = Polls(controller, hub)
+    polls = Polls(agents, hub)
 
     @app.post("/v1/machines/{name}/poll", responses=ERRORS, response_model=PollReply)
     async def poll(
@@ -270,13 +274,13 @@ def agents_app(controller: Controller, hub: Hub) -> HotRoutes:
     ) -> StreamingResponse:
         """The pool's image, built by this controller, as a ``docker save`` tar: streamed
         (never held whole), for the machine to load and check against ``image_id``."""
-        chunks = controller.image(name, _session(authorization), image_id)
+        chunks = agents.image(name, _session(authorization), image_id)
         return StreamingResponse(chunks, media_type="application/x-tar")
 
     @app.post("/v1/machines/{name}/drained", responses=ERRORS)
     def drained(name: str, authorization: Annotated[str | None, Header()] = None) -> Ack:
         """The agent finished its jobs after a drain and is leaving."""
-        controller.drained(name, _session(authorization))
+        agents.drained(name, _session(authorization))
         return Ack(ok=True)
 
     return HotRoutes(app, polls)

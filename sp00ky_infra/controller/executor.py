@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from agent.tail import output_summary
 from sp00ky_infra.config.env_sources import EnvSourceError, resolve_env
 from sp00ky_infra.controller.measures import Measures
 from sp00ky_infra.controller.provisioners import (
@@ -27,11 +28,7 @@ from sp00ky_infra.controller.provisioners import (
     Refused,
     ReportsOutcomes,
 )
-from sp00ky_infra.controller.provisioners.output import (
-    ShowsOutput,
-    backend_lines,
-    output_summary,
-)
+from sp00ky_infra.controller.provisioners.output import ShowsOutput, backend_lines
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.controller.state import Deployment, Event, EventLog, PoolStates, Wake
 from sp00ky_infra.policy.breaker import Breaker

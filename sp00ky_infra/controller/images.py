@@ -30,7 +30,7 @@ from sp00ky_infra.config import Config
 from sp00ky_infra.config.images import parse_image
 from sp00ky_infra.controller.errors import ControllerError, Refusal
 from sp00ky_infra.controller.registry import RegistryAuth, RegistryError, Resolver
-from sp00ky_infra.engine import build_pool_image
+from sp00ky_infra.engine.images import build_pool_image
 
 log = logging.getLogger("sp00ky.controller")
 CHUNK_BYTES = 1 << 22  # docker save is read and sent 4 MiB at a time

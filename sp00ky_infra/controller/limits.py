@@ -8,7 +8,7 @@
   ``/rejoin`` take a few KiB (they come before any authentication); an agent's result and an
   admin start (which carries the payload) take the payload and result limit plus room for
   their other fields; every other request is small.
-- **JSON** (issue 17, point 4): a JSON body with NaN or an infinity anywhere, or nested deeper
+- **JSON**: a JSON body with NaN or an infinity anywhere, or nested deeper
   than ``MAX_JSON_DEPTH`` inside any of its fields, is answered 422 naming the field. So the
   store is never handed what ``jobs list --json`` could not print as JSON, and no parser
   recurses into a 60,000-deep document.

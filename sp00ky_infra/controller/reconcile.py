@@ -187,8 +187,8 @@ def tick(controller: Controller) -> TickReport:
 def fence(controller: Controller, now: float) -> list[str]:
     """Before the sweep: the machines silent for a whole lease (``policy.plan.fences``) are
     failed and destroyed, and the jobs of any not yet confirmed gone keep their leases. A
-    dead agent's backend goes on working; its job must not start elsewhere until it ended
-    (issue 17). Reads the silent machines only (``store.tick``); the plan that follows sees
+    dead agent's backend goes on working; its job must not start elsewhere until it ended.
+    Reads the silent machines only (``store.tick``); the plan that follows sees
     them gone."""
     by_pool: dict[str, list[MachineView]] = defaultdict(list)
     for row in TickReads(controller.store).silent(terms_of(controller), now):

@@ -6,6 +6,8 @@
 - ``boot.py``: boot mode, a container per server running its user-data through cloud-init
   under systemd, with a Docker engine of its own; the boot's timeline and console log.
 - ``image.py``: the machine image those containers run (debootstrap, ``docker import``).
+- ``phases.py``: pure, each machine's boot in phases, the cause of a failed boot and the
+  Hetzner estimate; ``rehearsal.py``: ``sp00ky-infra rehearse`` itself.
 - ``errors.py``: the one exception root, RehearseError.
 
 Above the services (``controller``, ``infra``, ``guardian``), below ``cli``: a rehearsal runs

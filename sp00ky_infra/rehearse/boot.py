@@ -45,7 +45,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import docker
@@ -54,6 +54,7 @@ from docker.models.containers import Container
 
 from sp00ky_infra import engine
 from sp00ky_infra.rehearse.errors import BootError
+from sp00ky_infra.rehearse.phases import Timeline
 
 ROLE = "sp00ky-rehearse/role"  # server | network
 CLOUD = "sp00ky-rehearse/cloud"  # the fake cloud's id: one per FakeHetzner
@@ -92,20 +93,6 @@ class _Server:
     cancelled: bool = False
     error: str | None = None
     thread: threading.Thread | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Timeline:
-    """When each phase of one server's boot happened (unix times; None: not yet, or not
-    known). Read from inside the server by the fake cloud itself, never from the agent."""
-
-    requested: float | None = None  # POST /servers
-    container_started: float | None = None
-    stages: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
-    cloud_init_done: float | None = None  # result.json written: every stage finished
-    cloud_init_errors: tuple[str, ...] = ()
-    runcmd_finished: float | None = None  # scripts-user ran install-agent.sh
-    agent_started: float | None = None  # sp00ky-agent.service's ExecMainStartTimestamp
 
 
 class Booter:

@@ -1,5 +1,5 @@
-"""What a machine runs ends with the machine, and sees only its own environment (issue 17,
-points 1 and 3), with real processes: a controller (or `dev`), local agents, the example
+"""What a machine runs ends with the machine, and sees only its own environment, with
+real processes: a controller (or `dev`), local agents, the example
 backend, whose own log (BACKEND_LOG: one JSON line per job start, end, and stop) is the
 witness of when each attempt's work ran.
 """

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller.agents import Agents
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.protocol import FinishedAttempt, PollRequest
 from sp00ky_infra.controller.reconcile import tick
@@ -50,7 +51,7 @@ def _poll(controller: Controller, free: int, done: list[str] | None = None) -> l
         assert job.attempt is not None
         results.append(FinishedAttempt(job=job_id, attempt=job.attempt, status="success"))
     request = PollRequest(free_slots=free, results=results)
-    return [work.job for work in controller.poll(MACHINE, "tok", request).assignments]
+    return [work.job for work in Agents(controller).poll(MACHINE, "tok", request).assignments]
 
 
 def _enqueue(controller: Controller) -> None:

@@ -1,5 +1,5 @@
 """Hostile input gets a 4xx (or exit 1/2) with a message naming the field: never a 500, never
-a traceback, and never a row the store cannot give back as valid JSON (issue 17, point 4)."""
+a traceback, and never a row the store cannot give back as valid JSON."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Paths of a job's life that no other test walked (issue 16, point 10), each with a real
+"""Paths of a job's life that no other test walked, each with a real
 controller, real agents and real backends on loopback: a backend answering 5xx, a backend
 that hangs up, the agent's deadline, the controller's own pruning tick, a table's
 ``concurrency``, a backend with no healthcheck, a pause that survives a restart, and two jobs

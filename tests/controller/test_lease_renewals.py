@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller.agents import Agents
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.protocol import Assignment, PollRequest, RunningAttempt
 from sp00ky_infra.controller.settings import ControllerSettings
@@ -67,11 +68,11 @@ def test_a_poll_leaves_alone_the_leases_the_agent_says_are_fresh(
     polled: tuple[Controller, Clock],
 ) -> None:
     controller, clock = polled
-    work = list(controller.poll(MACHINE, "tok", PollRequest(free_slots=2)).assignments)
+    work = list(Agents(controller).poll(MACHINE, "tok", PollRequest(free_slots=2)).assignments)
     assert len(work) == 2
     assert [_expiry(controller.store, each.job) for each in work] == [T0 + LEASE] * 2
     clock.now = T0 + 5
-    reply = controller.poll(MACHINE, "tok", _running(work, [False, True]))
+    reply = Agents(controller).poll(MACHINE, "tok", _running(work, [False, True]))
     assert reply.stop == []  # both are current: the one left alone is not stale
     renewed, left = (_expiry(controller.store, each.job) for each in work)
     assert renewed == T0 + 5 + LEASE
@@ -81,7 +82,7 @@ def test_a_poll_leaves_alone_the_leases_the_agent_says_are_fresh(
     old_style = PollRequest(
         running=[RunningAttempt(job=each.job, attempt=each.attempt) for each in work]
     )
-    assert controller.poll(MACHINE, "tok", old_style).stop == []
+    assert Agents(controller).poll(MACHINE, "tok", old_style).stop == []
     assert [_expiry(controller.store, each.job) for each in work] == [T0 + 6 + LEASE] * 2
 
 
@@ -90,7 +91,7 @@ def test_an_attempt_that_is_not_current_is_stale_whether_fresh_or_not(
     polled: tuple[Controller, Clock], fresh: bool
 ) -> None:
     controller, clock = polled
-    work = list(controller.poll(MACHINE, "tok", PollRequest(free_slots=2)).assignments)
+    work = list(Agents(controller).poll(MACHINE, "tok", PollRequest(free_slots=2)).assignments)
     controller.store.kill(work[0].job, T0 + 1)  # killed while it ran: still processing
     ghost = Assignment(  # an attempt this machine never ran
         job=work[1].job,
@@ -101,7 +102,7 @@ def test_an_attempt_that_is_not_current_is_stale_whether_fresh_or_not(
         lease_expires_at=T0 + LEASE,
     )
     clock.now = T0 + 5
-    reply = controller.poll(MACHINE, "tok", _running([work[0], ghost], [fresh, fresh]))
+    reply = Agents(controller).poll(MACHINE, "tok", _running([work[0], ghost], [fresh, fresh]))
     stops = {(stop.job, stop.attempt): stop.reason for stop in reply.stop}
     assert stops == {
         (work[0].job, work[0].attempt): "cancelled",
@@ -117,10 +118,10 @@ def test_an_assignment_sent_again_after_a_lost_answer_has_its_lease_renewed(
     """The agent counts a resent job's lease from the poll that brings it: the controller's
     must not be older (the claim's, from the lost answer, may be about to run out)."""
     controller, clock = polled
-    lost = list(controller.poll(MACHINE, "tok", PollRequest(free_slots=2)).assignments)
+    lost = list(Agents(controller).poll(MACHINE, "tok", PollRequest(free_slots=2)).assignments)
     assert [_expiry(controller.store, each.job) for each in lost] == [T0 + LEASE] * 2
     clock.now = T0 + 88  # the answer never arrived; the machine polls again, knowing nothing
-    again = controller.poll(MACHINE, "tok", PollRequest(free_slots=2)).assignments
+    again = Agents(controller).poll(MACHINE, "tok", PollRequest(free_slots=2)).assignments
     assert sorted((each.job, each.attempt) for each in again) == sorted(
         (each.job, each.attempt) for each in lost
     )
@@ -128,4 +129,4 @@ def test_an_assignment_sent_again_after_a_lost_answer_has_its_lease_renewed(
     assert [_expiry(controller.store, each.job) for each in lost] == [T0 + 88 + LEASE] * 2
     # and the fresh reports that follow (a lease renewed a moment ago) keep it
     clock.now = T0 + 89
-    assert controller.poll(MACHINE, "tok", _running(list(again), [True, True])).stop == []
+    assert Agents(controller).poll(MACHINE, "tok", _running(list(again), [True, True])).stop == []

@@ -1,4 +1,4 @@
-"""Size limits (issue 17, point 5): request bodies, payloads and results have documented limits,
+"""Size limits: request bodies, payloads and results have documented limits,
 answered 413 with a clear message before the body is read whole, on both APIs, /v1/join
 included (before any authentication)."""
 

@@ -1,4 +1,4 @@
-"""Fencing (issue 17, point 1): a machine silent for a whole lease is failed and destroyed
+"""Fencing: a machine silent for a whole lease is failed and destroyed
 before the sweep puts its jobs back in the queue, and until it is confirmed gone its jobs
 keep their leases. The real tick, on a real store, with a provisioner that can fail."""
 

@@ -1,4 +1,4 @@
-"""The pool view shows the queue (issue 16, point 5): GET /pools/NAME and `pools get` list the
+"""The pool view shows the queue: GET /pools/NAME and `pools get` list the
 waiting entries in admission order and the recent terminal ones; the `jobs` dashboard shows
 the pool tables. A real controller process, the commands as a user types them."""
 

@@ -1,4 +1,4 @@
-"""Issue 18, point 4: production misconfiguration is refused at start, with what to do."""
+"""Production misconfiguration is refused at start, with what to do."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Schemathesis against both OpenAPI documents, as served by a real controller: requests made
 from the schemas (valid ones and ones that break them), bounded per operation, and not one
-answer may be a server error (issue 17: "0 server errors")."""
+answer may be a server error."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sp00ky_infra.guardian import Incomplete, destroy_project, run_pass
+from sp00ky_infra.guardian.errors import Incomplete
+from sp00ky_infra.guardian.passes import destroy_project, run_pass
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.hetzner.heartbeat import heartbeats, stamp_heartbeat
 from sp00ky_infra.policy.guardian import Why

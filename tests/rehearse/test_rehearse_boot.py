@@ -20,10 +20,11 @@ from sp00ky_infra.client import Client
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.hetzner.client import HetznerAPI
 from sp00ky_infra.hetzner.errors import HcloudError
-from sp00ky_infra.rehearse.boot import CLOUD, Booter, Timeline
+from sp00ky_infra.rehearse.boot import CLOUD, Booter
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.rehearse.errors import BootError
 from sp00ky_infra.rehearse.image import ensure_image
+from sp00ky_infra.rehearse.phases import Timeline
 from sp00ky_infra.rehearse.rehearsal import Reading, read_server
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.cloud_init import user_data
@@ -291,7 +292,8 @@ def _report(timeline: Timeline) -> None:
 
 
 def test_every_exception_of_the_rehearsal_is_a_rehearse_error() -> None:
-    """STYLE.md 5 for the new part (tests/repo/test_error_roots.py lists the older ones)."""
+    """The rehearsal has one exception root, as every part (tests/repo/test_error_roots.py
+    checks the others)."""
     import importlib
     import inspect
     import pkgutil

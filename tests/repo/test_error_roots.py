@@ -1,4 +1,4 @@
-"""One exception root per part (STYLE.md 5), and the HTTP status each controller error gets."""
+"""One exception root per part, and the HTTP status each controller error gets."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ ROOTS = {
     "agent": "agent.errors.AgentError",
     "sp00ky_infra.config": "sp00ky_infra.config.errors.ConfigError",
     "sp00ky_infra.controller": "sp00ky_infra.controller.errors.ControllerError",
-    "sp00ky_infra.guardian": "sp00ky_infra.guardian.GuardianError",
+    "sp00ky_infra.guardian": "sp00ky_infra.guardian.errors.GuardianError",
     "sp00ky_infra.hetzner": "sp00ky_infra.hetzner.errors.HcloudError",
     "sp00ky_infra.infra": "sp00ky_infra.infra.errors.InfraError",
     "sp00ky_infra.rehearse": "sp00ky_infra.rehearse.errors.RehearseError",

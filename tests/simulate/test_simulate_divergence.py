@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller.agents import Agents
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.errors import Gone, Unauthorized
 from sp00ky_infra.controller.protocol import PollRequest, ResultRequest, RunningAttempt
@@ -46,6 +47,7 @@ class ControllerPool:
 
     def __init__(self, controller: Controller, provisioner: Recording, clock: Clock) -> None:
         self.c = controller
+        self.agents = Agents(controller)
         self.provisioner = provisioner
         self.clock = clock
         self.store: SqlStore = controller.store
@@ -85,7 +87,7 @@ class ControllerPool:
         self._at(now)
         for name, session in list(self.sessions.items()):  # agents keep polling
             try:
-                self.c.poll(name, session, self._request(name, 0))
+                self.agents.poll(name, session, self._request(name, 0))
             except (Gone, Unauthorized):
                 del self.sessions[name]
         before = len(self.provisioner.specs)
@@ -106,15 +108,17 @@ class ControllerPool:
         (spec,) = [s for s in self.provisioner.specs if s.name == name]
         assert spec.join_token is not None
         try:
-            session = self.c.join(name, spec.join_token).session
-            self.c.ready(name, session, ok, None if ok else "the backend did not start")
+            session = self.agents.join(name, spec.join_token).session
+            self.agents.ready(name, session, ok, None if ok else "the backend did not start")
         except (Gone, Unauthorized):
             return  # failed meanwhile (boot timeout)
         self.sessions[name] = session
 
     def claim(self, machine: str, free_slots: int, now: float) -> list[str]:
         self._at(now)
-        reply = self.c.poll(machine, self.sessions[machine], self._request(machine, free_slots))
+        reply = self.agents.poll(
+            machine, self.sessions[machine], self._request(machine, free_slots)
+        )
         jobs = []
         for assignment in reply.assignments:
             self.running.setdefault(machine, {})[assignment.job] = assignment.attempt
@@ -126,13 +130,13 @@ class ControllerPool:
         self._at(now)
         machine = self.where.pop(job_id)
         attempt = self.running[machine].pop(job_id)
-        self.c.result(
+        self.agents.result(
             machine, self.sessions[machine], job_id, attempt, ResultRequest(status="success")
         )
 
     def drained(self, name: str, now: float) -> None:
         self._at(now)
-        self.c.drained(name, self.sessions[name])
+        self.agents.drained(name, self.sessions[name])
 
     def draining(self) -> list[str]:
         return sorted(m.name for m in self.store.machines.live() if m.state == "draining")

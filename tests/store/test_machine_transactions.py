@@ -26,6 +26,7 @@ import psycopg
 import pytest
 
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller.agents import Agents
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.protocol import (
     FinishedAttempt,
@@ -120,19 +121,26 @@ def test_a_poll_renewing_a_job_and_a_change_of_that_job_take_turns_instead_of_de
     store = controller.store
     lease = controller.pools["render"].lease
     _enqueue(controller)
-    (job,) = controller.poll(MACHINE, "tok", PollRequest(free_slots=1)).assignments
+    (job,) = Agents(controller).poll(MACHINE, "tok", PollRequest(free_slots=1)).assignments
     clock.now += lease / 2
     _enqueue(controller)
     running = [RunningAttempt(job=job.job, attempt=job.attempt, fresh=True)]  # not renewed
-    (done,) = controller.poll(
-        MACHINE, "tok", PollRequest(free_slots=1, running=running)
-    ).assignments
+    (done,) = (
+        Agents(controller)
+        .poll(MACHINE, "tok", PollRequest(free_slots=1, running=running))
+        .assignments
+    )
     clock.now += lease / 2 + 1  # J's lease has run out, K's has not
     assert _busy_slots(postgres_url) == 2
     change: Callable[[], object]
     if other == "result":
         change = functools.partial(
-            controller.result, MACHINE, "tok", job.job, job.attempt, ResultRequest(status="success")
+            Agents(controller).result,
+            MACHINE,
+            "tok",
+            job.job,
+            job.attempt,
+            ResultRequest(status="success"),
         )
     else:
         change = functools.partial(store.sweep, clock.now)
@@ -148,7 +156,7 @@ def test_a_poll_renewing_a_job_and_a_change_of_that_job_take_turns_instead_of_de
         (first,) = _until(f"the {other} to wait", lambda: _waiting_on(watch, {held}))
         # The loop's poll: K's result, and J reported running with its lease to renew.
         poll = Call(
-            lambda: controller.poll(
+            lambda: Agents(controller).poll(
                 MACHINE,
                 "tok",
                 PollRequest(
@@ -185,9 +193,9 @@ def test_a_machine_name_the_database_refuses_leaves_no_transaction_open(
     connection must come out of it with no transaction open, or every later poll on it would
     be a savepoint of that one, never committed, holding its locks."""
     with pytest.raises(psycopg.DataError):
-        controller.poll("render\x00m1", "tok", PollRequest(free_slots=1))
+        Agents(controller).poll("render\x00m1", "tok", PollRequest(free_slots=1))
     _enqueue(controller)
-    (work,) = controller.poll(MACHINE, "tok", PollRequest(free_slots=1)).assignments
+    (work,) = Agents(controller).poll(MACHINE, "tok", PollRequest(free_slots=1)).assignments
     with psycopg.connect(postgres_url) as other:  # committed: another connection sees it
         row = other.execute("SELECT status FROM jobs WHERE id = %s", (work.job,)).fetchone()
     assert row == ("processing",)

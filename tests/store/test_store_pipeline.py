@@ -1,7 +1,7 @@
 """PostgreSQL: the statements of one ``transaction()`` travel in a pipeline. What is sent
 before a read goes with it, and what is read after the COMMIT goes with the COMMIT. A poll
-that carries results and claims work costs two round trips. It used to cost seven: BEGIN,
-the machine, its running jobs, the results, the renewals, the claim, COMMIT.
+that carries results and claims work costs two round trips, not one for each of BEGIN, the
+machine, its running jobs, the results, the renewals, the claim and COMMIT.
 
 The round trips are counted on the wire. A proxy on loopback sits between the store and the
 server and counts the client's Sync and Query messages: each one waits for the server's
@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller.agents import Agents
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.protocol import FinishedAttempt, PollRequest, RunningAttempt
 from sp00ky_infra.controller.settings import ControllerSettings
@@ -222,11 +223,13 @@ def test_a_poll_with_results_renewals_and_work_makes_two_round_trips(
 ) -> None:
     store, proxy = proxied
     _enqueue(store, 10)
-    first = controller.poll(MACHINE, "tok", PollRequest(free_slots=4))  # the busy period opens
+    first = Agents(controller).poll(
+        MACHINE, "tok", PollRequest(free_slots=4)
+    )  # the busy period opens
     assert len(first.assignments) == 4
     done, still = first.assignments[:3], first.assignments[3]
     before = proxy.count()
-    reply = controller.poll(
+    reply = Agents(controller).poll(
         MACHINE,
         "tok",
         PollRequest(
@@ -251,13 +254,13 @@ def test_a_poll_of_another_session_records_nothing(
 ) -> None:
     store, _ = proxied
     _enqueue(store, 2)
-    work = controller.poll(MACHINE, "tok", PollRequest(free_slots=1)).assignments[0]
+    work = Agents(controller).poll(MACHINE, "tok", PollRequest(free_slots=1)).assignments[0]
     finished = FinishedAttempt(job=work.job, attempt=work.attempt, status="success")
     with pytest.raises(Exception, match="session is not machine"):
-        controller.poll(MACHINE, "stolen", PollRequest(free_slots=1, results=[finished]))
+        Agents(controller).poll(MACHINE, "stolen", PollRequest(free_slots=1, results=[finished]))
     assert store.get(work.job).status == "processing"  # the result sent first was undone
     assert store.counts()["pending"] == 1  # and nothing was claimed
-    reply = controller.poll(MACHINE, "tok", PollRequest(free_slots=1, results=[finished]))
+    reply = Agents(controller).poll(MACHINE, "tok", PollRequest(free_slots=1, results=[finished]))
     assert [ack.job_status for ack in reply.results] == ["success"]
 
 

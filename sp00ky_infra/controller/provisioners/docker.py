@@ -24,9 +24,9 @@ from typing import Any
 import docker
 from docker.errors import APIError, BuildError, ImageNotFound, NotFound
 
+from agent.tail import TAIL_LINES
 from sp00ky_infra import engine
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Provisioned, Refused
-from sp00ky_infra.controller.provisioners.output import TAIL_LINES
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.names import container_name, network_name, pool_image
 
