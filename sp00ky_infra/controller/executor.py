@@ -378,7 +378,7 @@ class Executor:
     def reap(self, now: float, keep_live: bool = True) -> int:
         """Remove what an earlier run left behind and say so in the rows. The machines the
         store has live keep running and reconnect (a restart loses nothing), unless
-        ``keep_live`` is False (``dev``: a new session starts from nothing)."""
+        ``keep_live`` is False (``dev``: a new run starts from nothing)."""
         if not isinstance(self.provisioner, Reaps):
             return 0
         keep: set[str] = set()

@@ -246,7 +246,7 @@ class Runtime:
     """A controller with its listeners bound: ``serve()`` until ``stop()``."""
 
     def __init__(self, settings: ControllerSettings, fresh: bool = False) -> None:
-        """``fresh`` (``dev``): remove every machine an earlier session left, live in the
+        """``fresh`` (``dev``): remove every machine an earlier run left, live in the
         store or not; otherwise the live ones keep running and reconnect."""
         settings = settings.with_secrets()
         config = load_config(settings.config_path)

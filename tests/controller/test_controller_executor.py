@@ -113,7 +113,7 @@ def test_a_restart_keeps_the_live_machines_and_reaps_the_rest_through_the_table(
     machines.move("render-b", Reason.PROVISIONED, 2.0)
     assert controller.executor.reap(3.0) == 1  # the stray only: the live ones reconnect
     assert {machines.get(n).state for n in ("render-a", "render-b")} == {"requested", "booting"}
-    assert controller.executor.reap(3.0, keep_live=False) == 3  # dev: a fresh session
+    assert controller.executor.reap(3.0, keep_live=False) == 3  # dev: a fresh run
     for name in ("render-a", "render-b"):
         gone = machines.get(name)
         assert (gone.state, gone.destroyed_at) == ("destroyed", 3.0)

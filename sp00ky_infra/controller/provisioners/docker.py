@@ -10,7 +10,7 @@ the agent reaches the controller at SPKY_POOL_PUBLIC_URL over the network.
 
 When the controller starts, ``reap`` removes the machine containers the store does not know as
 live; those it does keep running, and their agents reconnect (a restart loses nothing). ``dev``
-keeps none: it removes every leftover of an earlier session.
+keeps none: it removes every leftover of an earlier run.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def machine_processes(session: int, agent_started: str | None) -> list[int]:
     if holder is None or not agent_started or holder == agent_started:
         return members
     if session not in members:
-        return members  # the pid is another process's, outside this session
+        return members  # the pid is another process's, outside that process session
     newer = int(holder)
     return [
         pid for pid in members if pid != session and int(process_start_time(pid) or newer) < newer
