@@ -94,7 +94,7 @@ RECENT_SHOWN = 10
 
 
 def waiting_entries(controller: Controller, name: str, now: float) -> list[dict[str, Any]]:
-    """The pool's waiting entries in admission order (resource-pools.txt's pool view: "capacity,
+    """The pool's waiting entries in admission order (the Resource pools docs' pool view: "capacity,
     priorities, deadlines, and cancellation controls"): due jobs first, in the order the claim
     takes them, then delayed ones by due time. ``key`` is what cancels one."""
     store = controller.store
@@ -183,7 +183,7 @@ def drain_machine(controller: Controller, machine: str) -> dict[str, Any]:
 
 
 def cancel_queued(controller: Controller, name: str, key: str) -> dict[str, Any]:
-    """Cancel a job that waits in the pool's queue (resource-pools.txt's cancel)."""
+    """Cancel a job that waits in the pool's queue (the Resource pools docs' cancel)."""
     _pool(controller, name)
     require_leader(controller)
     job = controller.store.get(key)

@@ -1,4 +1,4 @@
-"""The schedules' step of the leader's tick (jobs.txt, "Scheduled and multi-step work").
+"""The schedules' step of the leader's tick (Jobs docs, "Scheduled and multi-step work").
 
 Each tick the leader, and only it (``reconcile.tick`` returns before this on a follower):
 

@@ -25,7 +25,7 @@ from sp00ky_infra.store import store_url
 
 DEFAULT_POOL_PORT = 9669  # the docs' example
 DEFAULT_ADMIN_PORT = 9670
-DEFAULT_TICK_SECONDS = 2.0  # machine-pools.txt: "evaluated every two seconds"
+DEFAULT_TICK_SECONDS = 2.0  # Machine pools docs: "evaluated every two seconds"
 MAX_POLL_WAIT_SECONDS = 20.0  # a long-poll waits up to ~20 s for work
 PRUNE_EVERY_SECONDS = 60.0
 TIMING_KEYS = {

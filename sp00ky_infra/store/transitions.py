@@ -161,7 +161,7 @@ def after_failure(
     """The current attempt failed with ``error``: retry after backoff while retries remain,
     else fail. A killed job fails with ``cancelled`` whatever the error. An expired claim
     (``claim_expired``: its lease ran out) keeps the queue deadline it was first given
-    (resource-pools.txt: "an expired claim can be admitted again before its queue deadline");
+    (Resource pools docs: "an expired claim can be admitted again before its queue deadline");
     a retry after a reported failure waits anew."""
     error = {**error, "at": now, "attempt": job.attempt_number}
     if job.cancel_requested:

@@ -143,7 +143,7 @@ def test_a_plan_whose_failed_boots_open_the_breaker_creates_nothing(
     make_controller: MakeController,
 ) -> None:
     """Three boots time out in one tick and the same plan wants three new machines: the fails
-    go first, open the breaker, and the creates wait (machine-pools.txt: "stops creating
+    go first, open the breaker, and the creates wait (Machine pools docs: "stops creating
     machines for a minute"). Seen in a rehearsal: three replacements were requested at once."""
     from sp00ky_infra.policy.plan import Create, Fail, Plan
 

@@ -1,5 +1,5 @@
 """The tick sizes a pool by the slots its queued jobs need, on a real store (a job of
-poolSlots 2 needs two slots: resource-pools.txt, "poolSlots"), and the admin API's pool view
+poolSlots 2 needs two slots: Resource pools docs, "poolSlots"), and the admin API's pool view
 shows the same figures, from one count of the pool's jobs."""
 
 from __future__ import annotations

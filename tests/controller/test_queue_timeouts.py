@@ -1,4 +1,4 @@
-"""queueTimeout as the docs write it (resource-pools.txt): per pool and per job (the job's
+"""queueTimeout as the Resource pools docs write it: per pool and per job (the job's
 wins), seconds or a duration, above zero; an expired claim keeps its queue deadline."""
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ TOP_LEVEL = (
 
 def test_the_readme_stands_alone() -> None:
     """No pointer to a file outside the repository: the product documents are not shipped, so
-    none is named as a file (`machine-pools.txt`), no path leaves the repository, and every
+    none is named as a `.txt` file, no path leaves the repository, and every
     link and every path under a top-level directory names a file that is here."""
     assert not re.findall(r"[\w-]+\.txt\b", README), "a .txt"
     assert "/work/" not in README and "../shared" not in README
