@@ -5,7 +5,9 @@ PostgreSQL tests use $SPKY_TEST_POSTGRES_URL (each test in a schema of its own).
 they skip, except where $SPKY_TEST_REQUIRE_SERVICES=1 (CI), where they fail.
 
 Every test that uses the host's Docker engine runs in one xdist group (one worker, in turn):
-they share image tags, networks and the engine's clean-ups of earlier runs' containers.
+they share image tags, networks and the engine's clean-ups of earlier runs' containers. The
+rehearsals' tests are a group of their own: their servers are containers of their own image,
+and each rehearsal counts every rehearsal server left on the engine.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ FIXTURE_MARKERS = {
     "machine_engine": ("slow",),
     "rehearsal_image": ("slow",),
 }
+# fixture -> the xdist group of a Docker test that uses it (any other: "docker")
+FIXTURE_GROUPS = {"rehearsal_image": "rehearse"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
@@ -49,7 +53,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 for marker in markers:
                     item.add_marker(marker)
         if item.get_closest_marker("docker"):
-            item.add_marker(pytest.mark.xdist_group("docker"))
+            group = next((g for f, g in FIXTURE_GROUPS.items() if f in names), "docker")
+            item.add_marker(pytest.mark.xdist_group(group))
     # scripts/test's two passes: every other test on the workers, then the `alone` ones
     wanted = {"parallel": False, "alone": True}.get(os.environ.get("SPKY_TEST_PASS", ""))
     if wanted is not None:

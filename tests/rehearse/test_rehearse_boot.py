@@ -5,7 +5,6 @@ would take, receives the backend's image into its own Docker engine and runs a j
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,22 +22,12 @@ from sp00ky_infra.hetzner.errors import HcloudError
 from sp00ky_infra.rehearse.boot import CLOUD, Booter
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.rehearse.errors import BootError
-from sp00ky_infra.rehearse.image import ensure_image
 from sp00ky_infra.rehearse.phases import Timeline
 from sp00ky_infra.rehearse.rehearsal import Reading, read_server
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.cloud_init import user_data
-from tests.conftest import need_service
 from tests.controllers import SECRET, backend_app, project, running_controller, wait_for
 from tests.engines import backend_context
-
-
-@pytest.fixture(scope="session")
-def rehearsal_image(docker_engine: None) -> str:
-    """The rehearsal's machine image, built once per machine (scripts/rehearsal-image)."""
-    if shutil.which("debootstrap") is None:
-        need_service("debootstrap", "apt-get install debootstrap")
-    return ensure_image()
 
 
 @pytest.fixture

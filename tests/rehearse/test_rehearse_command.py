@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,14 +15,11 @@ import docker
 import pytest
 
 from sp00ky_infra.rehearse.boot import ROLE
-from tests.conftest import need_service
 from tests.pulumi_engine import example_config
 
 
 @pytest.fixture
-def needs(pulumi_bin: str, docker_engine: None) -> str:
-    if shutil.which("debootstrap") is None:
-        need_service("debootstrap", "apt-get install debootstrap")
+def needs(pulumi_bin: str, rehearsal_image: str) -> str:
     return pulumi_bin
 
 
