@@ -2,7 +2,7 @@
 it reads at scrape time, each from what it already holds or one indexed read per pool.
 
 Read off the scrape's path (``QueueReadings``): the queue counts, whose cost grows with the
-backlog (PostgreSQL counts 100,000 index entries in about 25 ms), are read by a thread of their
+backlog (a count walks every index entry of the queue), are read by a thread of their
 own every QUEUE_READ_SECONDS while someone scrapes, so a scrape serves counts at most that old
 (the first scrape reads them itself):
 - ``sp00ky_jobs{pool,status}``: pending_due, pending_delayed, processing (index ranges)
