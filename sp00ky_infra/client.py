@@ -20,7 +20,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from sp00ky_infra.config import Backend, Config
+from sp00ky_infra.config import Backend, Config, Pool
 from sp00ky_infra.config.durations import DurationError, format_duration
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE, queue_timeout_seconds
@@ -87,65 +87,22 @@ class Client:
         ``queue_priority`` and ``pool_slots`` are the docs' names (``queuePriority``,
         ``poolSlots``) for ``priority`` (default 0) and ``slots`` (default 1): give either.
         """
-        names = {
-            "priority": "queue_priority" if priority is None and queue_priority is not None else "",
-            "slots": "pool_slots" if slots is None and pool_slots is not None else "",
-        }
-        priority = either(("priority", "queue_priority"), priority, queue_priority, default=0)
-        slots = either(("slots", "pool_slots"), slots, pool_slots, default=1)
-        check_options(
+        priority, slots = _checked_options(
             max_retries=max_retries,
-            priority=priority,
-            delay_ms=delay,
-            slots=slots,
+            delay=delay,
             timeout=timeout,
-            names={field: name for field, name in names.items() if name},
+            priority=priority,
+            queue_priority=queue_priority,
+            slots=slots,
+            pool_slots=pool_slots,
         )
-        problem = json_problem(payload, "payload")
-        if problem is not None:
-            raise InvalidJob(problem)
-        size = len(json.dumps(payload).encode())
-        if size > MAX_PAYLOAD_BYTES:
-            raise PayloadTooLarge(
-                f"payload: {size} bytes as JSON, more than the limit of {MAX_PAYLOAD_BYTES} "
-                "(1 MiB); store large inputs elsewhere and pass a reference"
-            )
+        _check_json(payload)
         own_wait = None if queue_timeout is None else job_queue_timeout(queue_timeout)
-        target = self._backend(backend)
-        if target.method is None:
-            raise InvalidJob(
-                f"backend: {backend!r} has no outbox method; jobs need "
-                "`method: { type: outbox, table: NAME }` on the backend"
-            )
-        if target.pool is None:
-            raise InvalidJob(
-                f"backend: {backend!r} has no `runOn: {{ pool: NAME }}`, so no pool would ever "
-                "run its jobs and nothing was written; point it at a pool in sp00ky.yml"
-            )
-        if target.spec:
-            check_payload(self._spec(target), backend, path, payload)
-        pool = self.config.pools.get(target.pool) if target.pool else None
-        if (
-            pool is not None
-            and timeout is not None
-            and timeout > pool.max_job_duration
-            and not target.timeout_overridable
-        ):
-            raise InvalidJob(
-                f"timeout: {format_duration(timeout)} is longer than pool {pool.name}'s "
-                f"maxJobDuration ({format_duration(pool.max_job_duration)}); shorten it, "
-                f"or set `timeoutOverridable: true` on backend {backend} (a job still "
-                "never runs longer than maxJobDuration)"
-            )
-        if pool is not None and slots > pool.slots:
-            raise InvalidJob(
-                f"slots: the job asks for {slots} slots but a machine of pool {pool.name!r} "
-                f"has {pool.slots}; a job must fit on one machine"
-            )
+        table, pool = self._destination(backend, path, payload, timeout, slots)
         pool_wait = pool.queue_timeout if pool else None  # the job's own wins
         new = NewJob(
             backend=backend,
-            table=target.method.table,
+            table=table,
             path=path,
             payload=payload,
             max_retries=max_retries,
@@ -163,6 +120,29 @@ class Client:
             new, time.time() if now is None else now, max_queued=pool.max_queued if pool else None
         )
 
+    def _destination(
+        self, backend: str, path: str, payload: Any, timeout: float | None, slots: int
+    ) -> tuple[str, Pool | None]:
+        """The backend's outbox table and pool, once the backend, its spec and its pool's
+        machines accept the job (InvalidJob naming the first that does not)."""
+        target = self._backend(backend)
+        if target.method is None:
+            raise InvalidJob(
+                f"backend: {backend!r} has no outbox method; jobs need "
+                "`method: { type: outbox, table: NAME }` on the backend"
+            )
+        if target.pool is None:
+            raise InvalidJob(
+                f"backend: {backend!r} has no `runOn: {{ pool: NAME }}`, so no pool would ever "
+                "run its jobs and nothing was written; point it at a pool in sp00ky.yml"
+            )
+        if target.spec:
+            check_payload(self._spec(target), backend, path, payload)
+        pool = self.config.pools.get(target.pool) if target.pool else None
+        if pool is not None:
+            _check_fits(pool, target, backend, timeout, slots)
+        return target.method.table, pool
+
     def _spec(self, backend: Backend) -> str:
         """The path of ``backend``'s OpenAPI spec (worked out once a spec: a job's way to its
         machine starts here, and pathlib's first touch after a pause costs tens of us)."""
@@ -178,6 +158,66 @@ class Client:
             known = ", ".join(sorted(self.config.backends)) or "none"
             raise InvalidJob(f"backend: no backend {name!r} in sp00ky.yml (backends: {known})")
         return backend
+
+
+def _checked_options(
+    *,
+    max_retries: int,
+    delay: int,
+    timeout: float | None,
+    priority: int | None,
+    queue_priority: int | None,
+    slots: int | None,
+    pool_slots: int | None,
+) -> tuple[int, int]:
+    """The job's priority and slots, each under either name, once every option is within its
+    bounds (named as the caller gave it)."""
+    names = {
+        "priority": "queue_priority" if priority is None and queue_priority is not None else "",
+        "slots": "pool_slots" if slots is None and pool_slots is not None else "",
+    }
+    chosen_priority = either(("priority", "queue_priority"), priority, queue_priority, default=0)
+    chosen_slots = either(("slots", "pool_slots"), slots, pool_slots, default=1)
+    check_options(
+        max_retries=max_retries,
+        priority=chosen_priority,
+        delay_ms=delay,
+        slots=chosen_slots,
+        timeout=timeout,
+        names={field: name for field, name in names.items() if name},
+    )
+    return chosen_priority, chosen_slots
+
+
+def _check_json(payload: Any) -> None:
+    """InvalidJob unless the payload is JSON; PayloadTooLarge over MAX_PAYLOAD_BYTES."""
+    problem = json_problem(payload, "payload")
+    if problem is not None:
+        raise InvalidJob(problem)
+    size = len(json.dumps(payload).encode())
+    if size > MAX_PAYLOAD_BYTES:
+        raise PayloadTooLarge(
+            f"payload: {size} bytes as JSON, more than the limit of {MAX_PAYLOAD_BYTES} "
+            "(1 MiB); store large inputs elsewhere and pass a reference"
+        )
+
+
+def _check_fits(
+    pool: Pool, target: Backend, backend: str, timeout: float | None, slots: int
+) -> None:
+    """InvalidJob when the job's timeout or slots do not fit the pool's machines."""
+    if timeout is not None and timeout > pool.max_job_duration and not target.timeout_overridable:
+        raise InvalidJob(
+            f"timeout: {format_duration(timeout)} is longer than pool {pool.name}'s "
+            f"maxJobDuration ({format_duration(pool.max_job_duration)}); shorten it, "
+            f"or set `timeoutOverridable: true` on backend {backend} (a job still "
+            "never runs longer than maxJobDuration)"
+        )
+    if slots > pool.slots:
+        raise InvalidJob(
+            f"slots: the job asks for {slots} slots but a machine of pool {pool.name!r} "
+            f"has {pool.slots}; a job must fit on one machine"
+        )
 
 
 def check_options(

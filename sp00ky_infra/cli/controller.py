@@ -198,28 +198,7 @@ def dev(
     each backend's deploy.command (--machines chooses). A live view per pool. Ctrl-C drains
     and stops everything, leaving no process behind; a second Ctrl-C aborts.
     """
-    env = dict(os.environ)
-    kind, why = _machines_kind(machines, env)
-    click.echo(f"dev: machines are {MACHINE_KINDS[kind]} ({why})")
-    if timings:
-        env["SPKY_POOL_TIMINGS"] = timings
-    env["SPKY_POOL_PROVIDER"] = kind
-    env.pop("SPKY_POOL_DOCKER", None)
-    if kind == "docker":
-        env.setdefault("SPKY_POOL_SECRET", secrets.token_urlsafe(32))  # this run's own
-    try:
-        settings = ControllerSettings.from_env(
-            env, config_path=file, store_url=store_url or env.get("SPKY_STORE") or None
-        )
-    except SettingsError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(
-        level=logging.INFO,
-        format=LOG_FORMAT,
-        filename=str(Path(settings.state_dir) / "controller.log"),
-    )
+    settings, kind = _dev_settings(file, store_url, timings, machines)
     with refusals(), image_progress() as bars, engine.reporting(bars):
         runtime = _start(settings, fresh=True)  # a new run: an earlier run's leftovers go
     # Before "Ctrl-C stops everything" is printed: a Ctrl-C as soon as it is read drains (with
@@ -243,42 +222,99 @@ def dev(
             finished.set()
             runtime.stop()
 
-    console.print(
-        f"dev: {file} on {MACHINE_KINDS[kind]}; store {redact(settings.store_url)}; "
-        f"agents' endpoint {runtime.settings.agents_url}; admin API {runtime.admin_url}"
-        + (f"; {len(queued)} job(s) queued" if queued else "")
-        + ". Ctrl-C stops everything."
-    )
-    if not runtime.controller.leader:
-        console.print("dev: " + _standby(runtime) + "; waiting for leadership")
+    _announce(console, file, kind, runtime, queued)
     started = time.monotonic()
 
     def on_progress(line: str) -> None:
         _say(console, f"{line} (Ctrl-C again: abort; the jobs go back to the queue)")
 
     try:
-        if live_view:
-            with Live(_view(runtime), console=console, refresh_per_second=4) as live:
-                refresher = _Refresher(lambda: live.update(_view(runtime)))
-                refresher.start()
-                try:
-                    runtime.run(on_tick, on_progress)
-                finally:
-                    refresher.stop()
-                    with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
-                        live.update(_view(runtime))
-        else:
-            runtime.run(on_tick, on_progress)
+        _run(runtime, console, live_view, on_tick, on_progress)
     finally:
-        stopped = _stop_machines(runtime)
-        if printer is not None:
-            with contextlib.suppress(OSError):
-                printer.flush()
-        summary = _summary(runtime, queued, time.monotonic() - started, ledger)
-        runtime.close()
-        _say(console, f"dev: stopped; {stopped}. {summary}")
+        _end(runtime, console, printer, queued, started, ledger)
     if runtime.aborted or (exit_when_idle and not finished.is_set()):
         sys.exit(130)
+
+
+def _dev_settings(
+    file: str, store_url: str | None, timings: str, machines: str | None
+) -> tuple[ControllerSettings, str]:
+    """dev's settings from the environment, its machines' kind (said at once) and its log."""
+    env = dict(os.environ)
+    kind, why = _machines_kind(machines, env)
+    click.echo(f"dev: machines are {MACHINE_KINDS[kind]} ({why})")
+    if timings:
+        env["SPKY_POOL_TIMINGS"] = timings
+    env["SPKY_POOL_PROVIDER"] = kind
+    env.pop("SPKY_POOL_DOCKER", None)
+    if kind == "docker":
+        env.setdefault("SPKY_POOL_SECRET", secrets.token_urlsafe(32))  # this run's own
+    try:
+        settings = ControllerSettings.from_env(
+            env, config_path=file, store_url=store_url or env.get("SPKY_STORE") or None
+        )
+    except SettingsError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        level=logging.INFO,
+        format=LOG_FORMAT,
+        filename=str(Path(settings.state_dir) / "controller.log"),
+    )
+    return settings, kind
+
+
+def _announce(console: Console, file: str, kind: str, runtime: Runtime, queued: list[str]) -> None:
+    """What dev runs, where it answers, and how it stops (a standby says it waits)."""
+    console.print(
+        f"dev: {file} on {MACHINE_KINDS[kind]}; store {redact(runtime.settings.store_url)}; "
+        f"agents' endpoint {runtime.settings.agents_url}; admin API {runtime.admin_url}"
+        + (f"; {len(queued)} job(s) queued" if queued else "")
+        + ". Ctrl-C stops everything."
+    )
+    if not runtime.controller.leader:
+        console.print("dev: " + _standby(runtime) + "; waiting for leadership")
+
+
+def _run(
+    runtime: Runtime,
+    console: Console,
+    live_view: bool,
+    on_tick: Callable[[TickReport], None],
+    on_progress: Callable[[str], None],
+) -> None:
+    """Serve until stopped, under the live view or printing events as lines."""
+    if live_view:
+        with Live(_view(runtime), console=console, refresh_per_second=4) as live:
+            refresher = _Refresher(lambda: live.update(_view(runtime)))
+            refresher.start()
+            try:
+                runtime.run(on_tick, on_progress)
+            finally:
+                refresher.stop()
+                with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                    live.update(_view(runtime))
+    else:
+        runtime.run(on_tick, on_progress)
+
+
+def _end(
+    runtime: Runtime,
+    console: Console,
+    printer: _EventPrinter | None,
+    queued: list[str],
+    started: float,
+    ledger: _Ledger,
+) -> None:
+    """dev's machines destroyed, the events left printed, the runtime closed, a summary said."""
+    stopped = _stop_machines(runtime)
+    if printer is not None:
+        with contextlib.suppress(OSError):
+            printer.flush()
+    summary = _summary(runtime, queued, time.monotonic() - started, ledger)
+    runtime.close()
+    _say(console, f"dev: stopped; {stopped}. {summary}")
 
 
 def _stop_machines(runtime: Runtime) -> str:

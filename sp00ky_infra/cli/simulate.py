@@ -128,15 +128,8 @@ def simulate(
         arrivals = _workload(trace, rate, duration_text, hours, bursts, seed)
         overrides = dict(parse_price(text) for text in prices)
         changes = dict(setting(*_pair(text)) for text in sets)
-        options = {
-            "tick": seconds(tick_text, "--tick"),
-            "window": seconds(window_text, "--window"),
-            "seed": seed,
-        }
-        names = list(pool_names) or sorted(config.pools)
-        for name in names:
-            if name not in config.pools:
-                _fail(f"no pool {name!r} in the config (pools: {', '.join(sorted(config.pools))})")
+        options = _clock(tick_text, window_text, seed)
+        names = _names(config, pool_names)
         runs = [
             pool_run(
                 config,
@@ -156,6 +149,29 @@ def simulate(
             return
     except (WorkloadError, SettingError, UnknownPrice, ValueError) as exc:
         _fail(str(exc))
+    _show(runs, as_json)
+
+
+def _clock(tick_text: str, window_text: str, seed: int) -> dict[str, Any]:
+    """The virtual clock's options of every pool's run: its tick, window and seed."""
+    return {
+        "tick": seconds(tick_text, "--tick"),
+        "window": seconds(window_text, "--window"),
+        "seed": seed,
+    }
+
+
+def _names(config: Config, pool_names: Sequence[str]) -> list[str]:
+    """The pools named (all when none is), each one the config's."""
+    names = list(pool_names) or sorted(config.pools)
+    for name in names:
+        if name not in config.pools:
+            _fail(f"no pool {name!r} in the config (pools: {', '.join(sorted(config.pools))})")
+    return names
+
+
+def _show(runs: Sequence[Run], as_json: bool) -> None:
+    """Each pool's report, and with several pools their total."""
     pairs = []
     for run in runs:
         outcome = run.outcome()

@@ -364,29 +364,7 @@ class Runtime:
         controller = self.controller
         hub = Hub(self._loop)
         controller.wake.attach(hub)
-        servers = [
-            _Server(
-                uvicorn.Config(
-                    app,
-                    log_level="warning",
-                    lifespan="off",
-                    access_log=False,
-                    http="httptools",  # C parser: h11's pure Python was a fifth of a poll
-                    loop="none",  # run(): uvloop
-                    # Nothing reads a client's address (no X-Forwarded-* to trust: one ASGI
-                    # layer less a request), and no "server: uvicorn" to tell the world or
-                    # for each agent to parse on every poll.
-                    proxy_headers=False,
-                    server_header=False,
-                )
-            )
-            for app in (
-                InputLimits(agents_app(controller, hub), AGENTS_RULES),
-                InputLimits(admin_app(controller), ADMIN_RULES),
-            )
-        ]
-        for server in servers:  # a backstop: held polls end at once on their own (hub.close)
-            server.config.timeout_graceful_shutdown = GRACEFUL_SHUTDOWN_SECONDS
+        servers = _servers(controller, hub)
         serving = [
             asyncio.create_task(server.serve(sockets=[sock]))
             for server, sock in zip(servers, (self.agents_socket, self.admin_socket), strict=True)
@@ -469,3 +447,31 @@ class Runtime:
         self.controller.store.close()
         for sock in (self.agents_socket, self.admin_socket):
             sock.close()
+
+
+def _servers(controller: Controller, hub: Hub) -> list[_Server]:
+    """The agents' and the admin listeners' uvicorn servers, each behind its input limits."""
+    servers = [
+        _Server(
+            uvicorn.Config(
+                app,
+                log_level="warning",
+                lifespan="off",
+                access_log=False,
+                http="httptools",  # C parser: h11's pure Python was a fifth of a poll
+                loop="none",  # run(): uvloop
+                # Nothing reads a client's address (no X-Forwarded-* to trust: one ASGI
+                # layer less a request), and no "server: uvicorn" to tell the world or
+                # for each agent to parse on every poll.
+                proxy_headers=False,
+                server_header=False,
+            )
+        )
+        for app in (
+            InputLimits(agents_app(controller, hub), AGENTS_RULES),
+            InputLimits(admin_app(controller), ADMIN_RULES),
+        )
+    ]
+    for server in servers:  # a backstop: held polls end at once on their own (hub.close)
+        server.config.timeout_graceful_shutdown = GRACEFUL_SHUTDOWN_SECONDS
+    return servers

@@ -77,8 +77,37 @@ def explain_job(
 ) -> list[Cause]:
     """Why ``job`` is still pending at ``now``; the pool's view and plan are the tick's;
     ``last_failure`` is the pool's last failed boot, told with an open breaker."""
-    causes: list[Cause] = []
     slots = pool.shape.slots
+    ready = [m for m in pool.machines if m.state == "ready"]
+    most_free = max((free_slots(m, slots) for m in ready), default=0)
+    causes = _job_causes(job, pool, now)
+    causes += _head_of_line(job, most_free)
+    causes += _pool_causes(pool, plan, now, last_failure)
+    if causes:
+        return causes
+    if most_free >= job.slots:
+        return [
+            Cause(
+                "starting",
+                f"a ready machine has {most_free} free slot(s): its next poll takes the job",
+                {"most_free": most_free},
+            )
+        ]
+    busy = sum(m.busy_slots for m in ready)
+    return [
+        Cause(
+            "no_free_slot",
+            f"every slot is busy ({busy} of {len(ready) * slots} on {len(ready)} ready "
+            "machine(s)); it starts when one frees",
+            {"busy_slots": busy},
+        )
+    ]
+
+
+def _job_causes(job: Waiting, pool: PoolView, now: float) -> list[Cause]:
+    """What holds the job itself: its delay, its paused pool, its table's concurrency, the
+    due jobs ahead of it."""
+    causes: list[Cause] = []
     if job.run_after > now:
         causes.append(
             Cause(
@@ -113,8 +142,12 @@ def explain_job(
                 {"ahead": job.ahead, "position": job.ahead + 1},
             )
         )
-    ready = [m for m in pool.machines if m.state == "ready"]
-    most_free = max((free_slots(m, slots) for m in ready), default=0)
+    return causes
+
+
+def _head_of_line(job: Waiting, most_free: int) -> list[Cause]:
+    """The queue's head needs more slots than any ready machine has free (some has some)."""
+    causes: list[Cause] = []
     if job.head_id is not None and job.head_slots > most_free and most_free > 0:
         who = "it" if job.head_id == job.id else f"the head of the queue, {job.head_id},"
         causes.append(
@@ -125,6 +158,16 @@ def explain_job(
                 {"head": job.head_id, "needs": job.head_slots, "most_free": most_free},
             )
         )
+    return causes
+
+
+def _pool_causes(
+    pool: PoolView, plan: Plan, now: float, last_failure: FailedBoot | None
+) -> list[Cause]:
+    """What holds the pool's size: its max, an open breaker, machines booting, machines this
+    tick creates."""
+    causes: list[Cause] = []
+    slots = pool.shape.slots
     needed = math.ceil(capacity(pool.shape, plan.busy_slots, pool.queued) / slots)
     top = pool.shape.max if pool.shape.autoscale else pool.shape.min
     if top is not None and needed > top and plan.desired == top:
@@ -170,24 +213,6 @@ def explain_job(
                 "scaling_up",
                 f"this tick creates {plan.create.count} machine(s) for the queue",
                 {"count": plan.create.count},
-            )
-        )
-    if not causes and most_free >= job.slots:
-        causes.append(
-            Cause(
-                "starting",
-                f"a ready machine has {most_free} free slot(s): its next poll takes the job",
-                {"most_free": most_free},
-            )
-        )
-    if not causes:
-        busy = sum(m.busy_slots for m in ready)
-        causes.append(
-            Cause(
-                "no_free_slot",
-                f"every slot is busy ({busy} of {len(ready) * slots} on {len(ready)} ready "
-                "machine(s)); it starts when one frees",
-                {"busy_slots": busy},
             )
         )
     return causes

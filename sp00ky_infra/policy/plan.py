@@ -256,64 +256,18 @@ def summarize(pool: PoolView, now: float) -> PoolView:
 
 def plan_pool(pool: PoolView, now: float) -> Plan:
     """Decide what happens to one pool at ``now``."""
-    fail: list[Fail] = []
-    drain: list[Drain] = []
-    destroy: list[Destroy] = []
-    notes: list[str] = []
-    serving: list[MachineView] = []  # machines that count towards the pool's size
     machines = _with_idle_clocks(pool.machines, now)
     idle_clocks = tuple(
         IdleClock(after.name, after.idle_since)
         for before, after in zip(pool.machines, machines, strict=True)
         if after.idle_since != before.idle_since
     )
-    for machine in machines:
-        if machine.state in ("requested", "booting"):
-            if now - machine.created_at > pool.boot_timeout:
-                fail.append(Fail(machine.name, Reason.BOOT_TIMEOUT))
-            else:
-                serving.append(machine)
-        elif machine.state in ("ready", "draining"):
-            if silent(machine, pool.silence, now):
-                fail.append(Fail(machine.name, Reason.SILENT))
-            elif machine.state == "draining":
-                if machine.drained:
-                    destroy.append(Destroy(machine.name))
-            elif machine.revision != pool.revision:
-                drain.append(Drain(machine.name, Reason.REVISION_CHANGED))
-            elif now - machine.created_at >= pool.max_lifetime:
-                drain.append(Drain(machine.name, Reason.MAX_LIFETIME))
-            else:
-                serving.append(machine)
-        elif machine.state == "failed":  # e.g. its agent said the backend never became ready
-            destroy.append(Destroy(machine.name, Reason.DESTROYED))
-
+    steps = _lifecycle(pool, machines, now)
     busy = busy_slots(machines, pool.steady_busy)
     desired = desired_machines(pool.shape, busy, pool.queued)
-    current = pool.steady + len(serving)
-
-    surplus = current - desired
-    if surplus > 0:
-        if pool.steady_idle:
-            raise Unlisted(
-                f"pool {pool.name}: {surplus} machine(s) too many and {pool.steady_idle} idle "
-                "one(s) counted, not listed: list them to choose which to drain"
-            )
-        idle = sorted(
-            (machine for machine in serving if idle_past(machine, pool, now)),
-            key=lambda machine: (machine.idle_since, machine.name),
-        )
-        drain.extend(Drain(machine.name, Reason.IDLE_SURPLUS) for machine in idle[:surplus])
-
-    create = None
-    missing = desired - current
-    if missing > 0:
-        if pool.paused:
-            notes.append(f"paused: {missing} machine(s) not created")
-        elif pool.breaker.is_open(now):
-            notes.append(f"breaker open: {missing} machine(s) not created")
-        else:
-            create = Create(pool.name, missing)
+    current = pool.steady + len(steps.serving)
+    drain = steps.drain + _idle_surplus(pool, steps.serving, current - desired, now)
+    create, notes = _create(pool, desired - current, now)
     return Plan(
         pool=pool.name,
         desired=desired,
@@ -321,11 +275,76 @@ def plan_pool(pool: PoolView, now: float) -> Plan:
         busy_slots=busy,
         create=create,
         drain=tuple(drain),
-        fail=tuple(fail),
-        destroy=tuple(destroy),
+        fail=tuple(steps.fail),
+        destroy=tuple(steps.destroy),
         idle=idle_clocks,
         notes=tuple(notes),
     )
+
+
+@dataclass(slots=True)
+class _Lifecycle:
+    """Each listed machine's lifecycle step: failed, drained, destroyed, or serving (it
+    counts towards the pool's size)."""
+
+    fail: list[Fail] = field(default_factory=list)
+    drain: list[Drain] = field(default_factory=list)
+    destroy: list[Destroy] = field(default_factory=list)
+    serving: list[MachineView] = field(default_factory=list)
+
+
+def _lifecycle(pool: PoolView, machines: Sequence[MachineView], now: float) -> _Lifecycle:
+    out = _Lifecycle()
+    for machine in machines:
+        if machine.state in ("requested", "booting"):
+            if now - machine.created_at > pool.boot_timeout:
+                out.fail.append(Fail(machine.name, Reason.BOOT_TIMEOUT))
+            else:
+                out.serving.append(machine)
+        elif machine.state in ("ready", "draining"):
+            if silent(machine, pool.silence, now):
+                out.fail.append(Fail(machine.name, Reason.SILENT))
+            elif machine.state == "draining":
+                if machine.drained:
+                    out.destroy.append(Destroy(machine.name))
+            elif machine.revision != pool.revision:
+                out.drain.append(Drain(machine.name, Reason.REVISION_CHANGED))
+            elif now - machine.created_at >= pool.max_lifetime:
+                out.drain.append(Drain(machine.name, Reason.MAX_LIFETIME))
+            else:
+                out.serving.append(machine)
+        elif machine.state == "failed":  # e.g. its agent said the backend never became ready
+            out.destroy.append(Destroy(machine.name, Reason.DESTROYED))
+    return out
+
+
+def _idle_surplus(
+    pool: PoolView, serving: Sequence[MachineView], surplus: int, now: float
+) -> list[Drain]:
+    """The longest-idle serving machines past the idle timeout, as many as the surplus."""
+    if surplus <= 0:
+        return []
+    if pool.steady_idle:
+        raise Unlisted(
+            f"pool {pool.name}: {surplus} machine(s) too many and {pool.steady_idle} idle "
+            "one(s) counted, not listed: list them to choose which to drain"
+        )
+    idle = sorted(
+        (machine for machine in serving if idle_past(machine, pool, now)),
+        key=lambda machine: (machine.idle_since, machine.name),
+    )
+    return [Drain(machine.name, Reason.IDLE_SURPLUS) for machine in idle[:surplus]]
+
+
+def _create(pool: PoolView, missing: int, now: float) -> tuple[Create | None, list[str]]:
+    """The machines to create, or the note saying why the missing ones are not."""
+    if missing <= 0:
+        return None, []
+    if pool.paused:
+        return None, [f"paused: {missing} machine(s) not created"]
+    if pool.breaker.is_open(now):
+        return None, [f"breaker open: {missing} machine(s) not created"]
+    return Create(pool.name, missing), []
 
 
 def busy_slots(machines: Sequence[MachineView], steady_busy: int = 0) -> int:

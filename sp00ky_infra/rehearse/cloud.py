@@ -89,44 +89,7 @@ class FakeHetzner:
         self.stall_now: float | None = None
         self._next_id = 1000
         self._lock = threading.Lock()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-            def _handle(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                url = urlsplit(self.path)
-                query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                with fake._lock:
-                    fake.requests.append((self.command, url.path))
-                    status, body, headers = fake.answer(
-                        self.command, url.path.removeprefix("/v1"), query, raw,
-                        self.headers.get("Authorization", ""),
-                    )  # fmt: skip
-                    stall, fake.stall_now = fake.stall_now, None
-                if stall:  # outside the lock: other requests go on meanwhile
-                    time.sleep(stall)
-                data = b"" if body is None else json.dumps(body).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    for key, value in headers.items():
-                        self.send_header(key, value)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:  # the client gave up waiting (a stalled answer)
-                    self.close_connection = True
-
-            do_GET = do_POST = do_PUT = do_DELETE = _handle
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -504,3 +467,44 @@ class FakeHetzner:
             status, code = self.create_then_fail.pop(0)
             return status, error_body(code, MESSAGES.get(code, code)), {}
         return 201, {"firewall": created, "actions": []}, {}
+
+
+def _handler(fake: FakeHetzner) -> type[BaseHTTPRequestHandler]:
+    """The request handler class that answers each request from ``fake``'s state."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def _handle(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            url = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            with fake._lock:
+                fake.requests.append((self.command, url.path))
+                status, body, headers = fake.answer(
+                    self.command, url.path.removeprefix("/v1"), query, raw,
+                    self.headers.get("Authorization", ""),
+                )  # fmt: skip
+                stall, fake.stall_now = fake.stall_now, None
+            if stall:  # outside the lock: other requests go on meanwhile
+                time.sleep(stall)
+            data = b"" if body is None else json.dumps(body).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:  # the client gave up waiting (a stalled answer)
+                self.close_connection = True
+
+        do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+    return Handler
