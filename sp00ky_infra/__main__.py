@@ -1,3 +1,3 @@
-from sp00ky_infra.cli import main
+from sp00ky_infra.cli.main import main
 
 main()
