@@ -33,7 +33,7 @@ from sp00ky_infra.policy.plan import (
 )
 from sp00ky_infra.policy.sizing import Shape, queue_cap
 from sp00ky_infra.store import JobNotFound, SweepReport
-from sp00ky_infra.store.tick import PoolTerms, TickReads
+from sp00ky_infra.store.tick import PoolMachines, PoolTerms, TickReads
 
 log = logging.getLogger("sp00ky.controller")
 
@@ -95,32 +95,53 @@ def terms_of(controller: Controller) -> list[PoolTerms]:
     return [each.terms for each in _observed(controller)]
 
 
-def observe(controller: Controller, now: float, summarize: bool = False) -> list[PoolView]:
+def observe(controller: Controller, now: float) -> list[PoolView]:
     """What every configured pool looks like at ``now``, read from the store (and nothing
-    written: the plan says which idle clocks to keep, the executor keeps them). With
-    ``summarize`` (the tick) the machines nothing can happen to are counted, not listed
-    (``policy.plan.steady``), and each queue is counted only as far as it can change the
-    pool's desired count at its busy slots (``policy.plan.queue_cap_at``): the same plans,
-    at a cost that follows the machines that need a decision; ``explain`` lists them all and
-    counts each queue to ``sizing.queue_cap``. Three to four statements, whatever the pools."""
+    written): every machine listed and each queue counted to ``sizing.queue_cap``, as
+    ``explain`` shows them. Three statements, whatever the pools."""
     reads = TickReads(controller.store)
     observed = _observed(controller)
-    terms = [each.terms for each in observed]
-    machines = reads.summarized(terms, now) if summarize else reads.listed(terms)
-    listed = {name: [row.view() for row in found.listed] for name, found in machines.items()}
+    machines = reads.listed([each.terms for each in observed])
+    caps = [queue_cap(each.shape) for each in observed]
+    return _views(controller, reads, observed, machines, _listed(machines), caps, now)
+
+
+def observe_for_tick(controller: Controller, now: float) -> list[PoolView]:
+    """``observe`` at a cost that follows the machines that need a decision: the machines
+    nothing can happen to are counted, not listed (``policy.plan.steady``), and each queue is
+    counted only as far as it can change the pool's desired count at its busy slots
+    (``policy.plan.queue_cap_at``). The same plans; three to four statements."""
+    reads = TickReads(controller.store)
+    observed = _observed(controller)
+    machines = reads.summarized([each.terms for each in observed], now)
+    listed = _listed(machines)
     caps = [
-        (
-            each.table,
-            queue_cap_at(
-                each.shape,
-                busy_slots(listed[each.terms.pool], machines[each.terms.pool].steady_busy),
-            )
-            if summarize
-            else queue_cap(each.shape),
+        queue_cap_at(
+            each.shape,
+            busy_slots(listed[each.terms.pool], machines[each.terms.pool].steady_busy),
         )
         for each in observed
     ]
-    queued = reads.queued_slots(caps, now)
+    return _views(controller, reads, observed, machines, listed, caps, now)
+
+
+def _listed(machines: dict[str, PoolMachines]) -> dict[str, list[MachineView]]:
+    return {name: [row.view() for row in found.listed] for name, found in machines.items()}
+
+
+def _views(
+    controller: Controller,
+    reads: TickReads,
+    observed: list[_Observed],
+    machines: dict[str, PoolMachines],
+    listed: dict[str, list[MachineView]],
+    caps: list[int],
+    now: float,
+) -> list[PoolView]:
+    """Each pool's view from its machines and its queue, counted up to its cap."""
+    queued = reads.queued_slots(
+        [(each.table, cap) for each, cap in zip(observed, caps, strict=True)], now
+    )
     views = []
     for each, slots in zip(observed, queued, strict=True):
         name = each.terms.pool
@@ -171,7 +192,7 @@ def tick(controller: Controller) -> TickReport:
     if controller.store.ensure_statistics():  # a new table's first (store.postgres says why)
         log.info("event=analyzed table=jobs")
     scheduled = fire_schedules(controller, now)  # before observe: the plan sees their jobs
-    plans = [plan_of(controller, view, now) for view in observe(controller, now, summarize=True)]
+    plans = [plan_of(controller, view, now) for view in observe_for_tick(controller, now)]
     controller.plans = {plan.pool: plan for plan in plans}
     errors: list[str] = fenced + scheduled
     for plan in plans:
