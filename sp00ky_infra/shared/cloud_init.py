@@ -50,7 +50,7 @@ def shipped_source(source: bytes, name: str) -> bytes:
             ):
                 node.body = node.body[1:] or [ast.Pass()]
         if not isinstance(node, ast.Module) and getattr(node, "body", None) == []:
-            node.body = [ast.Pass()]  # it held only a declaration
+            node.body = [ast.Pass()]  # type: ignore[attr-defined]  # it held only a declaration
     shipped = ast.unparse(tree) + "\n"
     if ast.dump(ast.parse(shipped, name)) != ast.dump(tree):
         raise SharedError(f"{name}: the agent's module does not survive stripping unchanged")
