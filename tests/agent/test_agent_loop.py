@@ -406,13 +406,6 @@ def _cut_the_line(tmp_path: Path, lease: float) -> None:
 def test_cut_the_line_at_the_minimum_lease_the_agent_stops_the_work_in_time(
     tmp_path: Path,
 ) -> None:
+    """The give-up on a real clock, once, at the shortest lease a pool may have; the default
+    lease's is on a test's clock (test_agent_watchdog.py)."""
     _cut_the_line(tmp_path, lease=30.0)
-
-
-@pytest.mark.slow
-def test_cut_the_line_at_the_default_lease_the_agent_stops_the_work_in_time(
-    tmp_path: Path,
-) -> None:
-    """90 s for real (the margin, 9 s, is shorter than one blocked poll's slack of 10 s) and
-    no destroy at all: only the agent's own clock can end the work."""
-    _cut_the_line(tmp_path, lease=90.0)
