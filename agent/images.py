@@ -30,14 +30,13 @@ from urllib.parse import quote
 
 from agent.docker import API_VERSION, DockerAPI, _UnixConnection
 from agent.errors import AgentError, DockerError, ImageError, ImageUnavailable
+from agent.logs import Log
 from agent.protocol import ImageSource
 
 CHUNK_BYTES = 1 << 22
 PROGRESS_EVERY_SECONDS = 2.0
 READ_TIMEOUT_SECONDS = 60.0  # a stream silent this long is cut short, and retried
 DENIED = ("unauthorized", "no basic auth credentials", "denied", "authentication required")
-
-Log = Callable[..., None]
 
 
 __all__ = ["ImageError", "ImageUnavailable", "Transient", "ensure_image"]

@@ -6,7 +6,7 @@ margin before (send time + lease) therefore stops it before the controller can c
 lease as expired and hand the attempt to another machine, whatever the network's delay; the
 margin also absorbs the two clocks running at slightly different rates.
 
-The agent enforces that point on its own clock (a watchdog thread, ``agent.main``), never
+The agent enforces that point on its own clock (a watchdog thread, ``agent.watchdog``), never
 only between network calls: a poll blocked by a silent partition cannot delay it. Every call
 is also given a timeout that ends by then (``bounded_timeout``).
 """

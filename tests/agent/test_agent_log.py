@@ -17,7 +17,7 @@ THREADS, LINES = 4, 2000
 # agent runs unbuffered (PYTHONUNBUFFERED=1 in its unit, its image and on local machines).
 WRITERS = f"""
 import threading
-from agent.main import log
+from agent.logs import log
 
 def write(n):
     for i in range({LINES}):
@@ -57,7 +57,7 @@ def test_lines_written_by_several_threads_never_run_together() -> None:
 # the handler runs.
 SIGNALLED = """
 import signal
-from agent.main import log
+from agent.logs import log
 
 stop = []
 

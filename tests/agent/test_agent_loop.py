@@ -173,7 +173,7 @@ class _CountingLock(threading.Condition):
 def _settling_agent(lock: _CountingLock) -> agent_main.Agent:
     settings = Settings(controller_url="http://127.0.0.1:9", machine="m1", join_token="t")
     agent = agent_main.Agent(settings)
-    agent.lock = lock
+    agent.work.lock = lock
     return agent
 
 
@@ -194,18 +194,18 @@ def test_a_poll_waits_for_the_jobs_just_started_up_to_the_settle_and_never_for_o
     now = time.monotonic()
     old = _job_run("old", now - 10)  # still running, started long ago
     # only older jobs running: the result leaves at once
-    agent.runs = {"old": old}
+    agent.work.runs = {"old": old}
     agent.settle()
     assert lock.waits == 0
     # a job just started ends within the window: the poll waits for it, and only that long
     fresh = _job_run("fresh", time.monotonic())
-    agent.runs = {"old": old, "fresh": fresh}
+    agent.work.runs = {"old": old, "fresh": fresh}
 
     def end() -> None:
         time.sleep(0.02)
-        with agent.lock:  # as Agent.job_done: the run has ended, the loop is told
+        with agent.work.lock:  # as Agent.job_done: the run has ended, the loop is told
             fresh.done.set()
-            agent.lock.notify_all()
+            agent.work.lock.notify_all()
 
     ender = threading.Thread(target=end)
     ender.start()
@@ -216,7 +216,7 @@ def test_a_poll_waits_for_the_jobs_just_started_up_to_the_settle_and_never_for_o
     assert lock.waits >= 1 and ended_wait < 0.3
     # a job just started that runs on: the wait ends SETTLE_SECONDS after its start
     slow = _job_run("slow", time.monotonic())
-    agent.runs = {"old": old, "slow": slow}
+    agent.work.runs = {"old": old, "slow": slow}
     agent.settle()
     assert 0.3 <= time.monotonic() - slow.assigned_at < 5
     assert not slow.done.is_set()
@@ -406,13 +406,6 @@ def _cut_the_line(tmp_path: Path, lease: float) -> None:
 def test_cut_the_line_at_the_minimum_lease_the_agent_stops_the_work_in_time(
     tmp_path: Path,
 ) -> None:
+    """The give-up on a real clock, once, at the shortest lease a pool may have; the default
+    lease's is on a test's clock (test_agent_watchdog.py)."""
     _cut_the_line(tmp_path, lease=30.0)
-
-
-@pytest.mark.slow
-def test_cut_the_line_at_the_default_lease_the_agent_stops_the_work_in_time(
-    tmp_path: Path,
-) -> None:
-    """90 s for real (the margin, 9 s, is shorter than one blocked poll's slack of 10 s) and
-    no destroy at all: only the agent's own clock can end the work."""
-    _cut_the_line(tmp_path, lease=90.0)

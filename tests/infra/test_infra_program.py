@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import base64
+import dataclasses
 import hashlib
 import io
 import json
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import types
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,12 @@ from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.infra.firewall import HetznerFirewallProvider
 from sp00ky_infra.infra.machine import HetznerMachineProvider
 from sp00ky_infra.shared import tokens
-from sp00ky_infra.shared.cloud_init import USER_DATA_LIMIT, UserDataTooLarge, user_data
+from sp00ky_infra.shared.cloud_init import (
+    USER_DATA_LIMIT,
+    UserDataTooLarge,
+    shipped_source,
+    user_data,
+)
 from tests.configs import varied
 from tests.conftest import need_service
 from tests.helpers import ROOT
@@ -276,12 +283,32 @@ def _without_docstrings(tree: ast.Module) -> ast.Module:
     return tree
 
 
+class _Unannotated(ast.NodeTransformer):
+    """Every annotation erased, wherever it is: the shipped agent keeps only those a class
+    body declares (which the protocol and dataclasses read), and this compares the code."""
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        node.returns = None
+        self.generic_visit(node)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.Assign | None:
+        if node.value is None:
+            return None
+        return ast.Assign(targets=[node.target], value=node.value, type_comment=None)
+
+
 def test_the_shipped_agent_imports_and_fits_with_room(tmp_path: Path) -> None:
-    """The agent as user-data ships it (no comments, no docstrings) imports, and leaves room
+    """The agent as user-data ships it (no comments, docstrings or unread annotations) imports
+    and runs, and leaves room
     under Hetzner's 32 KiB for the agent to grow."""
     document = yaml.safe_load(user_data("m", "https://pool.example.com", "t"))
     files = {f["path"]: f for f in document["write_files"]}
-    archive = base64.b64decode(files["/opt/sp00ky/agent.tar.gz"]["content"])
+    archive = base64.b64decode(files["/opt/sp00ky/agent.tar.bz2"]["content"])
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(tmp_path, filter="data")
     modules = sorted(
@@ -302,10 +329,51 @@ def test_the_shipped_agent_imports_and_fits_with_room(tmp_path: Path) -> None:
     assert len(user_data("m", "https://pool.example.com", "t").encode()) < USER_DATA_LIMIT * 0.85
 
 
+SOURCE = b'''"""A module."""
+from __future__ import annotations
+import dataclasses
+from typing import get_type_hints
+LIMIT: int = 3
+@dataclasses.dataclass
+class Point:
+    """A point."""
+    x: int
+    y: list[int] = dataclasses.field(default_factory=list)
+def scale(point: Point, by: int = LIMIT) -> Point:
+    total: int
+    total = point.x * by
+    return Point(total, [*point.y])
+def shadow() -> str:
+    LIMIT: int  # declared, never bound here: still local, so reading it fails
+    return str(LIMIT)
+'''
+
+
+def test_a_shipped_module_keeps_its_class_fields_and_its_scopes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stripping leaves what runs as it was: a dataclass's fields (and the hints the protocol
+    reads), defaults, and a declaration that makes a name local; functions lose theirs."""
+    shipped = shipped_source(SOURCE, "m.py")
+    text = shipped.decode()
+    assert "-> Point" not in text and "point: Point" not in text and "LIMIT = 3" in text
+    assert "total: int" not in text and "LIMIT: int" in text and "A point" not in text
+    shipped_module = types.ModuleType("shipped_example")
+    monkeypatch.setitem(sys.modules, "shipped_example", shipped_module)  # dataclasses look it up
+    exec(compile(shipped, "m.py", "exec"), shipped_module.__dict__)
+    module = shipped_module.__dict__
+    point = module["scale"](module["Point"](2, [1]))
+    assert (point.x, point.y) == (6, [1])
+    assert [f.name for f in dataclasses.fields(point)] == ["x", "y"]
+    assert module["get_type_hints"](module["Point"]) == {"x": int, "y": list[int]}
+    with pytest.raises(UnboundLocalError):
+        module["shadow"]()
+
+
 def test_the_agent_is_embedded_pinned_by_hash_and_installed_as_a_service() -> None:
     document = yaml.safe_load(user_data("m", "https://pool.example.com", "t"))
     files = {f["path"]: f for f in document["write_files"]}
-    archive = base64.b64decode(files["/opt/sp00ky/agent.tar.gz"]["content"])
+    archive = base64.b64decode(files["/opt/sp00ky/agent.tar.bz2"]["content"])
     (command,) = document["runcmd"]
     assert command == ["/opt/sp00ky/install-agent.sh", hashlib.sha256(archive).hexdigest()]
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
@@ -316,7 +384,8 @@ def test_the_agent_is_embedded_pinned_by_hash_and_installed_as_a_service() -> No
             shipped = tar.extractfile(member)
             assert shipped is not None
             here = _without_docstrings(ast.parse((ROOT / member.name).read_bytes()))
-            assert ast.dump(ast.parse(shipped.read())) == ast.dump(here), member.name
+            code = _Unannotated().visit(ast.parse(shipped.read()))
+            assert ast.dump(code) == ast.dump(_Unannotated().visit(here)), member.name
     unit = files["/etc/systemd/system/sp00ky-agent.service"]["content"]
     assert "ExecStart=/usr/bin/python3 -m agent" in unit and "SPKY_AGENT_SETTINGS_FILE" in unit
     # a refused join or rejoin powers off and exits 3, a failed boot exits 4: never restarted
