@@ -1,10 +1,9 @@
 """A response's headers read without the ``email`` package, in the agent's process.
 
 ``http.client`` hands every response's header block to ``email.parser``, a general MIME
-parser in pure Python: about 15 µs for the three or four headers of a poll's answer or a
-backend's, against about 1.5 µs to split the lines. The agent reads two such answers for
-every job it runs (the backend's, and its share of a poll's), so under load the parser was
-about a fifth of the agent's CPU.
+parser in pure Python that costs many times what splitting the lines does. The agent reads
+two such answers for every job it runs (the backend's, and its share of a poll's), so under
+load that parser is a large share of the agent's CPU.
 
 ``parse_headers`` gives what ``http.client.parse_headers`` gives (the same ``HTTPMessage``,
 the same names and values in the same order, the same errors for a line too long or too many
