@@ -3,8 +3,14 @@ common window, so that a setting that costs more never ranks as the cheaper one.
 
 from __future__ import annotations
 
-import pytest
+import json
+import shutil
+from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from sp00ky_infra.cli import cli
 from sp00ky_infra.config.model import Pool
 from sp00ky_infra.policy.cost import HETZNER_PRICES, machine_euros
 from sp00ky_infra.simulate.providers import PROVIDERS
@@ -12,6 +18,7 @@ from sp00ky_infra.simulate.report import DAY, report, total
 from sp00ky_infra.simulate.runner import Run
 from sp00ky_infra.simulate.sweep import Point, pareto, parse_axes, sweep
 from sp00ky_infra.simulate.workload import Arrival, Distribution
+from tests.helpers import ROOT
 
 PRICE = HETZNER_PRICES["cx33"]
 PROVIDER = PROVIDERS["hetzner"].with_(boot=Distribution("fixed", 30.0), recycle=0.0, drain=0.0)
@@ -73,3 +80,45 @@ def test_the_all_pools_peak_is_the_most_machines_at_one_instant() -> None:
     assert whole.euros == pytest.approx(4 * PRICE.hourly)
     assert whole.euros_per_day == pytest.approx(whole.euros * DAY / window)
     assert max(count for _, count in whole.machines_over_time) == 2
+
+
+EXPORT_POOL = """  export:
+    provider: hetzner
+    machine: { type: cx33, locations: [fsn1] }
+    min: 0
+    autoscale: true
+    max: 2
+    idleTimeout: 1m
+apps:
+  exporter:
+    type: backend
+    runOn: { pool: export }
+    spec: ./backend/openapi.yml
+    baseUrl: http://127.0.0.1:8081
+    method: { type: outbox, table: export_job, schema: ./src/outbox/render.surql }
+    deploy: { dockerfile: ./backend/Dockerfile, port: 8081, command: [python3, backend/server.py] }
+"""
+
+
+def test_the_command_reports_every_pool_over_one_window(tmp_path: Path) -> None:
+    """The example's pool busy at the start and a second pool busy hours later: each pool's
+    euros per day and the total's cover the same window, and the total's peak is two."""
+    shutil.copytree(ROOT / "examples", tmp_path, dirs_exist_ok=True)
+    config = tmp_path / "sp00ky.yml"
+    config.write_text(config.read_text().replace("apps:\n", EXPORT_POOL, 1))
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "at,duration,backend\n0,100,renderer\n0,100,renderer\n"
+        "20000,100,exporter\n20000,100,exporter\n"
+    )
+    args = ["simulate", "--config", str(config), "--trace", str(trace), "--json"]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.output)
+    pools, whole = data["pools"], data["total"]
+    assert [pools[name]["peak_machines"] for name in ("render", "export")] == [2, 2]
+    assert whole["peak_machines"] == 2
+    window = whole["window"]
+    assert window >= 20000 and all(p["window"] == window for p in pools.values())
+    assert whole["euros"] == pytest.approx(sum(p["euros"] for p in pools.values()))
+    assert whole["euros_per_day"] == pytest.approx(whole["euros"] * DAY / window)
