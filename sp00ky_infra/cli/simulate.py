@@ -16,7 +16,14 @@ from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.config.model import Config
 from sp00ky_infra.policy.cost import PRICES_DATE, Price, UnknownPrice, parse_price, price_of
 from sp00ky_infra.simulate.providers import PROVIDERS, ProviderModel
-from sp00ky_infra.simulate.report import Report, report, table_rows, total
+from sp00ky_infra.simulate.report import (
+    Report,
+    common_window,
+    report,
+    table_rows,
+    total,
+    window_words,
+)
 from sp00ky_infra.simulate.runner import Run, SettingError, pool_run, setting
 from sp00ky_infra.simulate.sweep import markdown, pareto, parse_axes, summary, svg, sweep, table
 from sp00ky_infra.simulate.sweep import terminal as terminal_chart
@@ -86,7 +93,8 @@ def _fail(message: str) -> None:
     "--window",
     "window_text",
     default="0s",
-    help="Simulate at least this long (default: until the workload is done).",
+    help="Simulate at least this long (default: until the workload is done); euros per day "
+    "are the bill over it, or over the latest end among the pools or settings compared.",
 )
 @click.option("--tick", "tick_text", default="2s", show_default=True, help="The controller's tick.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -172,11 +180,13 @@ def _names(config: Config, pool_names: Sequence[str]) -> list[str]:
 
 def _show(runs: Sequence[Run], as_json: bool) -> None:
     """Each pool's report, and with several pools their total."""
-    pairs = []
-    for run in runs:
-        outcome = run.outcome()
-        pairs.append((report(run.pool.name, outcome, run.price), outcome))
-    reports = [r for r, _ in pairs]
+    outcomes = [run.outcome() for run in runs]
+    window = common_window(outcome.end for outcome in outcomes)
+    reports = [
+        report(run.pool.name, outcome, run.price, window)
+        for run, outcome in zip(runs, outcomes, strict=True)
+    ]
+    pairs = list(zip(reports, outcomes, strict=True))
     whole = total(pairs) if len(pairs) > 1 else None
     if as_json:
         data: dict[str, Any] = {"pools": {r.pool: r.as_dict() for r in reports}}
@@ -284,7 +294,9 @@ def _sweep(
         click.echo(markdown(rows), nl=False)
         return
     click.echo(f"pool {run.pool.name}: {len(points)} settings, {len(front)} on the Pareto front")
-    click.echo(f"({_describe(run)})\n")
+    click.echo(f"({_describe(run)})")
+    window = front[0].report.window if front else 0.0
+    click.echo(f"EUR/day: {window_words(window)}, the same window for every setting\n")
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from sp00ky_infra.policy.cost import Price, idle_euros, machine_euros
@@ -36,11 +36,39 @@ class Report:
     peak_machines: int
     settled: bool
     machines_over_time: tuple[tuple[float, int], ...]
+    window: float = 0.0  # seconds from the trace's start that machine-hours and euros cover
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["machines_over_time"] = [list(p) for p in self.machines_over_time]
         return data
+
+
+@dataclass(frozen=True, slots=True)
+class Bill:
+    """A run's machines as Hetzner bills them: each one's creation, its end (None: still
+    alive when the run settled) and its busy seconds."""
+
+    price: Price
+    machines: tuple[tuple[float, float | None, float], ...]
+
+    @classmethod
+    def of(cls, outcome: Outcome, price: Price) -> Bill:
+        return cls(
+            price, tuple((m.created_at, m.destroyed_at, m.busy_seconds) for m in outcome.machines)
+        )
+
+    def over(self, window: float) -> tuple[float, float, float]:
+        """(euros, idle euros, machine-seconds) up to ``window``: a machine still alive at the
+        run's end is billed up to it (a settled pool stays as it is until work arrives)."""
+        euros = idle = seconds = 0.0
+        for created, destroyed, busy in self.machines:
+            life = max(0.0, (window if destroyed is None else destroyed) - created)
+            bill = machine_euros(self.price, life)
+            seconds += life
+            euros += bill
+            idle += idle_euros(bill, life, life - busy)
+        return euros, idle, seconds
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -51,22 +79,35 @@ def percentile(values: Sequence[float], q: float) -> float:
     return values[min(rank, len(values)) - 1]
 
 
-def report(pool: str, outcome: Outcome, price: Price) -> Report:
+def common_window(spans: Iterable[float]) -> float:
+    """The window that runs compared with one another share: the latest of their spans (each
+    run goes on until the trace's window is over and its pool has settled)."""
+    return max(spans, default=0.0)
+
+
+def billed(r: Report, bill: Bill, window: float) -> Report:
+    """``r`` with its machine-hours and euros measured over ``window`` (never before the run's
+    own end: every machine it created is paid for in full)."""
+    window = max(window, r.span)
+    euros, idle, seconds = bill.over(window)
+    return replace(
+        r,
+        machine_hours=seconds / 3600.0,
+        euros=euros,
+        idle_euros=idle,
+        euros_per_job=euros / r.started if r.started else 0.0,
+        euros_per_day=euros * DAY / max(window, 1.0),
+        window=window,
+    )
+
+
+def report(pool: str, outcome: Outcome, price: Price, window: float = 0.0) -> Report:
+    """One pool's run, its euros over ``window`` (at least the run's own span)."""
     waits = sorted(w for w in (job.wait for job in outcome.jobs) if w is not None)
-    euros = idle = seconds = 0.0
-    for machine in outcome.machines:
-        end = machine.destroyed_at if machine.destroyed_at is not None else outcome.end
-        life = max(0.0, end - machine.created_at)
-        bill = machine_euros(price, life)
-        seconds += life
-        euros += bill
-        idle += idle_euros(bill, life, life - machine.busy_seconds)
-    started = len(waits)
-    span = max(outcome.end, 1.0)
-    return Report(
+    counted = Report(
         pool=pool,
         jobs=len(outcome.jobs),
-        started=started,
+        started=len(waits),
         queue_timeouts=sum(1 for job in outcome.jobs if job.timed_out),
         refused=sum(1 for job in outcome.jobs if job.refused),
         wait_p50=percentile(waits, 50),
@@ -74,29 +115,52 @@ def report(pool: str, outcome: Outcome, price: Price) -> Report:
         wait_p99=percentile(waits, 99),
         wait_max=waits[-1] if waits else 0.0,
         longest_queue=outcome.longest_queue,
-        machine_hours=seconds / 3600.0,
+        machine_hours=0.0,
         boots=len(outcome.machines),
         failed_boots=sum(1 for m in outcome.machines if m.failed or m.ready_at is None),
-        euros=euros,
-        idle_euros=idle,
-        euros_per_job=euros / started if started else 0.0,
-        euros_per_day=euros * DAY / span,
+        euros=0.0,
+        idle_euros=0.0,
+        euros_per_job=0.0,
+        euros_per_day=0.0,
         span=outcome.end,
         peak_machines=max((count for _, count in outcome.series), default=0),
         settled=outcome.settled,
         machines_over_time=tuple(outcome.series),
     )
+    return billed(counted, Bill.of(outcome, price), window)
+
+
+def together(series: Sequence[Sequence[tuple[float, int]]]) -> list[tuple[float, int]]:
+    """Machines alive in every pool at once, at each instant any pool's count changed."""
+    changes = sorted(
+        (t, pool, order, count)
+        for pool, points in enumerate(series)
+        for order, (t, count) in enumerate(points)
+    )
+    alive = [0] * len(series)
+    merged: list[tuple[float, int]] = []
+    for t, pool, _, count in changes:
+        alive[pool] = count
+        if merged and merged[-1][0] == t:
+            merged[-1] = (t, sum(alive))
+        else:
+            merged.append((t, sum(alive)))
+    return merged
 
 
 def total(pairs: Sequence[tuple[Report, Outcome]]) -> Report:
-    """Every pool together: sums, and the percentiles of all the pools' waits."""
+    """Every pool together over their one window: the bill of all their machines, the most
+    machines alive at one instant, and the percentiles of all the pools' waits."""
+    reports = [r for r, _ in pairs]
+    window = max((r.window for r in reports), default=0.0)
+    if any(r.window != window for r in reports):
+        raise ValueError("the pools' reports cover different windows: report them over one")
     waits = sorted(
         w for _, outcome in pairs for w in (job.wait for job in outcome.jobs) if w is not None
     )
-    reports = [r for r, _ in pairs]
-    span = max((r.span for r in reports), default=0.0)
     euros = sum(r.euros for r in reports)
     started = len(waits)
+    series = together([r.machines_over_time for r in reports])
     return Report(
         pool="total",
         jobs=sum(r.jobs for r in reports),
@@ -114,11 +178,12 @@ def total(pairs: Sequence[tuple[Report, Outcome]]) -> Report:
         euros=euros,
         idle_euros=sum(r.idle_euros for r in reports),
         euros_per_job=euros / started if started else 0.0,
-        euros_per_day=sum(r.euros_per_day for r in reports),
-        span=span,
-        peak_machines=sum(r.peak_machines for r in reports),
+        euros_per_day=euros * DAY / max(window, 1.0),
+        span=max((r.span for r in reports), default=0.0),
+        peak_machines=max((count for _, count in series), default=0),
         settled=all(r.settled for r in reports),
-        machines_over_time=(),
+        machines_over_time=tuple(series),
+        window=window,
     )
 
 
@@ -153,13 +218,18 @@ def table_rows(r: Report) -> list[tuple[str, str]]:
         ("machine-hours", f"{r.machine_hours:.2f} h (peak {r.peak_machines} machines)"),
         ("boots", f"{r.boots} ({r.failed_boots} failed)"),
         ("euros", f"{r.euros:.2f} EUR ({r.idle_euros:.2f} idle, {r.euros_per_job:.4f} per job)"),
-        ("euros per day", f"{r.euros_per_day:.2f} EUR"),
+        ("euros per day", f"{r.euros_per_day:.2f} EUR ({window_words(r.window)})"),
         ("simulated", fmt_s(r.span) + ("" if r.settled else " (the pool never settled)")),
     ] + (
         [("machines over time", sparkline(r.machines_over_time, r.span))]
         if r.machines_over_time
         else []
     )
+
+
+def window_words(window: float) -> str:
+    """What a per-day figure measures, for the reader."""
+    return f"the bill over the first {fmt_s(window)}, scaled to a day"
 
 
 def fmt_s(seconds: float) -> str:

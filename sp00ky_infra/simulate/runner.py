@@ -91,8 +91,9 @@ class Run:
             self.seed,
         )
 
-    def report(self) -> Report:
-        return report(self.pool.name, self.outcome(), self.price)
+    def report(self, window: float = 0.0) -> Report:
+        """The run's report, its euros over ``window`` (at least the run's own span)."""
+        return report(self.pool.name, self.outcome(), self.price, window)
 
 
 def pool_run(

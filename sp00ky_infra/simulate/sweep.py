@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from html import escape
 from typing import Any
 
-from sp00ky_infra.simulate.report import Report, fmt_s
+from sp00ky_infra.simulate.report import Bill, Report, billed, common_window, fmt_s, report
 from sp00ky_infra.simulate.runner import Run, SettingError, setting, with_settings
 
 
@@ -50,24 +50,30 @@ def combinations(axes: Sequence[tuple[str, list[str]]]) -> list[dict[str, str]]:
     ]
 
 
-def _one(job: tuple[Run, dict[str, str]]) -> Point:
+def _one(job: tuple[Run, dict[str, str]]) -> tuple[Point, Bill]:
     run, combo = job
     changes = dict(setting(key, value) for key, value in combo.items())
-    pool = with_settings(run.pool, changes)
+    changed = replace(run, pool=with_settings(run.pool, changes))
     label = " ".join(f"{k}={v}" for k, v in combo.items())
-    return Point(label, replace(run, pool=pool).report())
+    outcome = changed.outcome()
+    return Point(label, report(changed.pool.name, outcome, run.price)), Bill.of(outcome, run.price)
 
 
 def sweep(
     run: Run, axes: Sequence[tuple[str, list[str]]], workers: int | None = None
 ) -> list[Point]:
-    """Every combination of ``axes`` on ``run``'s pool, in the order of the combinations."""
+    """Every combination of ``axes`` on ``run``'s pool, in the order of the combinations,
+    each one's euros over the same window: the latest end among them (a run divided by its
+    own span would rank a longer ``idleTimeout``, which ends later, too cheap)."""
     jobs = [(run, combo) for combo in combinations(axes)]
     workers = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
     if workers <= 1:
-        return [_one(job) for job in jobs]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_one, jobs))
+        done = [_one(job) for job in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            done = list(pool.map(_one, jobs))
+    window = common_window(point.report.span for point, _ in done)
+    return [Point(point.label, billed(point.report, bill, window)) for point, bill in done]
 
 
 def pareto(points: Sequence[Point]) -> list[Point]:
@@ -84,7 +90,7 @@ def table(points: Sequence[Point]) -> list[list[str]]:
     rows = [["setting", "wait p95", "wait p99", "EUR/day", "idle", "machine-h/day", "timeouts"]]
     for p in points:
         r = p.report
-        day = 86400.0 / max(r.span, 1.0)
+        day = 86400.0 / max(r.window, 1.0)
         idle = r.idle_euros / r.euros if r.euros else 0.0
         rows.append(
             [
