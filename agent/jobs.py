@@ -260,7 +260,8 @@ class Slots:
         """Run ``run`` on a slot worker. With ``post_here`` the caller's thread sends the
         POST itself when the worker's kept connection is open and the request is small
         (POST_HERE_BYTES), and the worker only waits for the answer: the job reaches the
-        backend without waiting for a thread to wake. Connecting, and sending a larger request, stay on the worker's thread."""
+        backend without waiting for a thread to wake. Connecting, and sending a larger
+        request, stay on the worker's thread."""
         with self._lock:
             worker = self._idle.pop() if self._idle else _Worker(self)
         worker.give(run, port, on_done, post_here)

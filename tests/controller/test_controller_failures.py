@@ -66,7 +66,9 @@ def test_kill_9_of_the_controller_under_load_loses_nothing_and_runs_each_job_onc
     config = project(tmp_path, pools, {"renderer": backend_app("render", "render_job", log)})
     client = Client(store_url, config)
     store = client.store
-    timings = {"SPKY_POOL_TIMINGS": "lease=10s,idleTimeout=2s,bootTimeout=15s"}
+    # A lease longer than a restart on a loaded machine: an agent cut off for a whole lease
+    # gives its jobs up (they run again, rightly), and this test is about the restart alone.
+    timings = {"SPKY_POOL_TIMINGS": "lease=30s,idleTimeout=2s,bootTimeout=15s"}
     first = ControllerProcess(tmp_path, config, store_url, timings).start()
     try:
         ids = [
