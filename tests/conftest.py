@@ -44,6 +44,12 @@ FIXTURE_MARKERS = {
 FIXTURE_GROUPS = {"rehearsal_image": "rehearse"}
 
 
+def _start_order(item: pytest.Item) -> int:
+    if item.get_closest_marker("xdist_group"):
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
@@ -55,6 +61,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("docker"):
             group = next((g for f, g in FIXTURE_GROUPS.items() if f in names), "docker")
             item.add_marker(pytest.mark.xdist_group(group))
+    # The longest first: xdist hands work out in collection order, and a group (a chain of
+    # tests on one worker) or a slow test started last would be the whole run's tail.
+    items.sort(key=_start_order)
     # scripts/test's two passes: every other test on the workers, then the `alone` ones
     wanted = {"parallel": False, "alone": True}.get(os.environ.get("SPKY_TEST_PASS", ""))
     if wanted is not None:
