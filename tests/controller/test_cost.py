@@ -103,8 +103,9 @@ def test_a_pool_of_a_type_with_no_known_price_shows_its_cost_unknown_never_zero(
         client.close()
     assert shown["machines"] >= 1 and shown["machine_hours"] > 0 and shown["jobs"] == 1
     assert (shown["euros"], shown["idle_euros"], shown["euros_per_job"]) == (None, None, None)
-    assert shown["price"] is None and "give one under `prices:` in sp00ky.yml" in (
-        shown["price_unknown"]
+    assert (
+        shown["price"] is None
+        and "give one under `prices:` in sp00ky.yml" in (shown["price_unknown"])
     )
     assert "cost: unknown over" in text and "no price is known for server type 'cx22'" in text
     assert " EUR" not in text.split("cost:")[1].splitlines()[0]
