@@ -1,6 +1,7 @@
 """The fake Hetzner API's server types and prices, over real HTTP on 127.0.0.1: every type of
 the catalog is listed with its per-location prices, GET /pricing answers in the real API's
-shape, and a server of any catalog type is made where that type is sold."""
+shape, a server of any catalog type is made where that type is sold, and the client reads
+both endpoints back."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import Any
 import pytest
 import requests
 
+from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.policy.server_types import SERVER_TYPES
-from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
+from sp00ky_infra.rehearse.cloud import LOCATIONS, TOKEN, FakeHetzner
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 AMOUNT = {"net", "gross"}
+READ_AT = 1_796_500_000.0  # 2026-12-05, UTC
 
 
 @pytest.fixture
@@ -91,3 +94,27 @@ def test_offered_still_narrows_where_a_type_is_sold(fake: FakeHetzner) -> None:
     fake.offered["cx33"] = {"nbg1"}
     assert _create(fake, "a", "cx33", "fsn1").status_code == 422
     assert _create(fake, "b", "cx33", "nbg1").status_code == 201
+
+
+def test_the_client_reads_pricing_and_server_types_dated_the_day_it_read_them(
+    fake: FakeHetzner,
+) -> None:
+    api = HetznerAPI(TOKEN, fake.url, clock=lambda: READ_AT, sleep=lambda _: None)
+    pricing = api.pricing()
+    assert (pricing.currency, pricing.vat_rate, pricing.date) == ("EUR", 19.0, "2026-12-05")
+    cx23 = {p.location: p for p in pricing.server_types["cx23"]}
+    assert (cx23["fsn1"].hourly, cx23["fsn1"].monthly) == (0.0064, 3.99)
+    assert cx23["fsn1"].date == "2026-12-05" and "GET /pricing" in cx23["fsn1"].source
+    assert {p.location for p in pricing.primary_ipv4} == set(LOCATIONS)
+    assert {p.monthly for p in pricing.primary_ipv4} == {0.5}
+    read = {t.name: t for t in api.server_types()}
+    assert set(read) == set(SERVER_TYPES)  # more than one page of 25
+    for name, kind in SERVER_TYPES.items():
+        got = read[name]
+        assert (got.cores, got.memory, got.disk, got.architecture, got.cpu_type) == (
+            kind.cores, kind.memory, kind.disk, kind.architecture, kind.cpu_type
+        ), name  # fmt: skip
+        assert (got.locations, got.deprecated) == (kind.locations, kind.deprecated), name
+        assert [(p.location, p.hourly, p.monthly) for p in got.prices] == [
+            (p.location, p.hourly, p.monthly) for p in kind.prices
+        ], name
