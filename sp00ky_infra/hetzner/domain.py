@@ -158,7 +158,9 @@ class Pricing:
             str(t["name"]): _location_prices(t.get("prices") or [], date, PRICING_SOURCE)
             for t in body.get("server_types") or []
         }
-        ipv4 = next((p for p in body.get("primary_ips") or [] if p.get("type") == "ipv4"), {})
+        ipv4: Mapping[str, Any] = next(
+            (p for p in body.get("primary_ips") or [] if p.get("type") == "ipv4"), {}
+        )
         return cls(
             currency=str(body["currency"]),
             vat_rate=float(body["vat_rate"]),

@@ -38,11 +38,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from sp00ky_infra.policy.server_types import SERVER_TYPES
 from sp00ky_infra.rehearse.boot import Booter
 from sp00ky_infra.rehearse.catalog import (
     LOCATIONS,
     MESSAGES,
-    SERVER_TYPES,
     STATUS_OF,
     TOKEN,
     UNSUPPORTED_LOCATION,
