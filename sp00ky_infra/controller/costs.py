@@ -58,21 +58,11 @@ def pool_cost(
     return pool_bill(price, lives, counts["success"] + counts["failed"])
 
 
-def cost_json(
-    store: SqlStore,
-    config: Config,
-    pool: str,
-    table: str,
-    now: float,
-    counts: Mapping[str, int] | None = None,
-) -> dict[str, Any]:
-    """Euros spent, idle and per job, with the price they were computed at; with no known
-    price the euros and the price are None and ``price_unknown`` says how to give one."""
+def cost_json(config: Config, pool: str, bill: PoolBill) -> dict[str, Any]:
+    """``bill`` (``pool_cost``'s) with the price it was computed at; with no known price the
+    euros and the price are None and ``price_unknown`` says how to give one."""
     found = _priced(config, pool)
-    shown: dict[str, Any] = {
-        **pool_cost(store, config, pool, table, now, counts).as_json(),
-        "server_type": config.pools[pool].machine.type,
-    }
+    shown: dict[str, Any] = {**bill.as_json(), "server_type": config.pools[pool].machine.type}
     if isinstance(found, Price):
         return {
             **shown,
