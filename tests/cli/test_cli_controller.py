@@ -70,6 +70,25 @@ def test_dev_runs_a_burst_and_returns_to_zero(tmp_path: Path) -> None:
         store.close()
 
 
+def test_dev_says_the_cost_is_unknown_for_a_type_with_no_known_price(tmp_path: Path) -> None:
+    shutil.copytree(
+        ROOT / "examples", tmp_path / "project", ignore=shutil.ignore_patterns(".sp00ky")
+    )
+    folder = tmp_path / "project"
+    config = folder / "sp00ky.yml"
+    config.write_text(config.read_text().replace("type: cx33", "type: cx22"))
+    env = {"SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms", "SPKY_STORE": ""}
+    done = cli_process(
+        "dev", "sp00ky.yml", "--machines", "local", "--burst", "1", "--path", "/render",
+        "--payload", '{"gameId": "g", "seconds": 0.1}',
+        "--timings", "idleTimeout=1s", "--exit-when-idle", "--plain",
+        cwd=folder, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 of 1 job(s) succeeded" in done.stdout
+    assert "pool render: cost unknown as cx22 (no known price)" in done.stdout
+
+
 def test_dev_never_prints_the_store_urls_password(tmp_path: Path, postgres_url: str) -> None:
     shutil.copytree(
         ROOT / "examples", tmp_path / "project", ignore=shutil.ignore_patterns(".sp00ky")
