@@ -611,6 +611,23 @@ def server_types_are_current(data: Mapping[str, Any]) -> Iterator[Finding]:
         )
 
 
+@rule("SP137", "server-type-location", "each location sells the pool's server types", "warning")
+def server_types_are_sold_there(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        machine = _mapping(pool.get("machine"))
+        locations = machine.get("locations")
+        kinds = [t for _, t in _machine_types({"pools": {name: pool}}) if catalog.offered(t)]
+        for index, value in enumerate(locations if isinstance(locations, list) else ()):
+            missing = [t for t in kinds if value in LOCATIONS and value not in catalog.offered(t)]
+            if missing:
+                yield Finding(
+                    ("pools", name, "machine", "locations", index),
+                    f"{value!r} does not sell "
+                    + ", ".join(f"{t} (sold in {', '.join(catalog.offered(t))})" for t in missing)
+                    + "; a machine of that type cannot be made there",
+                )
+
+
 # --- schedules ---------------------------------------------------------------------------------
 
 MIN_INTERVAL_SECONDS = 1.0

@@ -256,6 +256,16 @@ FAILING: list[tuple[str, tuple[tuple[str, Any], ...], str, str]] = [
         "'cx42' is deprecated by Hetzner (no longer sold to new servers); use cx43",
     ),
     (
+        "SP137",
+        (
+            ("pools.render.machine.types", ["ccx23"]),
+            ("pools.render.machine.locations", ["fsn1", "ash"]),
+        ),
+        "pools.render.machine.locations[1]",
+        "'ash' does not sell cx33 (sold in fsn1, nbg1, hel1); a machine of that type cannot be "
+        "made there",
+    ),
+    (
         "SP132",
         (("pools.render.machine.locations", ["fsn1", "us-east"]),),
         "pools.render.machine.locations[1]",
@@ -338,7 +348,21 @@ PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ("SP131", (("pools.render.machine.type", "ccx23"), ("pools.render.machine.types", ["cpx42"]))),
     ("SP135", (("pools.render.machine.type", "cx23"), ("pools.render.machine.types", ["ccx63"]))),
     ("SP136", (("pools.render.machine.type", "cpx22"), ("pools.render.machine.types", ["cx53"]))),
-    ("SP132", (("pools.render.machine.locations", ["fsn1", "nbg1", "hel1", "ash", "hil", "sin"]),)),
+    (
+        "SP132",
+        (
+            ("pools.render.machine.type", "ccx33"),  # sold in every location
+            ("pools.render.machine.locations", ["fsn1", "nbg1", "hel1", "ash", "hil", "sin"]),
+        ),
+    ),
+    (
+        "SP137",
+        (
+            ("pools.render.machine.type", "cpx42"),
+            ("pools.render.machine.types", ["ccx23"]),
+            ("pools.render.machine.locations", ["nbg1", "sin"]),
+        ),
+    ),
     ("SP133", (("pools.render.provider", "docker"),)),
     ("SP134", (("pools.render.recycle", "never"),)),
 ]
