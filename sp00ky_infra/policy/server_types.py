@@ -35,7 +35,7 @@ from typing import Literal
 CpuType = Literal["shared", "dedicated"]
 Architecture = Literal["x86", "arm"]
 
-SPECS_2025 = "HETZNER_SERVERS.md (tonoid/hcloud-multiregion-mongodb-replicaset), 2025-10-21"
+SPECS_2025 = "tonoid/hcloud-multiregion-mongodb-replicaset HETZNER_SERVERS.md"
 DEPRECATION = "Hetzner changelog 2025-10-16, server types deprecated (orderable until 2025-12-31)"
 SIN, HEL, EU_DE, US = ("sin",), ("hel1",), ("fsn1", "nbg1"), ("hil", "ash")
 EU = ("fsn1", "nbg1", "hel1")
@@ -117,7 +117,7 @@ CX_2026: Mapping[str, LocationPrice] = MappingProxyType(
     {
         # Hetzner Pricing API (GET /v1/pricing, fsn1) as quoted on 2026-05-27 in
         # github.com/devantler-tech/platform commit cb791c6: cap 6.49, hourly 0.0104.
-        "cx33": LocationPrice("fsn1", 0.0104, 6.49, "2026-05-27", "Hetzner Pricing API, fsn1"),
+        "cx33": LocationPrice("fsn1", 0.0104, 6.49, "2026-05-27", "Hetzner Pricing API"),
         # https://docs.vdhome.be/reference/costs (2026-04-15): cx23 3.99 a month, cx53 0.036
         # an hour.
         "cx23": LocationPrice("fsn1", 0.0064, 3.99, "2026-04-15", "docs.vdhome.be cost breakdown"),
