@@ -459,6 +459,9 @@ def _costs(runtime: Runtime, now: float) -> str:
     for name in runtime.controller.pools:
         cost = admin.cost_view(runtime.controller, name, now)
         per_job = cost["euros_per_job"]
+        if cost["euros"] is None:  # never 0 EUR for a type with no known price
+            parts.append(f"pool {name}: cost unknown as {cost['server_type']} (no known price)")
+            continue
         parts.append(
             f"pool {name}: {cost['euros']:.4f} EUR as {cost['server_type']} "
             f"({cost['idle_euros']:.4f} idle"

@@ -135,7 +135,7 @@ def list_(as_json: bool) -> None:
             "open" if pool["breaker"]["open"] else "closed",
             "yes" if pool["paused"] else "no",
             f"{pool['pool_machine_hours']:.3f}",
-            f"{pool['cost']['euros']:.4f}",
+            _euros(pool["cost"]["euros"]),
         )
     Console(width=160 if not sys.stdout.isatty() else None).print(table)
 
@@ -157,15 +157,7 @@ def get(name: str, as_json: bool) -> None:
         f"breaker {'open' if pool['breaker']['open'] else 'closed'}"
         + ("; PAUSED" if pool["paused"] else "")
     )
-    cost = pool["cost"]
-    per_job = cost["euros_per_job"]
-    click.echo(
-        f"  cost: {cost['euros']:.4f} EUR over {cost['machine_hours']:.3f} machine-hours "
-        f"({cost['machines']} machine(s)), {cost['idle_euros']:.4f} EUR idle, "
-        + (f"{per_job:.6f} EUR per job ({cost['jobs']})" if per_job is not None else "no job yet")
-        + f"; {cost['server_type']} at {cost['price']['hourly']:g} EUR/h, capped at "
-        f"{cost['price']['monthly']:g} EUR/month ({cost['price']['source']})"
-    )
+    click.echo("  " + _cost_line(pool["cost"]))
     for machine in pool["machine_list"]:
         click.echo(
             f"  {machine['name']:<20} {machine['state']:<9} busy {machine['busy_slots']}"
@@ -246,3 +238,22 @@ def drain(machine: str) -> None:
     """Drain MACHINE by hand: it takes no new job, finishes its jobs, and is destroyed."""
     call("POST", f"/machines/{machine}/drain")
     click.echo(f"{machine}: draining")
+
+
+def _euros(amount: float | None) -> str:
+    return "unknown" if amount is None else f"{amount:.4f}"
+
+
+def _cost_line(cost: dict[str, Any]) -> str:
+    """The cost line of ``pools get``: never 0 EUR for a type with no known price."""
+    hours = f"{cost['machine_hours']:.3f} machine-hours ({cost['machines']} machine(s))"
+    price = cost["price"]
+    if price is None:
+        return f"cost: unknown over {hours}; {cost['price_unknown']}"
+    per_job = cost["euros_per_job"]
+    return (
+        f"cost: {cost['euros']:.4f} EUR over {hours}, {cost['idle_euros']:.4f} EUR idle, "
+        + (f"{per_job:.6f} EUR per job ({cost['jobs']})" if per_job is not None else "no job yet")
+        + f"; {cost['server_type']} at {price['hourly']:g} EUR/h, capped at "
+        f"{price['monthly']:g} EUR/month ({price['source']})"
+    )

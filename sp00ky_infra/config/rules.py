@@ -26,6 +26,7 @@ from sp00ky_infra.config.model import (
     Recycle,
     queue_timeout_seconds,
 )
+from sp00ky_infra.policy import server_types as catalog
 from sp00ky_infra.policy.schedules import POLICIES, CronError, parse_cron
 
 Path = tuple[str | int, ...]
@@ -555,6 +556,76 @@ def recycle_is_known(data: Mapping[str, Any]) -> Iterator[Finding]:
                 f"recycle {pool['recycle']!r} is not known; use `job` (a fresh backend process "
                 "for every job, the default) or `never` (keep the process up)",
             )
+
+
+def _machine_types(data: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
+    """Every x86-looking server type a pool names (SP131 speaks of the others)."""
+    for name, pool in pools(data):
+        machine = _mapping(pool.get("machine"))
+        if isinstance(machine.get("type"), str):
+            yield ("pools", name, "machine", "type"), machine["type"]
+        fallbacks = machine.get("types")
+        for index, value in enumerate(fallbacks if isinstance(fallbacks, list) else ()):
+            if isinstance(value, str):
+                yield ("pools", name, "machine", "types", index), value
+
+
+def _price_hint(data: Mapping[str, Any], value: str) -> str:
+    known = catalog.server_type(value)
+    if value in _mapping(data.get("prices")) or (known is not None and known.prices):
+        return ""
+    return (
+        f"; no price is known for it, so its cost shows as unknown: give one under `prices:`, "
+        f"e.g. `prices: {{{value}: {{hourly: 0.0104, monthly: 6.49}}}}` (EUR, net)"
+    )
+
+
+@rule("SP135", "server-type-known", "machine types are current Hetzner server types")
+def server_types_are_known(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for path, value in _machine_types(data):
+        if not X86_TYPE.match(value) or value in catalog.SERVER_TYPES:
+            continue
+        if catalog.is_deprecated(value):
+            continue  # SP136
+        closest = catalog.closest(value)
+        yield Finding(
+            path,
+            f"{value!r} is not a Hetzner Cloud server type known here (catalog of "
+            f"{catalog.CATALOG_DATE}); the closest current ones: {', '.join(closest) or 'none'}",
+        )
+
+
+@rule(
+    "SP136", "server-type-deprecated", "a deprecated server type is named with its replacement",
+    "warning",
+)  # fmt: skip
+def server_types_are_current(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for path, value in _machine_types(data):
+        if not catalog.is_deprecated(value):
+            continue
+        instead = catalog.replacements(value) or tuple(catalog.closest(value))
+        yield Finding(
+            path,
+            f"{value!r} is deprecated by Hetzner (no longer sold to new servers); use "
+            f"{' or '.join(instead)}" + _price_hint(data, value),
+        )
+
+
+@rule("SP137", "server-type-location", "each location sells the pool's server types", "warning")
+def server_types_are_sold_there(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        machine = _mapping(pool.get("machine"))
+        locations = machine.get("locations")
+        kinds = [t for _, t in _machine_types({"pools": {name: pool}}) if catalog.offered(t)]
+        for index, value in enumerate(locations if isinstance(locations, list) else ()):
+            missing = [t for t in kinds if value in LOCATIONS and value not in catalog.offered(t)]
+            if missing:
+                yield Finding(
+                    ("pools", name, "machine", "locations", index),
+                    f"{value!r} does not sell "
+                    + ", ".join(f"{t} (sold in {', '.join(catalog.offered(t))})" for t in missing)
+                    + "; a machine of that type cannot be made there",
+                )
 
 
 # --- schedules ---------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 
 from sp00ky_infra.client import Client, either
 from sp00ky_infra.controller.core import Controller
-from sp00ky_infra.controller.costs import pool_cost, pool_price
+from sp00ky_infra.controller.costs import cost_json, pool_cost
 from sp00ky_infra.controller.errors import NotLeader, Refusal
 from sp00ky_infra.controller.leadership import leader_url
 from sp00ky_infra.controller.reconcile import shape_of
@@ -145,15 +145,10 @@ def cost_view(
     controller: Controller, name: str, now: float, counts: Mapping[str, int] | None = None
 ) -> dict[str, Any]:
     """Euros spent, idle and per job, with the price they were computed at (``counts``: the
-    pool's jobs by status, if read already)."""
-    price = pool_price(controller.config, name)
+    pool's jobs by status, if read already); unknown euros when the price is."""
     table = controller.table_of(name)
     bill = pool_cost(controller.store, controller.config, name, table, now, counts)
-    return {
-        **bill.as_json(),
-        "server_type": controller.pools[name].machine.type,
-        "price": {"hourly": price.hourly, "monthly": price.monthly, "source": price.source},
-    }
+    return cost_json(controller.config, name, bill)
 
 
 def pools_view(controller: Controller) -> list[dict[str, Any]]:

@@ -13,7 +13,10 @@ Read at scrape time:
 - ``sp00ky_machines{pool,state}``: live machines by state (every state, zeros included)
 - ``sp00ky_pool_desired_machines{pool}``: what the last tick's plan wanted
 - ``sp00ky_pool_machine_seconds_total{pool}``, ``sp00ky_pool_cost_euros_total{pool}``,
-  ``sp00ky_pool_idle_euros_total{pool}``: every machine the pool ever had (costs.py)
+  ``sp00ky_pool_idle_euros_total{pool}``: every machine the pool ever had (costs.py); a pool
+  whose server type has no known price has no euros sample at all (a 0 would be summed as a
+  real zero, a NaN breaks sum() and rate()), and ``sp00ky_pool_price_known{pool,server_type}``
+  is 0 for it (1 otherwise), so an alert can name it
 - ``sp00ky_breaker_open{pool}``, ``sp00ky_pool_paused{pool}``, ``sp00ky_leader``
 """
 
@@ -30,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from sp00ky_infra.controller.core import Controller
-from sp00ky_infra.controller.costs import pool_price
+from sp00ky_infra.controller.costs import FREE, pool_price
 from sp00ky_infra.policy.cost import pool_bill
 from sp00ky_infra.policy.machines import LIVE_STATES
 from sp00ky_infra.store.jobs import QueueStats
@@ -144,6 +147,12 @@ class ControllerCollector(Collector):
             "The share of the bill spent with no job running.",
             labels=["pool"],
         )
+        known = GaugeMetricFamily(
+            "sp00ky_pool_price_known",
+            "1 if the pool's server type has a known price, 0 if its euros are unknown (no "
+            "sample): give one under prices: in sp00ky.yml.",
+            labels=["pool", "server_type"],
+        )
         breaker = GaugeMetricFamily(
             "sp00ky_breaker_open", "1 while the pool's breaker stops boots.", labels=["pool"]
         )
@@ -163,16 +172,20 @@ class ControllerCollector(Collector):
             if name in plans:
                 desired.add_metric([name], plans[name].desired)
             lives = [(life.seconds(now), life.busy(now)) for life in store.machines.lifetimes(name)]
-            bill = pool_bill(pool_price(controller.config, name), lives)
+            price = pool_price(controller.config, name)
+            bill = pool_bill(price or FREE, lives)
             seconds.add_metric([name], bill.machine_seconds)
-            euros.add_metric([name], bill.euros)
-            idle.add_metric([name], bill.idle_euros)
+            known.add_metric([name, controller.pools[name].machine.type], float(price is not None))
+            if price is not None:
+                euros.add_metric([name], bill.euros)
+                idle.add_metric([name], bill.idle_euros)
             flags = controller.pool_states.get(name)
             breaker.add_metric([name], 1.0 if flags.breaker.is_open(now) else 0.0)
             paused.add_metric([name], 1.0 if flags.paused else 0.0)
         leader = GaugeMetricFamily("sp00ky_leader", "1 while this controller leads its store.")
         leader.add_metric([], 1.0 if controller.leader else 0.0)
-        yield from (jobs, oldest, machines, desired, seconds, euros, idle, breaker, paused, leader)
+        yield from (jobs, oldest, machines, desired, seconds, euros, idle, known, breaker, paused)
+        yield leader
 
 
 def exposition(controller: Controller) -> bytes:

@@ -36,11 +36,19 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any, Final, Protocol, TypeVar
 
 import requests
 
-from sp00ky_infra.hetzner.domain import Firewall, RateLimit, Server, header_number
+from sp00ky_infra.hetzner.domain import (
+    Firewall,
+    Pricing,
+    RateLimit,
+    Server,
+    header_number,
+    server_type_from_json,
+)
 from sp00ky_infra.hetzner.errors import (
     BUSY,
     INVALID_RESPONSE,
@@ -50,6 +58,7 @@ from sp00ky_infra.hetzner.errors import (
     UNREACHABLE,
     HcloudError,
 )
+from sp00ky_infra.policy.server_types import ServerType
 
 DEFAULT_ENDPOINT = "https://api.hetzner.cloud/v1"  # HCLOUD_ENDPOINT, as the Terraform provider
 MAX_TRIES = 5
@@ -218,6 +227,21 @@ class HetznerAPI:
         return Server.from_json(self.request("GET", f"/servers/{server_id}")["server"])
 
     # --- firewalls -----------------------------------------------------------------------------
+
+    def pricing(self) -> Pricing:
+        """GET /pricing: every server type's price per location and the primary IPv4's, dated
+        today (UTC) by ``clock``."""
+        return Pricing.from_json(self.request("GET", "/pricing")["pricing"], self._today())
+
+    def server_types(self) -> list[ServerType]:
+        """GET /server_types, every page: each type's specs, locations and prices, dated today."""
+        today = self._today()
+        return [
+            server_type_from_json(t, today) for t in self.paginate("/server_types", "server_types")
+        ]
+
+    def _today(self) -> str:
+        return datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%d")
 
     def firewalls(self, label_selector: str | None = None) -> list[Firewall]:
         params = {"label_selector": label_selector} if label_selector else {}

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sp00ky_infra.policy.server_types import LocationPrice, ServerType
+
 
 def _time(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
@@ -113,3 +115,75 @@ class RateLimit:
         if limit is None or remaining is None or reset is None:
             return None
         return cls(int(limit), int(remaining), reset)
+
+
+PRICING_SOURCE = "Hetzner Pricing API (GET /pricing)"
+SERVER_TYPES_SOURCE = "Hetzner API (GET /server_types)"
+
+
+def _net(amount: Mapping[str, Any]) -> float:
+    return float(amount["net"])
+
+
+def _location_prices(
+    prices: list[Mapping[str, Any]], date: str, source: str
+) -> tuple[LocationPrice, ...]:
+    """A server type's ``prices[]`` (hcloud-go ``schema.PricingServerTypePrice``), net EUR."""
+    return tuple(
+        LocationPrice(
+            str(p["location"]),
+            _net(p["price_hourly"]),
+            _net(p["price_monthly"]),
+            date,
+            source,
+        )
+        for p in prices
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """GET /pricing as read on ``date`` (hcloud-go ``schema.Pricing``): every server type's net
+    price per location and the primary IPv4's per location (its hourly price as answered)."""
+
+    currency: str
+    vat_rate: float
+    server_types: Mapping[str, tuple[LocationPrice, ...]]
+    primary_ipv4: tuple[LocationPrice, ...]
+    date: str
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any], date: str) -> Pricing:
+        server_types = {
+            str(t["name"]): _location_prices(t.get("prices") or [], date, PRICING_SOURCE)
+            for t in body.get("server_types") or []
+        }
+        ipv4: Mapping[str, Any] = next(
+            (p for p in body.get("primary_ips") or [] if p.get("type") == "ipv4"), {}
+        )
+        return cls(
+            currency=str(body["currency"]),
+            vat_rate=float(body["vat_rate"]),
+            server_types=server_types,
+            primary_ipv4=_location_prices(ipv4.get("prices") or [], date, PRICING_SOURCE),
+            date=date,
+        )
+
+
+def server_type_from_json(body: Mapping[str, Any], date: str) -> ServerType:
+    """One of GET /server_types (hcloud-go ``schema.ServerType``) as the catalog's record: sold
+    where its ``locations[]`` say (its priced locations when the answer has none)."""
+    prices = _location_prices(body.get("prices") or [], date, SERVER_TYPES_SOURCE)
+    listed = [str(loc["name"]) for loc in body.get("locations") or []]
+    return ServerType(
+        name=str(body["name"]),
+        cores=int(body["cores"]),
+        memory=float(body["memory"]),
+        disk=int(body["disk"]),
+        architecture="arm" if body.get("architecture") == "arm" else "x86",
+        cpu_type="dedicated" if body.get("cpu_type") == "dedicated" else "shared",
+        locations=tuple(listed or (p.location for p in prices)),
+        prices=prices,
+        deprecated=bool(body.get("deprecated")) or body.get("deprecation") is not None,
+        source=f"{SERVER_TYPES_SOURCE}, {date}",
+    )

@@ -1,4 +1,5 @@
-"""What machines cost: a dated Hetzner Cloud price table and Hetzner's billing rule. Pure.
+"""What machines cost: the server types' dated prices (``server_types.py``) and Hetzner's
+billing rule. Pure.
 
 The rule (Hetzner's Cloud billing FAQ, https://docs.hetzner.com/cloud/billing/faq, and
 "Billing system", https://docs.hetzner.com/general/billing-and-account-management/
@@ -28,9 +29,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from sp00ky_infra.policy.server_types import SERVER_TYPES, LocationPrice
+
 HOUR = 3600.0
 MONTH = 30 * 24 * HOUR  # the cap's period, per machine (see above)
-PRICES_DATE = "2026-05-27"
+PRICES_DATE = max(p.date for t in SERVER_TYPES.values() for p in t.prices)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,20 +52,17 @@ class UnknownPrice(KeyError):
         return str(self.args[0])
 
 
-# Hetzner Cloud prices for the x86 cost-optimised line the pools use (net of VAT, location
-# fsn1, in force from the 1 April 2026 adjustment until the announced 15 June 2026 change for
-# new orders, whose tables were not yet published). Hourly prices are the monthly cap / 624
-# rounded as Hetzner rounds them (cx33: 6.49 / 624 = 0.0104, as the API returns it).
+def _price(entry: LocationPrice) -> Price:
+    return Price(entry.hourly, entry.monthly, f"{entry.source}, {entry.location}, {entry.date}")
+
+
+# Each server type's price where it is priced (server_types.py, net of VAT): its newest-dated
+# price, fsn1's first. A type missing here has no known price: it is never free.
 HETZNER_PRICES: Mapping[str, Price] = MappingProxyType(
     {
-        # Hetzner Pricing API (GET /v1/pricing, fsn1) as quoted on 2026-05-27 in
-        # github.com/devantler-tech/platform commit cb791c6: cap 6.49, hourly 0.0104.
-        "cx33": Price(0.0104, 6.49, "Hetzner Pricing API, fsn1, 2026-05-27"),
-        # docs.vdhome.be/reference/costs (2026-04-15): cx23 3.99 a month; cx53 0.036 an hour.
-        "cx23": Price(0.0064, 3.99, "docs.vdhome.be cost breakdown, 2026-04-15"),
-        "cx53": Price(0.0360, 22.49, "docs.vdhome.be cost breakdown, 2026-04-15"),
-        # devantler-tech/platform (2026-05): 1.50 EUR per vCPU a month, 8 vCPU.
-        "cx43": Price(0.0192, 11.99, "devantler-tech/platform#1784, 2026-05"),
+        name: _price(entry)
+        for name, kind in SERVER_TYPES.items()
+        if (entry := kind.price_at()) is not None
     }
 )
 
@@ -94,11 +94,21 @@ def idle_euros(bill: float, lifetime: float, idle_seconds: float) -> float:
 
 
 def price_of(
-    server_type: str, overrides: Mapping[str, Price] | None = None, provider: str = "hetzner"
+    server_type: str,
+    overrides: Mapping[str, Price] | None = None,
+    provider: str = "hetzner",
+    location: str | None = None,
 ) -> Price:
-    """The price of ``server_type`` (an override first); free for local and docker machines."""
+    """The price of ``server_type`` (an override first, then its price at ``location`` when
+    one is given and priced there); free for local and docker machines."""
     if provider != "hetzner":
         return Price(0.0, 0.0, f"{provider} machines run on hardware already paid for")
+    if overrides and server_type in overrides:
+        return overrides[server_type]
+    kind = SERVER_TYPES.get(server_type)
+    there = kind.price_at(location) if kind is not None and location is not None else None
+    if there is not None:
+        return _price(there)
     table = {**HETZNER_PRICES, **(overrides or {})}
     try:
         return table[server_type]

@@ -10,6 +10,9 @@ Where each answer comes from (when a fact could not be confirmed, it says so):
   412 resource_unavailable, 422 invalid_input / service_error, 423 locked, 429
   rate_limit_exceeded, 500 server_error, 502 bad_gateway, 503 unavailable, 504 timeout);
   hcloud-go's own tests answer service_error with 422 too (``hcloud/client_test.go``).
+- Server types and their prices: ``policy/server_types.py`` (dated, sourced entry by entry),
+  in the JSON shapes of hcloud-go's ``hcloud/schema/server_type.go`` and ``pricing.go``
+  (hetznercloud/hcloud-go at b8cfa39, 2026-08-18). A type is sold where the catalog says.
 - A server type not sold in a location: ``invalid_input`` (422), "unsupported location for
   server type"; the API has no code of its own for it (seen in the field:
   testflows/TestFlows-GitHub-Hetzner-Runners#96, autobase-tech/autobase#1403).
@@ -56,6 +59,13 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from sp00ky_infra.policy.server_types import (
+    PRIMARY_IPV4_MONTHLY,
+    SERVER_TYPES,
+    LocationPrice,
+    ServerType,
+)
+
 TOKEN = "fake-hcloud-token"
 LOCATIONS = {
     "fsn1": ("Falkenstein", "DE", "eu-central"),
@@ -65,10 +75,6 @@ LOCATIONS = {
     "hil": ("Hillsboro, OR", "US", "us-west"),
     "sin": ("Singapore", "SG", "ap-southeast"),
 }
-SERVER_TYPES = {
-    "cx22": (2, 4.0, 40, "x86"), "cx33": (4, 8.0, 80, "x86"), "cpx42": (8, 16.0, 320, "x86"),
-    "cpx52": (12, 24.0, 480, "x86"), "ccx33": (8, 32.0, 240, "x86"), "cax21": (4, 8.0, 80, "arm"),
-}  # fmt: skip
 STATUS_OF = {
     "json_error": 400, "unauthorized": 401, "token_readonly": 401, "forbidden": 403,
     "maintenance": 403, "resource_limit_exceeded": 403, "not_found": 404,
@@ -96,6 +102,7 @@ MESSAGES = {
     "method_not_allowed": "The request method is not allowed",
 }
 UNSUPPORTED_LOCATION = "unsupported location for server type"
+VAT_RATE = "19.00"  # a German customer's; the real API answers the account's own rate
 
 
 def iso(at: datetime) -> str:
@@ -110,12 +117,68 @@ def location_json(name: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def server_type_json(name: str) -> dict[str, Any]:
-    cores, memory, disk, arch = SERVER_TYPES[name]
+def _amount(net: float) -> dict[str, str]:
+    """A price as the API writes it: net and gross strings, gross from VAT_RATE."""
+    gross = net * (1 + float(VAT_RATE) / 100)
+    return {"net": f"{net:.10f}", "gross": f"{gross:.10f}"}
+
+
+def price_json(price: LocationPrice) -> dict[str, Any]:
+    """One location's price of a server type (hcloud-go ``schema.PricingServerTypePrice``);
+    included traffic and its overage price are not known here: 0."""
     return {
-        "id": list(SERVER_TYPES).index(name) + 1, "name": name, "description": name.upper(),
-        "cores": cores, "memory": memory, "disk": disk, "deprecated": False, "prices": [],
-        "storage_type": "local", "cpu_type": "shared", "architecture": arch, "deprecation": None,
+        "location": price.location, "price_hourly": _amount(price.hourly),
+        "price_monthly": _amount(price.monthly), "included_traffic": 0,
+        "price_per_tb_traffic": _amount(0.0),
+    }  # fmt: skip
+
+
+def _type_id(name: str) -> int:
+    return list(SERVER_TYPES).index(name) + 1
+
+
+def server_type_json(name: str) -> dict[str, Any]:
+    """hcloud-go ``schema.ServerType``: every location selling it, priced where known."""
+    kind: ServerType = SERVER_TYPES[name]
+    deprecation = (
+        {"announced": "2025-10-16T00:00:00+00:00", "unavailable_after": "2025-12-31T23:59:59+00:00"}
+        if kind.deprecated
+        else None
+    )
+    locations = [
+        {"id": list(LOCATIONS).index(n) + 1, "name": n, "recommended": False, "available": True,
+         "deprecation": deprecation}
+        for n in kind.locations
+    ]  # fmt: skip
+    return {
+        "id": _type_id(name), "name": name, "description": name.upper(), "category": "",
+        "cores": kind.cores, "memory": kind.memory, "disk": kind.disk,
+        "deprecated": kind.deprecated, "prices": [price_json(p) for p in kind.prices],
+        "storage_type": "local", "cpu_type": kind.cpu_type, "architecture": kind.architecture,
+        "included_traffic": 0, "deprecation": deprecation, "locations": locations,
+    }  # fmt: skip
+
+
+def pricing_json() -> dict[str, Any]:
+    """GET /pricing's ``pricing`` (hcloud-go ``schema.Pricing``): the server types' prices per
+    location and the primary IPv4's, from the catalog. What the catalog does not know (the
+    primary IPv4's hourly price, images, volumes, backups, traffic) is answered as 0."""
+    ipv4 = [
+        {"location": n, "price_hourly": _amount(0.0),
+         "price_monthly": _amount(PRIMARY_IPV4_MONTHLY.monthly)}
+        for n in LOCATIONS
+    ]  # fmt: skip
+    zero = {"price_per_gb_month": _amount(0.0)}
+    return {
+        "currency": "EUR", "vat_rate": VAT_RATE, "image": zero, "volume": zero,
+        "floating_ip": {"price_monthly": _amount(0.0)}, "floating_ips": [],
+        "primary_ips": [{"type": "ipv4", "prices": ipv4}],
+        "traffic": {"price_per_tb": _amount(0.0)}, "server_backup": {"percentage": "0.00"},
+        "server_types": [
+            {"id": _type_id(n), "name": n, "prices": [price_json(p) for p in t.prices]}
+            for n, t in SERVER_TYPES.items()
+        ],
+        "load_balancer_types": [],
     }  # fmt: skip
 
 

@@ -1,15 +1,16 @@
 """A fake Hetzner Cloud API on 127.0.0.1: servers, firewalls, actions, locations, server
-types, labels and label selectors, pagination, rate limiting, and the API's error answers in
-their real JSON shapes (the official ``hcloud`` client accepts them). The tests' fake cloud,
-and the rehearsal's: with ``boot`` (a ``boot.Booter``) each server it creates really boots
-its user-data in a container (``boot.py`` says how, and why that is faithful). Where each
-answer comes from is ``catalog.py``'s docstring.
+types and their prices (GET /pricing), labels and label selectors, pagination, rate limiting,
+and the API's error answers in their real JSON shapes (the official ``hcloud`` client accepts
+them). The tests' fake cloud, and the rehearsal's: with ``boot`` (a ``boot.Booter``) each
+server it creates really boots its user-data in a container (``boot.py`` says how, and why
+that is faithful). Where each answer comes from is ``catalog.py``'s docstring.
 
 Knobs: ``unavailable`` {(server_type, location)} answers ``resource_unavailable``;
 ``misplaced`` {(server_type, location)} answers ``placement_error``; ``offered``
-{server_type: {locations}} answers ``invalid_input`` "unsupported location for server type"
-elsewhere; ``quota`` caps servers (``resource_limit_exceeded``); ``fail_next`` queues
-(status, code, retry_after) answers for the next requests (429, 5xx, locked, ...);
+{server_type: {locations}} narrows where a type is sold (the catalog's locations otherwise),
+answering ``invalid_input`` "unsupported location for server type" elsewhere; ``quota`` caps
+servers (``resource_limit_exceeded``); ``fail_next`` queues (status, code, retry_after)
+answers for the next requests (429, 5xx, locked, ...);
 ``create_then_fail`` queues (status, code) answers that POST /servers or POST /firewalls gives
 AFTER it made the resource, and ``create_then_stall`` seconds POST /servers waits after making
 one before it answers (past a client's timeout); ``server_delete_lag`` is for how many further
@@ -37,11 +38,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from sp00ky_infra.policy.server_types import SERVER_TYPES
 from sp00ky_infra.rehearse.boot import Booter
 from sp00ky_infra.rehearse.catalog import (
     LOCATIONS,
     MESSAGES,
-    SERVER_TYPES,
     STATUS_OF,
     TOKEN,
     UNSUPPORTED_LOCATION,
@@ -49,6 +50,7 @@ from sp00ky_infra.rehearse.catalog import (
     iso,
     location_json,
     matches,
+    pricing_json,
     server_type_json,
 )
 
@@ -262,7 +264,9 @@ class FakeHetzner:
         if resource == "locations":
             return self._page("locations", [location_json(n) for n in LOCATIONS], query)
         if resource == "server_types":
-            return self._page("server_types", [server_type_json(n) for n in SERVER_TYPES], query)
+            return self._server_types(item, query)
+        if resource == "pricing" and method == "GET":
+            return 200, {"pricing": pricing_json()}, {}
         if resource == "actions" and item is not None:
             action = self.actions.get(item)
             return (
@@ -276,6 +280,18 @@ class FakeHetzner:
         if resource == "firewalls":
             return self._firewalls(method, item, query, body)
         return self._error("not_found", f"no route {method} {path}")
+
+    def _server_types(self, item: int | None, query: dict[str, str]) -> Answer:
+        """GET /server_types (``name`` filters, as the API's does) and /server_types/{id}."""
+        every = [server_type_json(n) for n in SERVER_TYPES]
+        if item is not None:
+            found = next((t for t in every if t["id"] == item), None)
+            if found is None:
+                return self._error("not_found", f"server_type with ID '{item}' not found")
+            return 200, {"server_type": found}, {}
+        if "name" in query:
+            every = [t for t in every if t["name"] == query["name"]]
+        return self._page("server_types", every, query)
 
     def _error(self, code: str, message: str | None = None) -> Answer:
         return STATUS_OF[code], error_body(code, message or MESSAGES[code]), {}
@@ -391,7 +407,8 @@ class FakeHetzner:
         if location not in LOCATIONS:
             # the real text: hetznercloud/terraform-provider-hcloud#493
             return self._error("invalid_input", f"location '{location}' not found")
-        if server_type in self.offered and location not in self.offered[server_type]:
+        offered = self.offered.get(server_type, SERVER_TYPES[server_type].locations)
+        if location not in offered:
             return self._error("invalid_input", UNSUPPORTED_LOCATION)
         if (server_type, location) in self.unavailable:
             return self._error("resource_unavailable")

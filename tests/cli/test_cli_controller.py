@@ -45,19 +45,30 @@ def _agents_of(folder: Path) -> list[int]:
     return found
 
 
-def test_dev_runs_a_burst_and_returns_to_zero(tmp_path: Path) -> None:
+def _dev_burst(
+    tmp_path: Path, burst: int, seconds: float, server_type: str = "cx33"
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """``dev`` on a copy of the examples (its pool of ``server_type``): a burst of jobs on
+    local machines, until the pool is idle again."""
     shutil.copytree(
         ROOT / "examples", tmp_path / "project", ignore=shutil.ignore_patterns(".sp00ky")
     )
     folder = tmp_path / "project"
+    config = folder / "sp00ky.yml"
+    config.write_text(config.read_text().replace("type: cx33", f"type: {server_type}"))
     env = {"SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_TICK": "200ms", "SPKY_STORE": ""}
     done = cli_process(
-        "dev", "sp00ky.yml", "--machines", "local", "--burst", "3", "--path", "/render",
-        "--payload", '{"gameId": "g", "seconds": 0.5}',
+        "dev", "sp00ky.yml", "--machines", "local", "--burst", str(burst), "--path", "/render",
+        "--payload", json.dumps({"gameId": "g", "seconds": seconds}),
         "--timings", "idleTimeout=1s", "--exit-when-idle", "--plain",
         cwd=folder, env=env, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    return folder, done
+
+
+def test_dev_runs_a_burst_and_returns_to_zero(tmp_path: Path) -> None:
+    folder, done = _dev_burst(tmp_path, 3, 0.5)
     out = done.stdout
     assert "3 job(s) queued" in out and "3 of 3 job(s) succeeded, 0 failed" in out
     for event in ("scale_up", "ready", "drain", "destroyed"):
@@ -68,6 +79,12 @@ def test_dev_runs_a_burst_and_returns_to_zero(tmp_path: Path) -> None:
         assert store.counts()["success"] == 3 and store.machines.live() == []
     finally:
         store.close()
+
+
+def test_dev_says_the_cost_is_unknown_for_a_type_with_no_known_price(tmp_path: Path) -> None:
+    _, done = _dev_burst(tmp_path, 1, 0.1, server_type="cx22")  # no known price
+    assert "1 of 1 job(s) succeeded" in done.stdout
+    assert "pool render: cost unknown as cx22 (no known price)" in done.stdout
 
 
 def test_dev_never_prints_the_store_urls_password(tmp_path: Path, postgres_url: str) -> None:

@@ -228,6 +228,44 @@ FAILING: list[tuple[str, tuple[tuple[str, Any], ...], str, str]] = [
         "'cax41' is an Arm (CAX) server type",
     ),
     (
+        "SP135",
+        (("pools.render.machine.type", "cx24"),),
+        "pools.render.machine.type",
+        "'cx24' is not a Hetzner Cloud server type known here",
+    ),
+    (
+        "SP135",
+        (("pools.render.machine.types", ["cpx42", "cpx43"]),),
+        "pools.render.machine.types[1]",
+        "the closest current ones: cpx42",
+    ),
+    (
+        "SP136",
+        (("pools.render.machine.type", "cx22"),),
+        "pools.render.machine.type",
+        "'cx22' is deprecated by Hetzner (no longer sold to new servers); use cx23; no price "
+        "is known for it, so its cost shows as unknown: give one under `prices:`",
+    ),
+    (
+        "SP136",
+        (
+            ("pools.render.machine.types", ["cx42"]),
+            ("prices", {"cx42": {"hourly": 0.02, "monthly": 12}}),
+        ),
+        "pools.render.machine.types[0]",
+        "'cx42' is deprecated by Hetzner (no longer sold to new servers); use cx43",
+    ),
+    (
+        "SP137",
+        (
+            ("pools.render.machine.types", ["ccx23"]),
+            ("pools.render.machine.locations", ["fsn1", "ash"]),
+        ),
+        "pools.render.machine.locations[1]",
+        "'ash' does not sell cx33 (sold in fsn1, nbg1, hel1); a machine of that type cannot be "
+        "made there",
+    ),
+    (
         "SP132",
         (("pools.render.machine.locations", ["fsn1", "us-east"]),),
         "pools.render.machine.locations[1]",
@@ -308,7 +346,23 @@ PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ("SP123", (("pools.render.queueTimeout", 1800),)),
     ("SP130", (("mode", "cluster"),)),
     ("SP131", (("pools.render.machine.type", "ccx23"), ("pools.render.machine.types", ["cpx42"]))),
-    ("SP132", (("pools.render.machine.locations", ["fsn1", "nbg1", "hel1", "ash", "hil", "sin"]),)),
+    ("SP135", (("pools.render.machine.type", "cx23"), ("pools.render.machine.types", ["ccx63"]))),
+    ("SP136", (("pools.render.machine.type", "cpx22"), ("pools.render.machine.types", ["cx53"]))),
+    (
+        "SP132",
+        (
+            ("pools.render.machine.type", "ccx33"),  # sold in every location
+            ("pools.render.machine.locations", ["fsn1", "nbg1", "hel1", "ash", "hil", "sin"]),
+        ),
+    ),
+    (
+        "SP137",
+        (
+            ("pools.render.machine.type", "cpx42"),
+            ("pools.render.machine.types", ["ccx23"]),
+            ("pools.render.machine.locations", ["nbg1", "sin"]),
+        ),
+    ),
     ("SP133", (("pools.render.provider", "docker"),)),
     ("SP134", (("pools.render.recycle", "never"),)),
 ]

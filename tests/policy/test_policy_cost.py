@@ -54,8 +54,8 @@ def test_local_and_docker_machines_are_free_and_unknown_types_say_how_to_price_t
     )
     assert price_of("cpx42", {"cpx42": Price(0.03, 18.0)}).monthly == 18.0
     with pytest.raises(UnknownPrice) as found:
-        price_of("cpx42")
-    assert "--price cpx42=HOURLY/MONTHLY" in str(found.value)
+        price_of("cx22")  # deprecated: in the catalog, with no known price
+    assert "--price cx22=HOURLY/MONTHLY" in str(found.value)
 
 
 def test_a_price_on_the_command_line() -> None:

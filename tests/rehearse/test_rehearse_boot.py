@@ -235,7 +235,7 @@ def test_the_real_user_data_installs_an_agent_that_runs_a_job(
         api = _api(cloud)
         begun = time.monotonic()
         server = api.create_server(
-            name=machine, server_type="cx22", image="debian-12", location="fsn1",
+            name=machine, server_type="cx23", image="debian-12", location="fsn1",
             user_data=user_data(machine, controller.agents_url, token, runtime="docker"),
         )  # fmt: skip
         try:
