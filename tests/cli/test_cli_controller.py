@@ -205,14 +205,13 @@ def test_controller_refuses_bad_settings_naming_the_variable(tmp_path: Path) -> 
             "SPKY_PROJECT is not set: the stack labels its machines with the project",
         ),
     ):
-        done = cli_process(
-            "controller", cwd=tmp_path, env={"SPKY_CONFIG": str(config), **env}, timeout=30
-        )
+        # in process: each is refused before the controller opens anything
+        done = cli("controller", cwd=tmp_path, env={"SPKY_CONFIG": str(config), **env})
         assert done.returncode == 2 and message in done.stderr, (env, done.stderr)
     invalid = project(
         tmp_path / "bad",
         {"render": {"min": 0}},
         {"renderer": backend_app("render", "t", tmp_path / "l")},
     )
-    done = cli_process("controller", cwd=tmp_path, env={"SPKY_CONFIG": str(invalid)}, timeout=30)
+    done = cli("controller", cwd=tmp_path, env={"SPKY_CONFIG": str(invalid)})
     assert done.returncode == 1 and "pools.render.min" in done.stderr
