@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from agent.jobs import POST_HERE_BYTES, JobRun, Slots
+from tests.controllers import wait_for
 
 
 class Backend:
@@ -193,6 +194,8 @@ def test_a_job_stopped_while_its_answer_is_awaited_after_a_post_sent_here_report
     slow = _job("slow", "/slow")
     slots.start(slow, backend.port, on_done=lambda: None, post_here=True)
     assert slow.posted_at is not None
+    # stopped while its answer is awaited: once the backend holds the request
+    wait_for(lambda: [attempt for attempt, _ in backend.posts] == ["warm", "slow"])
     slow.stop("cancelled")
     assert slow.done.wait(10)
     assert slow.report is None
