@@ -110,8 +110,14 @@ def main() -> None:
 
     def stop(*_: Any) -> None:
         # Jobs in flight die with the process: say so, so a test can tell when their work ended.
-        _log("stop", attempts=sorted(_in_flight.values()))
-        threading.Thread(target=server.shutdown).start()
+        # Logged from a thread: the signal may land while this thread holds the log's lock.
+        attempts = sorted(_in_flight.values())
+
+        def log_and_shut_down() -> None:
+            _log("stop", attempts=attempts)
+            server.shutdown()
+
+        threading.Thread(target=log_and_shut_down).start()
 
     signal.signal(signal.SIGTERM, stop)
     print(f"backend: listening on {host}:{server.server_port} pid={os.getpid()}", flush=True)

@@ -9,6 +9,8 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,6 +98,35 @@ def test_sigterm_stops_it(backend: tuple[str, Path, subprocess.Popen[str]]) -> N
     _, _, proc = backend
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
+
+
+def test_sigterm_while_it_holds_its_log_stops_it(tmp_path: Path) -> None:
+    """The signal lands while the backend writes its log (the log a FIFO no one reads yet, so
+    the write waits with the log's lock held): it still logs its stop and exits."""
+    fifo = tmp_path / "backend.fifo"
+    os.mkfifo(fifo)
+    env = {**os.environ, "PORT": "0", "BACKEND_LOG": str(fifo), "RENDER_SECONDS": "0"}
+    proc = subprocess.Popen([sys.executable, str(SERVER)], env=env, stdout=subprocess.PIPE)
+    events: list[str] = []
+
+    def read_two_writes() -> None:
+        for _ in range(2):  # "boot", then "stop": each write opens the FIFO anew
+            with open(fifo, encoding="utf-8") as reader:
+                events.extend(json.loads(line)["event"] for line in reader)
+
+    try:
+        assert proc.stdout is not None and b"listening" in proc.stdout.readline()
+        time.sleep(0.2)  # its "boot" line now waits for a reader, the lock held
+        proc.send_signal(signal.SIGTERM)
+        reader = threading.Thread(target=read_two_writes, daemon=True)
+        reader.start()
+        assert proc.wait(timeout=10) == 0
+        reader.join(timeout=10)
+        assert events == ["boot", "stop"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
 
 
 def test_openapi_spec_requires_game_id() -> None:
