@@ -22,6 +22,7 @@ import pytest
 from hypothesis import settings
 
 from sp00ky_infra.store import SqlStore, open_store
+from tests.helpers import CI
 
 POSTGRES_URL = os.environ.get("SPKY_TEST_POSTGRES_URL", "")
 REQUIRE_SERVICES = os.environ.get("SPKY_TEST_REQUIRE_SERVICES") == "1"
@@ -30,7 +31,7 @@ REQUIRE_SERVICES = os.environ.get("SPKY_TEST_REQUIRE_SERVICES") == "1"
 # examples). No deadline: a worker shares the machine with the others.
 settings.register_profile("ci", deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None, max_examples=20)
-settings.load_profile("ci" if os.environ.get("CI") else "dev")
+settings.load_profile("ci" if CI else "dev")
 
 # fixture -> the markers every test that uses it (directly or through another) gets
 FIXTURE_MARKERS = {

@@ -10,22 +10,21 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CI = bool(os.environ.get("CI"))  # CI draws every Hypothesis example (tests/conftest.py)
 
 
 def cli(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``sp00ky-infra ARGS`` in this process (click's runner), and capture what it prints.
 
     The same command line, exit code, stdout and stderr as a user's process, without a new
     interpreter's start-up for each call; ``cli_process`` runs the real process where the test
-    is about the process itself (signals, a terminal, what one import costs). ``timeout`` is
-    the process's only."""
+    is about the process itself (signals, a terminal, what one import costs)."""
     from click.testing import CliRunner
 
     from sp00ky_infra.cli import cli as command
 
-    del timeout
     runner = CliRunner()
     with contextlib.chdir(cwd or ROOT):
         result = runner.invoke(command, list(args), env=env, prog_name="sp00ky-infra")
@@ -54,7 +53,7 @@ def cli_process(
 def examples(wanted: int) -> int:
     """How many examples a Hypothesis test with ``wanted`` in CI draws here: all of them in CI
     (the ``ci`` profile, tests/conftest.py), a fifth on a developer's machine."""
-    return wanted if os.environ.get("CI") else max(10, wanted // 5)
+    return wanted if CI else max(10, wanted // 5)
 
 
 def drain_pty(fd: int, wait: float = 0.1) -> bytes:
