@@ -171,8 +171,7 @@ def plan_of(controller: Controller, view: PoolView, now: float) -> Plan:
         return plan_pool(view, now)
     except Unlisted:
         terms = [each for each in terms_of(controller) if each.pool == view.name]
-        found = TickReads(controller.store).listed(terms)[view.name]
-        every = [row.view() for row in found.listed]
+        every = _listed(TickReads(controller.store).listed(terms))[view.name]
         return plan_pool(replace(view, machines=every, steady=0, steady_busy=0, steady_idle=0), now)
 
 
