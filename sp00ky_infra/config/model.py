@@ -105,6 +105,8 @@ class Pool:
     boot_timeout: float = parse_duration(DEFAULT_BOOT_TIMEOUT)
     max_queued: int = DEFAULT_MAX_QUEUED
     queue_timeout: float = parse_duration(DEFAULT_QUEUE_TIMEOUT)
+    pack_jobs: bool = True  # a due job goes to the machine that ran work most recently
+    keep_paid_hours: bool = True  # an idle surplus machine drains just before its next hour
 
     @property
     def limit(self) -> int:
@@ -296,6 +298,8 @@ def _pool(name: str, raw: Mapping[str, Any]) -> Pool:
         boot_timeout=parse_duration(raw.get("bootTimeout", DEFAULT_BOOT_TIMEOUT)),
         max_queued=raw.get("maxQueued", DEFAULT_MAX_QUEUED),
         queue_timeout=queue_timeout_seconds(raw.get("queueTimeout", DEFAULT_QUEUE_TIMEOUT)),
+        pack_jobs=raw.get("packJobs", True),
+        keep_paid_hours=raw.get("keepPaidHours", True),
     )
 
 

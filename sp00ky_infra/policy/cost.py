@@ -74,6 +74,40 @@ def billed_hours(seconds: float) -> int:
     return max(1, math.ceil(seconds / HOUR - 1e-9))
 
 
+# Seconds from a destroy being asked for to the provider no longer billing the machine: on
+# Hetzner a Pulumi update (the engine starts, plans, deletes) then the delete action, about
+# half a minute, taken at a minute; a container or a process stops in about a second.
+DESTROY_SECONDS: Mapping[str, float] = MappingProxyType(
+    {"hetzner": 60.0, "docker": 2.0, "local": 1.0}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Billing:
+    """How a provider bills a machine: per started ``hour`` from its creation. An idle surplus
+    machine is kept until ``margin`` seconds before its next hour would begin: its drain, the
+    tick that destroys it and the destroy itself must be done by then."""
+
+    hour: float = HOUR
+    margin: float = 150.0
+
+    @classmethod
+    def of(cls, provider: str, tick: float, drain: float, hour: float = HOUR) -> Billing:
+        """A provider's billing, its margin twice what a drain and a destroy take (a tick to
+        order the drain, the agent's leaving, a tick to destroy, the destroy): never so
+        close that a slow destroy starts a new hour. At most a quarter of the hour."""
+        latency = 2 * tick + drain + DESTROY_SECONDS.get(provider, DESTROY_SECONDS["hetzner"])
+        return cls(hour, min(2 * latency, hour / 4))
+
+    def paid_until(self, created_at: float, now: float) -> float:
+        """The end of the hour the machine is in at ``now`` (each started hour is paid)."""
+        return created_at + (math.floor(max(now - created_at, 0.0) / self.hour) + 1) * self.hour
+
+    def drain_due(self, created_at: float, now: float) -> bool:
+        """An idle surplus machine goes now: its paid hour ends within the margin."""
+        return self.paid_until(created_at, now) - now <= self.margin
+
+
 def machine_euros(price: Price, seconds: float) -> float:
     """What one machine that existed for ``seconds`` costs: per started hour, never more than
     the monthly price (for each 30 days of its life)."""

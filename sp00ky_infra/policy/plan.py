@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sp00ky_infra.policy.breaker import Breaker
+from sp00ky_infra.policy.cost import Billing
 from sp00ky_infra.policy.machines import IdleClock, MachineState, Reason, idle_since
 from sp00ky_infra.policy.sizing import Shape, SizingSettings, desired_machines, queue_cap
 
@@ -27,8 +28,10 @@ __all__ = [
     "Terms",
     "Unlisted",
     "busy_slots",
+    "drainable",
     "fences",
     "idle_past",
+    "kept_paid",
     "plan_pool",
     "pool_view",
     "queue_cap_at",
@@ -49,6 +52,10 @@ class PoolSettings(SizingSettings, Protocol):
     def boot_timeout(self) -> float: ...
     @property
     def lease(self) -> float: ...
+    @property
+    def keep_paid_hours(self) -> bool: ...
+    @property
+    def pack_jobs(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +87,9 @@ class PoolView:
     silence: float  # a ready machine that has not polled for this long has stopped answering
     breaker: Breaker = field(default_factory=Breaker)
     paused: bool = False
+    # How its machines are billed, if they cost anything and the pool keeps paid hours: an
+    # idle surplus machine then drains only as its paid hour ends (``Billing.drain_due``).
+    billing: Billing | None = None
     # Machines left out of ``machines`` because nothing happens to them at ``now`` but to be
     # counted (``steady``): each counts towards the pool's size, with its busy slots;
     # ``steady_idle`` of them are idle past the idle timeout, which the plan may drain only
@@ -101,10 +111,13 @@ def pool_view(
     steady: int = 0,
     steady_busy: int = 0,
     steady_idle: int = 0,
+    billing: Billing | None = None,
 ) -> PoolView:
     """One pool as observed, from its settings: the controller's ``observe`` and the simulator
     both build the plan's input here, so neither can read a setting differently. ``steady``
-    machines (``steady_busy`` slots busy) are summarized, not listed (``steady``)."""
+    machines (``steady_busy`` slots busy) are summarized, not listed (``steady``).
+    ``billing`` is how the provider bills its machines (None: they cost nothing); it holds
+    only if the pool keeps paid hours."""
     return PoolView(
         name=name,
         shape=Shape.of(settings),
@@ -120,6 +133,7 @@ def pool_view(
         steady=steady,
         steady_busy=steady_busy,
         steady_idle=steady_idle,
+        billing=billing if settings.keep_paid_hours else None,
     )
 
 
@@ -318,10 +332,34 @@ def _lifecycle(pool: PoolView, machines: Sequence[MachineView], now: float) -> _
     return out
 
 
+def drainable(machine: MachineView, pool: PoolView, now: float) -> bool:
+    """A machine the pool may drain if it has a surplus: idle past the timeout and, when its
+    hours are paid for (``PoolView.billing``), in the last minutes of its paid hour (until
+    then it stays ready and takes work: it costs nothing more)."""
+    return idle_past(machine, pool, now) and (
+        pool.billing is None or pool.billing.drain_due(machine.created_at, now)
+    )
+
+
+def kept_paid(pool: PoolView, plan: Plan, now: float) -> list[MachineView]:
+    """The idle machines ``plan`` keeps only because their hour is paid: past the idle
+    timeout, not yet in their hour's last minutes, as many as the surplus it did not drain
+    (the longest idle first, as they would go)."""
+    if pool.billing is None:
+        return []
+    idle_drains = sum(1 for drain in plan.drain if drain.reason == Reason.IDLE_SURPLUS)
+    surplus = plan.current - plan.desired - idle_drains
+    kept = sorted(
+        (m for m in pool.machines if idle_past(m, pool, now) and not drainable(m, pool, now)),
+        key=lambda machine: (machine.idle_since, machine.name),
+    )
+    return kept[: max(surplus, 0)]
+
+
 def _idle_surplus(
     pool: PoolView, serving: Sequence[MachineView], surplus: int, now: float
 ) -> list[Drain]:
-    """The longest-idle serving machines past the idle timeout, as many as the surplus."""
+    """The longest-idle drainable serving machines, as many as the surplus."""
     if surplus <= 0:
         return []
     if pool.steady_idle:
@@ -330,7 +368,7 @@ def _idle_surplus(
             "one(s) counted, not listed: list them to choose which to drain"
         )
     idle = sorted(
-        (machine for machine in serving if idle_past(machine, pool, now)),
+        (machine for machine in serving if drainable(machine, pool, now)),
         key=lambda machine: (machine.idle_since, machine.name),
     )
     return [Drain(machine.name, Reason.IDLE_SURPLUS) for machine in idle[:surplus]]
