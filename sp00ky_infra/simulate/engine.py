@@ -30,6 +30,7 @@ class Decisions(Protocol):
     def enqueue(
         self, job_id: str, now: float, delay: float = 0.0, priority: int = 0, slots: int = 1
     ) -> str | None: ...
+    def order(self, offering: dict[str, int]) -> list[str]: ...
     def claim(self, machine: str, free_slots: int, now: float) -> list[str]: ...
     def finished(self, job_id: str, now: float) -> None: ...
     def booted(self, name: str, ok: bool, now: float) -> None: ...
@@ -259,10 +260,13 @@ class _Run:
             self.free[agent.name] = agent
 
     def _offer(self, now: float) -> None:
-        """Every agent with a free slot polls: the decisions say what each one starts."""
+        """Every agent with a free slot polls: the decisions say which is offered work first
+        and what each one starts."""
         if self.due <= 0 or not self.free:
             return
-        for agent in list(self.free.values()):
+        free = self.free
+        for name in self.d.order({name: self.slots - a.busy for name, a in free.items()}):
+            agent = free[name]
             started = self.d.claim(agent.name, self.slots - agent.busy, now)
             for job_id in started:
                 record = self.by_id[job_id]

@@ -26,9 +26,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sp00ky_infra.policy.breaker import Breaker
+from sp00ky_infra.policy.cost import Billing
 from sp00ky_infra.policy.jobs import Queued, admission_key, admit, claimable, queue_deadline
 from sp00ky_infra.policy.jobs import queue_expired as expired
 from sp00ky_infra.policy.machines import FAILED_BOOTS, IdleClock, MachineState, Reason, next_state
+from sp00ky_infra.policy.placement import Standing, packed
 from sp00ky_infra.policy.plan import (
     Create,
     Destroy,
@@ -110,6 +112,7 @@ class PolicyPool:
     breaker_max_pause: float = 900.0
     names: Callable[[], str] | None = None  # machine names (the divergence test passes the
     # controller's own, so that ties broken by name break the same way)
+    billing: Billing | None = None  # how the machines are billed (None: they cost nothing)
     machines: dict[str, Machine] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
     breaker: Breaker = field(default_factory=Breaker)
@@ -214,6 +217,19 @@ class PolicyPool:
             found.idle_since = None  # the executor's ``claimed``: the idle clock stops
         return started
 
+    def order(self, offering: dict[str, int]) -> list[str]:
+        """The machines offering free slots (name: free slots) in the order they are offered
+        work: packed (``policy.placement``), or as given (the order their polls began to
+        wait) when the pool does not pack."""
+        if not self.settings.pack_jobs:
+            return list(offering)
+        machines = self.machines
+        return packed(
+            (name, Standing(machines[name].busy_slots, machines[name].idle_since, free))
+            for name, free in offering.items()
+            if name in machines
+        )
+
     def finished(self, job_id: str, now: float) -> None:
         """The agent reported the job's answer: its slots are free."""
         job = self.jobs.pop(job_id)
@@ -313,6 +329,7 @@ class PolicyPool:
             self.view(now),
             self.queued_slots(now),
             self.breaker,
+            billing=self.billing,
         )
         plan = plan_pool(view, now)
         created: list[str] = []

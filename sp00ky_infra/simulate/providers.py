@@ -14,12 +14,16 @@ The defaults, and where they come from:
 - Failed boots: no provider publishes a rate; the default is 0 (give ``--failure-rate``).
 - Recycle and drain: the agent restarts (recycle) or stops (drain) the backend's process or
   container: under a second for a process, about a second for a container.
+- Billing: Hetzner bills every started hour (``policy.cost``), so an idle surplus machine of
+  a pool that keeps paid hours drains as its hour ends; local and docker machines cost
+  nothing and drain at idleTimeout.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from sp00ky_infra.policy.cost import HOUR
 from sp00ky_infra.simulate.workload import Distribution
 
 
@@ -30,13 +34,14 @@ class ProviderModel:
     failure_rate: float = 0.0  # share of boots that fail (the backend never becomes ready)
     recycle: float = 0.0  # seconds a machine takes no job after its last one (recycle: job)
     drain: float = 0.0  # seconds from being told to drain (and idle) to its agent leaving
+    billing_hour: float | None = None  # machines billed per started hour of this; None: free
 
     def with_(self, **changes: object) -> ProviderModel:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
 PROVIDERS = {
-    "hetzner": ProviderModel("hetzner", Distribution("normal", 60.0, 15.0), 0.0, 1.0, 1.0),
+    "hetzner": ProviderModel("hetzner", Distribution("normal", 60.0, 15.0), 0.0, 1.0, 1.0, HOUR),
     "docker": ProviderModel("docker", Distribution("normal", 3.0, 1.0), 0.0, 1.0, 1.0),
     "local": ProviderModel("local", Distribution("normal", 1.5, 0.3), 0.0, 0.3, 0.2),
 }

@@ -9,7 +9,7 @@ from typing import Any
 from sp00ky_infra.config.durations import parse_duration
 from sp00ky_infra.config.model import Config, Pool
 from sp00ky_infra.policy.breaker import FIRST_PAUSE_SECONDS, MAX_PAUSE_SECONDS
-from sp00ky_infra.policy.cost import Price
+from sp00ky_infra.policy.cost import Billing, Price
 from sp00ky_infra.simulate.engine import Outcome, simulate
 from sp00ky_infra.simulate.model import PolicyPool
 from sp00ky_infra.simulate.providers import ProviderModel
@@ -79,6 +79,7 @@ class Run:
             concurrency=self.concurrency,
             breaker_first_pause=self.breaker_first_pause,
             breaker_max_pause=self.breaker_max_pause,
+            billing=self.billing(),
         )
         return simulate(
             decisions,
@@ -90,6 +91,13 @@ class Run:
             self.window,
             self.seed,
         )
+
+    def billing(self) -> Billing | None:
+        """How the provider bills the pool's machines (None: they cost nothing)."""
+        provider = self.provider
+        if provider.billing_hour is None:
+            return None
+        return Billing.of(provider.name, self.tick, provider.drain, provider.billing_hour)
 
     def report(self, window: float = 0.0) -> Report:
         """The run's report, its euros over ``window`` (at least the run's own span)."""

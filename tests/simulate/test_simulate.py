@@ -34,8 +34,8 @@ def test_one_machine_jobs_far_apart_every_job_waits_one_boot() -> None:
     the tick at the next even second asks for a machine (1 s), it boots (30 s), runs the job
     (10 s); its idle clock starts at that tick, it drains 60 s later and is destroyed at the
     next tick (2 s). Every job waits 1 + 30 s; every machine lives 30 + 10 + 60 + 2 + 0 s
-    from its creation: 102 s, one started hour."""
-    pool = Pool("render", min=0, max=1, autoscale=True, idle_timeout=60.0)
+    from its creation: 102 s, one started hour. (The pool does not keep paid hours.)"""
+    pool = Pool("render", min=0, max=1, autoscale=True, idle_timeout=60.0, keep_paid_hours=False)
     provider = PROVIDERS["hetzner"].with_(boot=Distribution("fixed", 30.0), recycle=0.0, drain=0.0)
     arrivals = [Arrival(1.0 + 1000.0 * n, 10.0) for n in range(6)]
     price = HETZNER_PRICES["cx33"]
@@ -46,6 +46,26 @@ def test_one_machine_jobs_far_apart_every_job_waits_one_boot() -> None:
     assert report.euros == pytest.approx(6 * price.hourly)
     assert report.idle_euros == pytest.approx(6 * price.hourly * (102 - 10) / 102)
     assert report.longest_queue == 1 and report.settled
+
+
+def test_a_machine_whose_hour_is_paid_takes_the_jobs_that_come_in_it() -> None:
+    """The same jobs on a pool that keeps paid hours: the machine asked for at 2 s stays
+    ready past idleTimeout and takes the jobs at 1001, 2001 and 3001 s at once; it drains
+    as its hour ends (the margin: twice two ticks and Hetzner's destroy, 128 s, so at
+    3600 + 2 - 128 s, the first tick from 3474 s) and is gone before it. The job at 4001 s
+    waits a boot again: two machines, two hours, instead of six."""
+    pool = Pool("render", min=0, max=1, autoscale=True, idle_timeout=60.0)
+    provider = PROVIDERS["hetzner"].with_(boot=Distribution("fixed", 30.0), recycle=0.0, drain=0.0)
+    arrivals = [Arrival(1.0 + 1000.0 * n, 10.0) for n in range(6)]
+    price = HETZNER_PRICES["cx33"]
+    run = Run(pool, arrivals, provider, price)
+    report = run.report()
+    assert report.started == 6 and report.boots == 2 and report.peak_machines == 1
+    waits = [job.wait for job in run.outcome().jobs]
+    assert sorted(w for w in waits if w is not None) == [0.0] * 4 + [31.0] * 2
+    (_, up), (drained, down), *_ = report.machines_over_time[1:]
+    assert (up, down) == (1, 0) and 3474.0 <= drained < 3602.0
+    assert report.euros == pytest.approx(2 * price.hourly)
 
 
 def test_a_warm_machine_takes_each_job_at_once_and_buffer_boots_ahead() -> None:
