@@ -13,7 +13,7 @@ import hmac
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sp00ky_infra.config import Backend, Pool
 from sp00ky_infra.config.env_sources import resolve_env
@@ -34,6 +34,7 @@ from sp00ky_infra.controller.protocol import (
     ResultRequest,
     Stop,
 )
+from sp00ky_infra.policy.placement import Standing
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.names import pool_image
 from sp00ky_infra.store import Conflict, JobNotFound, SqlStore, StaleAttempt
@@ -69,11 +70,19 @@ class Offer:
     claimed: Later[list[Started]] = field(default_factory=lambda: Later.ready([]))
 
 
+class Line(Protocol):
+    """Who claims a packing pool's work (``controller.hub``): ``may_claim`` says whether a
+    machine looking for work with ``standing`` takes it now or leaves it to another."""
+
+    def may_claim(self, pool: str, machine: str, standing: Standing) -> bool: ...
+
+
 class Agents:
     """The operations the agents' endpoint serves, on one controller."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, line: Line | None = None) -> None:
         self.controller = controller
+        self.line = line  # None: every look claims (no long-polls wait: tests, in process)
 
     @property
     def store(self) -> SqlStore:
@@ -348,8 +357,12 @@ class Agents:
     def _claim(self, sight: Sight, free_slots: int) -> Later[list[Started]]:
         """Work for the machine's free slots, unless its pool is paused."""
         machine, pool = sight.machine, sight.pool
-        free = min(free_slots, pool.slots - sum(job.slots for job in sight.running))
+        busy = sum(job.slots for job in sight.running)
+        free = min(free_slots, pool.slots - busy)
         if free <= 0 or self.controller.pool_states.paused(machine.pool):
+            return Later.ready([])
+        standing = Standing(busy, machine.idle_since, free)
+        if self.line is not None and not self.line.may_claim(machine.pool, machine.name, standing):
             return Later.ready([])
         backend = self.controller.backends[machine.pool]
         claimed = self.store.send_start(

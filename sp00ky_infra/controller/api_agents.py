@@ -91,6 +91,7 @@ class Polls:
             woken = hub.waiter(name, pool)
             try:
                 reply = await self.call(step, name, session, body)
+                hub.looked(name, pool, len(reply.assignments), body.free_slots)
                 if acks is None:
                     acks, step = reply.results, agents.look
                 left = deadline - loop.time()
@@ -197,7 +198,7 @@ def _detail(exc: ValidationError) -> bytes:
 
 
 def agents_app(controller: Controller, hub: Hub) -> HotRoutes:
-    agents = Agents(controller)
+    agents = Agents(controller, hub)
     app = FastAPI(
         title="sp00ky pool listener",
         description="The endpoint pool machines' agents dial: join, poll, results.",

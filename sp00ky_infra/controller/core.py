@@ -147,6 +147,12 @@ class Controller:
     def table_of(self, pool: str) -> str:
         return self.deployment.table_of(pool)
 
+    def packs(self, pool: str) -> bool:
+        """Whether the pool hands work to the machine that ran work most recently
+        (``packJobs``): its long-polls are woken one at a time (``controller.hub``)."""
+        found = self.pools.get(pool)
+        return found is not None and found.pack_jobs
+
 
 def last_code(job: Job) -> str:
     """The code of a job's last error ("" when it has none)."""

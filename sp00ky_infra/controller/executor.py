@@ -90,6 +90,7 @@ class Executor:
                 self.store.machines.busy(action.machine, now)
             else:
                 self.store.machines.set_idle(action.machine, action.since)
+            self.wake.idle_clock(action.machine, action.since)
         elif isinstance(action, Create):
             if not self.pools.breaker(pool).allows(now):
                 return  # this plan's own failed boots opened the breaker: no machine for now

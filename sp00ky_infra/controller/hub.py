@@ -1,7 +1,16 @@
 """Wake-ups for waiting long-polls: any thread may notify, the event loop delivers.
 
-One poll waits per machine at a time; a notification for a pool wakes every machine of it
-that waits (one of them claims the job; the others look, find nothing, and wait again).
+One poll waits per machine at a time. A notification for a pool that does not pack wakes
+every machine of it that waits (one of them claims the job; the others look, find nothing,
+and wait again). A pool that packs (``packJobs``) has its job taken by the machine
+``policy.placement`` puts first, and only by it:
+
+- a notification wakes that machine alone, "called": its next look claims;
+- any other look (a poll that arrives, a wake-up for a kill) claims only if no waiting
+  machine of the pool goes before it (``may_claim``); otherwise it calls that one and waits;
+- a look that claimed all it asked for calls the next machine (more work may be due); a
+  called look that claimed nothing calls the first machine with more free slots (the job at
+  the head of the queue may need them). Each hand-on goes down the order, so it ends.
 
 A waiting poll holds a future of the loop's. A notification made on the loop's own thread
 (the store's wake-ups on SQLite: ``Dispatcher.listen``) resolves it at once, and the poll
@@ -14,6 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from sp00ky_infra.policy.placement import Standing, before, first
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -21,10 +34,26 @@ def _wake(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+@dataclass(slots=True)
+class _Poll:
+    pool: str
+    woken: asyncio.Future[None]
+    standing: Standing | None = None  # learnt in its look (``may_claim``); None: looking
+
+
+def _never(pool: str) -> bool:
+    return False
+
+
 class Hub:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, packs: Callable[[str], bool] = _never
+    ) -> None:
         self.loop = loop
-        self._waiting: dict[str, tuple[str, asyncio.Future[None]]] = {}  # machine: pool, poll
+        self.packs = packs  # whether a pool packs its jobs (``packJobs``)
+        self._waiting: dict[str, _Poll] = {}  # machine: its waiting poll
+        self._pools: dict[str, dict[str, _Poll]] = {}  # the same, by pool
+        self._called: set[str] = set()  # woken for work: the next look claims
         self._lock = threading.Lock()
         self._loop_thread: int | None = None  # learnt in waiter(), which the loop calls
         self._closed = False  # stopping: every poll is answered at once (close)
@@ -35,8 +64,10 @@ class Hub:
         woken = self.loop.create_future()
         if self._closed:
             woken.set_result(None)
+        poll = _Poll(pool, woken)
         with self._lock:
-            self._waiting[machine] = (pool, woken)
+            self._waiting[machine] = poll
+            self._pools.setdefault(pool, {})[machine] = poll
         return woken
 
     async def wait(self, woken: asyncio.Future[None], timeout: float) -> None:
@@ -51,23 +82,79 @@ class Hub:
 
     def done(self, machine: str, woken: asyncio.Future[None]) -> None:
         with self._lock:
-            if self._waiting.get(machine, ("", None))[1] is woken:
+            found = self._waiting.get(machine)
+            if found is not None and found.woken is woken:
                 del self._waiting[machine]
+                del self._pools[found.pool][machine]
 
     def waiting_pools(self) -> set[str]:
         with self._lock:
-            return {pool for pool, _ in self._waiting.values()}
+            return {poll.pool for poll in self._waiting.values()}
 
     def notify_machine(self, machine: str) -> None:
         with self._lock:
             waiting = self._waiting.get(machine)
         if waiting is not None:
-            self._deliver([waiting[1]])
+            self._deliver([waiting.woken])
 
     def notify_pool(self, pool: str) -> None:
+        if self.packs(pool):
+            self._call(pool, lambda name, standing: True)
+            return
         with self._lock:
-            futures = [woken for each, woken in self._waiting.values() if each == pool]
+            futures = [poll.woken for poll in self._pools.get(pool, {}).values()]
         self._deliver(futures)
+
+    def may_claim(self, pool: str, machine: str, standing: Standing) -> bool:
+        """Whether ``machine``, looking for work with ``standing``, claims it now: called,
+        or no waiting machine of its pool goes before it. If one does, it is called."""
+        with self._lock:
+            found = self._waiting.get(machine)
+            if found is not None:
+                found.standing = standing
+            if machine in self._called or not self.packs(pool):
+                return True
+        me = (machine, standing)
+        return not self._call(pool, lambda name, other: before((name, other), me))
+
+    def looked(self, machine: str, pool: str, claimed: int, asked: int) -> None:
+        """After a look that claimed ``claimed`` jobs for ``asked`` free slots: hand on."""
+        with self._lock:
+            called = machine in self._called
+            self._called.discard(machine)
+            found = self._waiting.get(machine)
+            mine = None if found is None else found.standing
+        if mine is None or not self.packs(pool):
+            return
+        me = (machine, mine)
+        if claimed and claimed >= asked:
+            self._call(pool, lambda name, other: before(me, (name, other)))
+        elif called and not claimed:
+            self._call(pool, lambda name, other: other.free_slots > mine.free_slots)
+
+    def _call(self, pool: str, eligible: Callable[[str, Standing], bool]) -> bool:
+        """Wake, called, the first eligible machine of ``pool`` that waits with a free slot
+        (``policy.placement``); False if there is none."""
+        with self._lock:
+            chosen = first(
+                (name, poll.standing)
+                for name, poll in self._pools.get(pool, {}).items()
+                if poll.standing is not None and eligible(name, poll.standing)
+            )
+            if chosen is None:
+                return False
+            self._called.add(chosen)
+            woken = self._waiting[chosen].woken
+        self._deliver([woken])
+        return True
+
+    def restand(self, machine: str, idle_since: float | None) -> None:
+        """The tick started or stopped a machine's idle clock: a waiting poll's standing
+        follows its row."""
+        with self._lock:
+            found = self._waiting.get(machine)
+            if found is not None and found.standing is not None:
+                found.standing = replace(found.standing, idle_since=idle_since)
 
     def close(self) -> None:
         """The controller stops: wake every waiting long-poll now (the controller answers
@@ -75,7 +162,7 @@ class Hub:
         keeps the server's shutdown waiting."""
         with self._lock:
             self._closed = True
-            futures = [woken for _, woken in self._waiting.values()]
+            futures = [poll.woken for poll in self._waiting.values()]
         self._deliver(futures)
 
     def _deliver(self, futures: list[asyncio.Future[None]]) -> None:

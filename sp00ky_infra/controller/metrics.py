@@ -17,6 +17,9 @@ Read at scrape time:
   whose server type has no known price has no euros sample at all (a 0 would be summed as a
   real zero, a NaN breaks sum() and rate()), and ``sp00ky_pool_price_known{pool,server_type}``
   is 0 for it (1 otherwise), so an alert can name it
+- ``sp00ky_pool_idle_paid_machines{pool}``, ``sp00ky_pool_idle_paid_euros{pool}``: the idle
+  surplus machines kept only because their started hour is paid (``policy.plan.kept_paid``),
+  and what the rest of those hours is worth at the pool's price (no sample when unknown)
 - ``sp00ky_breaker_open{pool}``, ``sp00ky_pool_paused{pool}``, ``sp00ky_leader``
 """
 
@@ -34,8 +37,10 @@ from prometheus_client.registry import Collector
 
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.costs import FREE, pool_price
+from sp00ky_infra.controller.reconcile import observe
 from sp00ky_infra.policy.cost import pool_bill
 from sp00ky_infra.policy.machines import LIVE_STATES
+from sp00ky_infra.policy.plan import kept_paid
 from sp00ky_infra.store.jobs import QueueStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -157,6 +162,18 @@ class ControllerCollector(Collector):
             "sp00ky_breaker_open", "1 while the pool's breaker stops boots.", labels=["pool"]
         )
         paused = GaugeMetricFamily("sp00ky_pool_paused", "1 while paused.", labels=["pool"])
+        paid = GaugeMetricFamily(
+            "sp00ky_pool_idle_paid_machines",
+            "Idle surplus machines kept until their started hour ends (keepPaidHours).",
+            labels=["pool"],
+        )
+        paid_euros = GaugeMetricFamily(
+            "sp00ky_pool_idle_paid_euros",
+            "What the rest of those machines' paid hours is worth: work they may still take "
+            "at no extra cost.",
+            labels=["pool"],
+        )
+        kept = _kept_paid(controller, now)
         by_state = Counter((m.pool, m.state) for m in store.machines.live())
         plans = controller.plans
         queues = queue_readings(controller).get(list(controller.pools))
@@ -179,13 +196,36 @@ class ControllerCollector(Collector):
             if price is not None:
                 euros.add_metric([name], bill.euros)
                 idle.add_metric([name], bill.idle_euros)
+            waiting = kept.get(name, [])
+            paid.add_metric([name], len(waiting))
+            if price is not None:
+                paid_euros.add_metric([name], sum(left * price.hourly for left in waiting))
             flags = controller.pool_states.get(name)
             breaker.add_metric([name], 1.0 if flags.breaker.is_open(now) else 0.0)
             paused.add_metric([name], 1.0 if flags.paused else 0.0)
         leader = GaugeMetricFamily("sp00ky_leader", "1 while this controller leads its store.")
         leader.add_metric([], 1.0 if controller.leader else 0.0)
         yield from (jobs, oldest, machines, desired, seconds, euros, idle, known, breaker, paused)
-        yield leader
+        yield from (paid, paid_euros, leader)
+
+
+def _kept_paid(controller: Controller, now: float) -> dict[str, list[float]]:
+    """Each pool's machines kept idle for their paid hour, as the share of an hour each has
+    left; none before the first tick's plans, or when no machine is billed."""
+    plans = controller.plans
+    if controller.settings.billing is None or not plans:
+        return {}
+    kept: dict[str, list[float]] = {}
+    for view in observe(controller, now):
+        plan = plans.get(view.name)
+        if plan is None or view.billing is None:
+            continue
+        billing = view.billing
+        kept[view.name] = [
+            (billing.paid_until(machine.created_at, now) - now) / billing.hour
+            for machine in kept_paid(view, plan, now)
+        ]
+    return kept
 
 
 def exposition(controller: Controller) -> bytes:

@@ -143,6 +143,7 @@ def _views(
         [(each.table, cap) for each, cap in zip(observed, caps, strict=True)], now
     )
     views = []
+    billing = controller.settings.billing
     for each, slots in zip(observed, queued, strict=True):
         name = each.terms.pool
         state = controller.pool_states.get(name)
@@ -159,6 +160,7 @@ def _views(
                 found.steady,
                 found.steady_busy,
                 found.steady_idle,
+                billing,
             )
         )
     return views

@@ -362,7 +362,7 @@ class Runtime:
         if self._requested.is_set():
             self._stop.set()
         controller = self.controller
-        hub = Hub(self._loop)
+        hub = Hub(self._loop, controller.packs)
         controller.wake.attach(hub)
         servers = _servers(controller, hub)
         serving = [

@@ -20,6 +20,7 @@ from sp00ky_infra.config.project import state_dir as project_state_dir
 from sp00ky_infra.controller.errors import ControllerError
 from sp00ky_infra.controller.registry import default_auth_file
 from sp00ky_infra.policy.breaker import FIRST_PAUSE_SECONDS, MAX_PAUSE_SECONDS
+from sp00ky_infra.policy.cost import HOUR, Billing
 from sp00ky_infra.shared.tokens import JOIN_TTL_SECONDS
 from sp00ky_infra.store import store_url
 
@@ -28,6 +29,7 @@ DEFAULT_ADMIN_PORT = 9670
 DEFAULT_TICK_SECONDS = 2.0  # Machine pools docs: "evaluated every two seconds"
 MAX_POLL_WAIT_SECONDS = 20.0  # a long-poll waits up to ~20 s for work
 PRUNE_EVERY_SECONDS = 60.0
+AGENT_LEAVES_SECONDS = 1.0  # from a drain heard to the agent's "drained": it stops its backend
 TIMING_KEYS = {
     "lease": "lease",
     "idleTimeout": "idle_timeout",
@@ -109,6 +111,18 @@ class ControllerSettings:
     # SPKY_REGISTRY_AUTH: a docker config.json with the registries' credentials (default:
     # $DOCKER_CONFIG/config.json or ~/.docker/config.json, when there is one)
     registry_auth: str = ""
+    # SPKY_BILLING_HOUR: the length of a billed hour, for a rehearsal or a test to see a paid
+    # hour end; set, it bills every provider's machines (they keep paid hours as Hetzner's do)
+    billing_hour: float | None = None
+
+    @property
+    def billing(self) -> Billing | None:
+        """How this controller's machines are billed: Hetzner's (pulumi) per started hour;
+        local and docker machines cost nothing, unless SPKY_BILLING_HOUR says otherwise."""
+        provider = "hetzner" if self.provider == "pulumi" else self.provider
+        if provider != "hetzner" and self.billing_hour is None:
+            return None
+        return Billing.of(provider, self.tick, AGENT_LEAVES_SECONDS, self.billing_hour or HOUR)
 
     @property
     def settles_images(self) -> bool:
@@ -153,6 +167,7 @@ class ControllerSettings:
             "pulumi_dir": env.get("SPKY_PULUMI_DIR", "."),
             "pool_images": env.get("SPKY_POOL_IMAGES") == "1",
             "registry_auth": default_auth_file(env),
+            "billing_hour": _seconds(env, "SPKY_BILLING_HOUR", 0.0) or None,
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         # one store per project: its state directory is next to its sp00ky.yml

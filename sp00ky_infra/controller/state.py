@@ -145,6 +145,7 @@ class EventLog:
 class Notify(Protocol):
     def notify_machine(self, machine: str) -> None: ...
     def notify_pool(self, pool: str) -> None: ...
+    def restand(self, machine: str, idle_since: float | None) -> None: ...
 
 
 class Wake:
@@ -163,6 +164,12 @@ class Wake:
     def pool(self, name: str) -> None:
         if self._hub is not None:
             self._hub.notify_pool(name)
+
+    def idle_clock(self, machine: str, since: float | None) -> None:
+        """A machine's idle clock started or stopped: where its waiting poll stands in the
+        order its pool offers work (``policy.placement``)."""
+        if self._hub is not None:
+            self._hub.restand(machine, since)
 
 
 class Periodic:

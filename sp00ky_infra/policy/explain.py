@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sp00ky_infra.policy.plan import MachineView, Plan, PoolView
+from sp00ky_infra.policy.plan import MachineView, Plan, PoolView, kept_paid
 from sp00ky_infra.policy.sizing import capacity
 
 
@@ -262,6 +262,8 @@ def explain_pool(
     machines = [
         replace(m, idle_since=clocks[m.name]) if m.name in clocks else m for m in pool.machines
     ]
+    for kept in kept_paid(replace(pool, machines=machines), plan, now):
+        actions[kept.name] = _paid(kept, pool, now)
     notes = [
         MachineNote(m.name, m.state, m.busy_slots, actions.get(m.name) or _why_kept(m, pool, now))
         for m in machines
@@ -301,6 +303,18 @@ def _why_kept(machine: MachineView, pool: PoolView, now: float) -> str:
             return f"idle {idle:.0f}s, but the pool needs it (desired)"
         return f"idle {idle:.0f}s; drained after idleTimeout ({pool.idle_timeout:.0f}s) if surplus"
     return "serving"
+
+
+def _paid(machine: MachineView, pool: PoolView, now: float) -> str:
+    """A machine kept idle for the rest of its paid hour (``policy.plan.kept_paid``)."""
+    assert pool.billing is not None and machine.idle_since is not None
+    until = pool.billing.paid_until(machine.created_at, now)
+    shown = "%H:%M" if pool.billing.hour >= 3600 else "%H:%M:%S"
+    clock = datetime.datetime.fromtimestamp(until, datetime.UTC).strftime(shown)
+    return (
+        f"kept idle: its hour is paid until {clock} UTC (idle {now - machine.idle_since:.0f}s; "
+        "drained then if still surplus)"
+    )
 
 
 def _at(when: float) -> str:

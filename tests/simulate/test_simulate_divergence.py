@@ -22,6 +22,7 @@ from sp00ky_infra.controller.protocol import PollRequest, ResultRequest, Running
 from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.policy.jobs import admission_key
+from sp00ky_infra.policy.placement import Standing, packed
 from sp00ky_infra.simulate.engine import simulate
 from sp00ky_infra.simulate.model import PolicyPool, TickResult
 from sp00ky_infra.simulate.providers import ProviderModel
@@ -39,6 +40,17 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class Standings:
+    """A line that takes note of the standing each look offers, and lets none claim."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, Standing] = {}
+
+    def may_claim(self, pool: str, machine: str, standing: Standing) -> bool:
+        self.seen[machine] = standing
+        return False
 
 
 class ControllerPool:
@@ -114,6 +126,17 @@ class ControllerPool:
             return  # failed meanwhile (boot timeout)
         self.sessions[name] = session
 
+    def order(self, offering: dict[str, int]) -> list[str]:
+        """The order the controller offers work in: each machine's standing as its poll's
+        own look gives it to the hub (``Agents.line``), put in order by the policy."""
+        if not self.pool.pack_jobs:
+            return list(offering)
+        line = Standings()
+        looker = Agents(self.c, line)
+        for name, free in offering.items():
+            looker.look(name, self.sessions[name], self._request(name, free))
+        return packed(line.seen.items())
+
     def claim(self, machine: str, free_slots: int, now: float) -> list[str]:
         self._at(now)
         reply = self.agents.poll(
@@ -152,6 +175,7 @@ class Lockstep:
         self.real, self.names, self.sim = real, names, sim
         self.ticks = 0
         self.decisions: dict[str, int] = {}
+        self.idle_drains: list[tuple[str, float]] = []  # (machine, when)
 
     def enqueue(
         self, job_id: str, now: float, delay: float = 0.0, priority: int = 0, slots: int = 1
@@ -172,6 +196,9 @@ class Lockstep:
         assert sorted(sim.timed_out) == sorted(real.timed_out), f"queue timeouts at t={now}"
         self.ticks += 1
         plan = real.plan
+        self.idle_drains += [
+            (d.machine, now) for d in plan.drain if d.reason.value == "idle_surplus"
+        ]
         for kind, count in (
             ("create", plan.create.count if plan.create else 0),
             *((f"drain:{d.reason.value}", 1) for d in plan.drain),
@@ -180,6 +207,13 @@ class Lockstep:
             ("queue_timeout", len(real.timed_out)),
         ):
             self.decisions[kind] = self.decisions.get(kind, 0) + count
+        return real
+
+    def order(self, offering: dict[str, int]) -> list[str]:
+        real = self.real.order(offering)
+        assert self.sim.order(offering) == real, f"placement differs: {offering}"
+        if len(real) > 1:
+            self.decisions["placements"] = self.decisions.get("placements", 0) + 1
         return real
 
     def claim(self, machine: str, free_slots: int, now: float) -> list[str]:
@@ -222,6 +256,26 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "failure_rate": 0.0,
         "jobs": 40,
         "minutes": 8,
+    },
+    # the same, work handed out longest-waiting machine first (packJobs: false)
+    "spread": {
+        "pool": {"min": 0, "autoscale": True, "max": 3, "idleTimeout": "20s", "packJobs": False},
+        "method": {},
+        "boot": Distribution("normal", 15.0, 5.0),
+        "failure_rate": 0.0,
+        "jobs": 40,
+        "minutes": 8,
+    },
+    # machines billed per started minute: work packed, idle surplus machines kept until the
+    # end of their paid minute
+    "paid-hours": {
+        "pool": {"min": 0, "autoscale": True, "max": 4, "idleTimeout": "10s"},
+        "method": {},
+        "boot": Distribution("normal", 8.0, 2.0),
+        "failure_rate": 0.0,
+        "jobs": 120,
+        "minutes": 8,
+        "billing_hour": 60.0,
     },
     # two slots, a buffer, jobs of two slots (head-of-line), priorities and delays, the
     # table's concurrency, maxLifetime renewals, queue timeouts, failed boots feeding the
@@ -279,6 +333,7 @@ def test_the_simulator_decides_as_the_controller_does(tmp_path: Path, name: str)
         breaker_first_pause=20.0,
         breaker_max_pause=60.0,
         join_ttl=3600.0,
+        billing_hour=scenario.get("billing_hour"),
     )
     controller = Controller(settings, config, store, provisioner, clock=clock)
     pool = config.pools["render"]
@@ -292,6 +347,7 @@ def test_the_simulator_decides_as_the_controller_does(tmp_path: Path, name: str)
         breaker_first_pause=20.0,
         breaker_max_pause=60.0,
         names=names.popleft,
+        billing=settings.billing,
     )
     lockstep = Lockstep(ControllerPool(controller, provisioner, clock), names, sim)
     provider = ProviderModel("test", scenario["boot"], scenario["failure_rate"], 0.5, 0.2)
@@ -310,6 +366,12 @@ def test_the_simulator_decides_as_the_controller_does(tmp_path: Path, name: str)
     assert outcome.settled and lockstep.ticks > 100
     made = lockstep.decisions
     assert made["create"] > 1 and made["claims"] > 20 and made.get("drain:idle_surplus")
+    assert made.get("placements") or not pool.pack_jobs, made
+    billing = settings.billing
+    if billing is not None:  # every idle drain came as its machine's paid minute ended
+        created = {m.name: m.created_at for m in outcome.machines}
+        drains = lockstep.idle_drains
+        assert drains and all(billing.drain_due(created[m], at) for m, at in drains), drains
     if name == "everything":  # the scenario reached what it is for
         assert made.get("drain:max_lifetime"), made
         assert made.get("queue_timeout") and made.get("refused") and made["breaker"], made
