@@ -33,13 +33,13 @@ from tests.controllers import backend_app
 T0 = 1_796_500_000.0  # 2026-12-05T19:46:40Z
 HOUR, DAY = 3600.0, 86_400.0
 API = "Hetzner Pricing API (GET /pricing)"
-POOLS = {
+POOLS: dict[str, dict[str, Any]] = {
     "render": {"machine": {"type": "cx33"}},
     "north": {"machine": {"type": "cx23", "locations": ["hel1"]}},
     "legacy": {"machine": {"type": "cx22"}},  # priced nowhere
     "given": {"machine": {"type": "ccx13"}},  # priced in sp00ky.yml
 }
-SIZE = {"min": 0, "autoscale": True, "max": 1}
+SIZE: dict[str, Any] = {"min": 0, "autoscale": True, "max": 1}
 GIVEN = {"ccx13": {"hourly": 0.5, "monthly": 9.0}}
 PRICING = ("GET", "/v1/pricing")
 
