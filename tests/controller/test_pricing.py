@@ -6,9 +6,11 @@ a controller restarted without the API uses the kept prices; a failed reading ke
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,8 @@ from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.store import open_store
 from tests.controller.test_controller_executor import Recording
 from tests.controller.test_schedules_controller import Clock
-from tests.controllers import backend_app
+from tests.controllers import ADMIN_TOKEN, backend_app, running_controller, wait_for
+from tests.helpers import cli
 
 T0 = 1_796_500_000.0  # 2026-12-05T19:46:40Z
 HOUR, DAY = 3600.0, 86_400.0
@@ -235,3 +238,31 @@ def test_an_api_error_keeps_the_last_prices_logs_a_warning_and_is_tried_an_hour_
         "GET /pricing" in r.getMessage() and "unavailable" in r.getMessage() for r in warnings
     )
     assert again is not None and again["date"] == "2026-12-06"
+
+
+def test_pools_get_and_metrics_of_a_running_controller_say_where_each_price_came_from(
+    tmp_path: Path, fake: FakeHetzner
+) -> None:
+    config = write_project(tmp_path)
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    with running_controller(tmp_path / "controller", config, store_url) as controller:
+        env = {"SPKY_ADMIN_URL": controller.admin_url, "SPKY_ADMIN_TOKEN": ADMIN_TOKEN}
+
+        def read_from_the_api() -> dict[str, Any] | None:
+            """``pools get render --json``'s cost, once priced with the API's reading."""
+            shown = json.loads(cli("pools", "get", "render", "--json", env=env).stdout)["cost"]
+            found: dict[str, Any] | None = shown if API in shown["price"]["source"] else None
+            return found
+
+        cost = wait_for(read_from_the_api, what="the pool priced by the API")
+        text = cli("pools", "get", "render", env=env).stdout
+        legacy = cli("pools", "get", "legacy", env=env).stdout
+        metrics = controller.admin("GET", "/metrics").text
+    source = f"{API}, fsn1, {today}, with its primary IPv4"
+    assert (cost["price"]["source"], cost["price"]["date"]) == (source, today)
+    assert f"cx33 at {cost['price']['hourly']:g} EUR/h" in text and f"({source})" in text
+    assert "cost: unknown over" in legacy and "no price is known for server type 'cx22'" in legacy
+    prices = samples(metrics, "sp00ky_pool_price_hourly_euros")
+    assert prices["render"][0] == {"server_type": "cx33", "source": source, "date": today}
+    assert "legacy" not in prices
