@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -21,13 +22,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.admin import cost_view
 from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.costs import PoolPrice, priced
 from sp00ky_infra.controller.metrics import exposition
 from sp00ky_infra.controller.pricing import price_refresh
 from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.controller.settings import ControllerSettings
-from sp00ky_infra.policy.server_types import PRIMARY_IPV4_MONTHLY, SERVER_TYPES
+from sp00ky_infra.policy.cost import Price
+from sp00ky_infra.policy.server_types import PRIMARY_IPV4_MONTHLY, SERVER_TYPES, LocationPrice
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.store import open_store
+from sp00ky_infra.store.prices import PriceReading
 from tests.controller.test_controller_executor import Recording
 from tests.controller.test_schedules_controller import Clock
 from tests.controllers import ADMIN_TOKEN, backend_app, running_controller, wait_for
@@ -266,3 +270,33 @@ def test_pools_get_and_metrics_of_a_running_controller_say_where_each_price_came
     prices = samples(metrics, "sp00ky_pool_price_hourly_euros")
     assert prices["render"][0] == {"server_type": "cx33", "source": source, "date": today}
     assert "legacy" not in prices
+
+
+def test_an_api_price_is_the_types_plus_its_primary_ipv4s_at_the_same_location(
+    tmp_path: Path,
+) -> None:
+    config = load_config(write_project(tmp_path))
+    reading = PriceReading(
+        T0,
+        MappingProxyType(
+            {
+                "cx33": (_listed("nbg1", 0.0120, 7.49), _listed("fsn1", 0.0110, 6.99)),
+                "cx23": (_listed("nbg1", 0.0070, 4.49),),  # not sold in hel1, where north is
+            }
+        ),
+        (_listed("fsn1", 0.0008, 0.50), _listed("nbg1", 0.0009, 0.60)),
+    )
+    render = priced(config, "render", reading)  # no location: fsn1's, as Hetzner's default
+    north = priced(config, "north", reading)
+    assert isinstance(render, PoolPrice) and isinstance(north, PoolPrice)
+    assert (render.price.hourly, render.price.monthly) == (0.0118, 7.49)
+    assert render.price.source == f"{API}, fsn1, 2026-12-05, with its primary IPv4"
+    assert (north.price.hourly, north.price.monthly) == (0.0079, 5.09)
+    assert north.price.source == f"{API}, nbg1, 2026-12-05, with its primary IPv4"
+    # sp00ky.yml's price wins over the API's; a type priced nowhere is unknown, never free
+    assert priced(config, "given", reading) == PoolPrice(Price(0.5, 9.0, "sp00ky.yml"))
+    assert isinstance(priced(config, "legacy", reading), str)
+
+
+def _listed(location: str, hourly: float, monthly: float) -> LocationPrice:
+    return LocationPrice(location, hourly, monthly, "2026-12-05", API)
