@@ -286,7 +286,7 @@ def test_an_api_price_is_the_types_plus_its_primary_ipv4s_at_the_same_location(
         ),
         (_listed("fsn1", 0.0008, 0.50), _listed("nbg1", 0.0009, 0.60)),
     )
-    render = priced(config, "render", reading)  # no location: fsn1's, as Hetzner's default
+    render = priced(config, "render", reading)  # no location: fsn1's first, as in the table
     north = priced(config, "north", reading)
     assert isinstance(render, PoolPrice) and isinstance(north, PoolPrice)
     assert (render.price.hourly, render.price.monthly) == (0.0118, 7.49)
