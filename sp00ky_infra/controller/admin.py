@@ -8,7 +8,7 @@ from typing import Any
 
 from sp00ky_infra.client import Client, either
 from sp00ky_infra.controller.core import Controller
-from sp00ky_infra.controller.costs import cost_json, pool_cost
+from sp00ky_infra.controller.costs import pool_cost
 from sp00ky_infra.controller.errors import NotLeader, Refusal
 from sp00ky_infra.controller.leadership import leader_url
 from sp00ky_infra.controller.reconcile import shape_of
@@ -147,8 +147,7 @@ def cost_view(
     """Euros spent, idle and per job, with the price they were computed at (``counts``: the
     pool's jobs by status, if read already); unknown euros when the price is."""
     table = controller.table_of(name)
-    bill = pool_cost(controller.store, controller.config, name, table, now, counts)
-    return cost_json(controller.config, name, bill)
+    return pool_cost(controller.store, controller.config, name, table, now, counts)
 
 
 def pools_view(controller: Controller) -> list[dict[str, Any]]:

@@ -16,7 +16,10 @@ Read at scrape time:
   ``sp00ky_pool_idle_euros_total{pool}``: every machine the pool ever had (costs.py); a pool
   whose server type has no known price has no euros sample at all (a 0 would be summed as a
   real zero, a NaN breaks sum() and rate()), and ``sp00ky_pool_price_known{pool,server_type}``
-  is 0 for it (1 otherwise), so an alert can name it
+  is 0 for it (1 otherwise), so an alert can name it;
+  ``sp00ky_pool_price_hourly_euros{pool,server_type,source,date}``: the hourly price the euros
+  are computed at and where it came from (sp00ky.yml, Hetzner's API as last read, or the
+  dated table; ``date`` empty for sp00ky.yml's), for a priced pool only
 - ``sp00ky_pool_idle_paid_machines{pool}``, ``sp00ky_pool_idle_paid_euros{pool}``: the idle
   surplus machines kept only because their started hour is paid (``policy.plan.kept_paid``),
   and what the rest of those hours is worth at the pool's price (no sample when unknown)
@@ -36,7 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from sp00ky_infra.controller.core import Controller
-from sp00ky_infra.controller.costs import FREE, pool_price
+from sp00ky_infra.controller.costs import FREE, cached_prices, pool_price
 from sp00ky_infra.controller.reconcile import observe
 from sp00ky_infra.policy.cost import pool_bill
 from sp00ky_infra.policy.machines import LIVE_STATES
@@ -136,6 +139,36 @@ class ControllerCollector(Collector):
             "Machines the last tick's plan wanted.",
             labels=["pool"],
         )
+        breaker = GaugeMetricFamily(
+            "sp00ky_breaker_open", "1 while the pool's breaker stops boots.", labels=["pool"]
+        )
+        paused = GaugeMetricFamily("sp00ky_pool_paused", "1 while paused.", labels=["pool"])
+        by_state = Counter((m.pool, m.state) for m in store.machines.live())
+        plans = controller.plans
+        queues = queue_readings(controller).get(list(controller.pools))
+        for name in controller.pools:
+            stats = queues[name]
+            jobs.add_metric([name, "pending_due"], stats.due)
+            jobs.add_metric([name, "pending_delayed"], stats.delayed)
+            jobs.add_metric([name, "processing"], stats.processing)
+            waited = 0.0 if stats.oldest_due is None else max(now - stats.oldest_due, 0.0)
+            oldest.add_metric([name], waited)
+            for state in LIVE_STATES:
+                machines.add_metric([name, state], by_state.get((name, state), 0))
+            if name in plans:
+                desired.add_metric([name], plans[name].desired)
+            flags = controller.pool_states.get(name)
+            breaker.add_metric([name], 1.0 if flags.breaker.is_open(now) else 0.0)
+            paused.add_metric([name], 1.0 if flags.paused else 0.0)
+        leader = GaugeMetricFamily("sp00ky_leader", "1 while this controller leads its store.")
+        leader.add_metric([], 1.0 if controller.leader else 0.0)
+        yield from (jobs, oldest, machines, desired)
+        yield from self._costs(now)
+        yield from (breaker, paused, leader)
+
+    def _costs(self, now: float) -> Iterator[Metric]:
+        """Each pool's machine time, bill and price, the price as ``costs.priced`` finds it."""
+        controller = self.controller
         seconds = CounterMetricFamily(
             "sp00ky_pool_machine_seconds",
             "Machine time, creation to destruction, of every machine the pool had.",
@@ -158,10 +191,13 @@ class ControllerCollector(Collector):
             "sample): give one under prices: in sp00ky.yml.",
             labels=["pool", "server_type"],
         )
-        breaker = GaugeMetricFamily(
-            "sp00ky_breaker_open", "1 while the pool's breaker stops boots.", labels=["pool"]
+        hourly = GaugeMetricFamily(
+            "sp00ky_pool_price_hourly_euros",
+            "EUR per started hour the pool's euros are computed at, and where that price came "
+            "from (source, date).",
+            labels=["pool", "server_type", "source", "date"],
         )
-        paused = GaugeMetricFamily("sp00ky_pool_paused", "1 while paused.", labels=["pool"])
+        listed = cached_prices(controller.store, controller.config)
         paid = GaugeMetricFamily(
             "sp00ky_pool_idle_paid_machines",
             "Idle surplus machines kept until their started hour ends (keepPaidHours).",
@@ -174,39 +210,23 @@ class ControllerCollector(Collector):
             labels=["pool"],
         )
         kept = _kept_paid(controller, now)
-        by_state = Counter((m.pool, m.state) for m in store.machines.live())
-        plans = controller.plans
-        queues = queue_readings(controller).get(list(controller.pools))
-        for name in controller.pools:
-            stats = queues[name]
-            jobs.add_metric([name, "pending_due"], stats.due)
-            jobs.add_metric([name, "pending_delayed"], stats.delayed)
-            jobs.add_metric([name, "processing"], stats.processing)
-            waited = 0.0 if stats.oldest_due is None else max(now - stats.oldest_due, 0.0)
-            oldest.add_metric([name], waited)
-            for state in LIVE_STATES:
-                machines.add_metric([name, state], by_state.get((name, state), 0))
-            if name in plans:
-                desired.add_metric([name], plans[name].desired)
-            lives = [(life.seconds(now), life.busy(now)) for life in store.machines.lifetimes(name)]
-            price = pool_price(controller.config, name)
-            bill = pool_bill(price or FREE, lives)
+        for name, pool in controller.pools.items():
+            lifetimes = controller.store.machines.lifetimes(name)
+            lives = [(life.seconds(now), life.busy(now)) for life in lifetimes]
+            found = pool_price(controller.config, name, listed)
+            bill = pool_bill(found.price if found is not None else FREE, lives)
             seconds.add_metric([name], bill.machine_seconds)
-            known.add_metric([name, controller.pools[name].machine.type], float(price is not None))
-            if price is not None:
+            known.add_metric([name, pool.machine.type], float(found is not None))
+            if found is not None:
                 euros.add_metric([name], bill.euros)
                 idle.add_metric([name], bill.idle_euros)
-            waiting = kept.get(name, [])
-            paid.add_metric([name], len(waiting))
-            if price is not None:
-                paid_euros.add_metric([name], sum(left * price.hourly for left in waiting))
-            flags = controller.pool_states.get(name)
-            breaker.add_metric([name], 1.0 if flags.breaker.is_open(now) else 0.0)
-            paused.add_metric([name], 1.0 if flags.paused else 0.0)
-        leader = GaugeMetricFamily("sp00ky_leader", "1 while this controller leads its store.")
-        leader.add_metric([], 1.0 if controller.leader else 0.0)
-        yield from (jobs, oldest, machines, desired, seconds, euros, idle, known, breaker, paused)
-        yield from (paid, paid_euros, leader)
+                where = [name, pool.machine.type, found.price.source, found.date or ""]
+                hourly.add_metric(where, found.price.hourly)
+            left = kept.get(name, [])
+            paid.add_metric([name], len(left))
+            if found is not None:
+                paid_euros.add_metric([name], sum(share * found.price.hourly for share in left))
+        yield from (seconds, euros, idle, known, hourly, paid, paid_euros)
 
 
 def _kept_paid(controller: Controller, now: float) -> dict[str, list[float]]:

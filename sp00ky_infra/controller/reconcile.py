@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from sp00ky_infra.config.model import Pool
 from sp00ky_infra.controller.core import Controller, last_code
+from sp00ky_infra.controller.pricing import maybe_refresh_prices
 from sp00ky_infra.controller.schedules import fire_schedules
 from sp00ky_infra.controller.state import Deployment
 from sp00ky_infra.hetzner import HetznerAPI
@@ -200,6 +201,7 @@ def tick(controller: Controller) -> TickReport:
         errors += executor.apply(plan, controller.deployment, now)
     pruned = maybe_prune(controller, now)
     maybe_heartbeat(controller, now)
+    maybe_refresh_prices(controller, now)
     for plan in plans:
         controller.wake.pool(plan.pool)  # due jobs (delays, backoffs) reach waiting polls
     controller.measures.tick.observe(time.perf_counter() - started)

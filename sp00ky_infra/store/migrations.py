@@ -388,4 +388,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             "AND attempts::jsonb -> -1 ->> 'id' = attempt",
         ),
     ),
+    Migration(
+        10,
+        "prices read from the provider's API, with the day they were read",
+        (
+            # The last complete reading of Hetzner's GET /pricing: each server type's net
+            # price per location, and the primary IPv4's (kind 'primary_ipv4', name 'ipv4').
+            # A reading replaces the whole table at once; a failed one leaves it as it was.
+            """
+            CREATE TABLE provider_prices (
+                kind TEXT NOT NULL CHECK (kind IN ('server_type', 'primary_ipv4')),
+                name TEXT NOT NULL,
+                location TEXT NOT NULL,
+                hourly DOUBLE PRECISION NOT NULL,
+                monthly DOUBLE PRECISION NOT NULL,
+                read_on TEXT NOT NULL,
+                read_at DOUBLE PRECISION NOT NULL,
+                source TEXT NOT NULL,
+                PRIMARY KEY (kind, name, location)
+            )
+            """,
+        ),
+    ),
 )

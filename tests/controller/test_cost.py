@@ -65,7 +65,7 @@ def test_pool_cost_is_the_billing_rule_over_recorded_lifetimes(tmp_path: Path) -
     busy = sum(life.busy(0) for life in lives)
     assert busy >= 3.0  # three jobs of a second each ran on them
     assert 0 < shown["idle_euros"] == round(idle, 4) < shown["euros"]
-    assert shown["price"] == {"hourly": 0.25, "monthly": 4.0, "source": "sp00ky.yml"}
+    assert shown["price"] == {"hourly": 0.25, "monthly": 4.0, "source": "sp00ky.yml", "date": None}
     assert f"cost: {sum(bills):.4f} EUR over" in text and "per job (3)" in text
     found = re.search(r'^sp00ky_pool_cost_euros_total\{pool="render"\} (\S+)$', metrics, re.M)
     assert found is not None and float(found.group(1)) == pytest.approx(sum(bills))
