@@ -45,6 +45,7 @@ from sp00ky_infra.policy.cost import pool_bill
 from sp00ky_infra.policy.machines import LIVE_STATES
 from sp00ky_infra.policy.plan import kept_paid
 from sp00ky_infra.store.jobs import QueueStats
+from sp00ky_infra.store.prices import PriceReading
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 QUEUE_READ_SECONDS = 5.0  # how old a scrape's queue counts may be
@@ -198,18 +199,6 @@ class ControllerCollector(Collector):
             labels=["pool", "server_type", "source", "date"],
         )
         listed = cached_prices(controller.store, controller.config)
-        paid = GaugeMetricFamily(
-            "sp00ky_pool_idle_paid_machines",
-            "Idle surplus machines kept until their started hour ends (keepPaidHours).",
-            labels=["pool"],
-        )
-        paid_euros = GaugeMetricFamily(
-            "sp00ky_pool_idle_paid_euros",
-            "What the rest of those machines' paid hours is worth: work they may still take "
-            "at no extra cost.",
-            labels=["pool"],
-        )
-        kept = _kept_paid(controller, now)
         for name, pool in controller.pools.items():
             lifetimes = controller.store.machines.lifetimes(name)
             lives = [(life.seconds(now), life.busy(now)) for life in lifetimes]
@@ -222,11 +211,31 @@ class ControllerCollector(Collector):
                 idle.add_metric([name], bill.idle_euros)
                 where = [name, pool.machine.type, found.price.source, found.date or ""]
                 hourly.add_metric(where, found.price.hourly)
+        yield from (seconds, euros, idle, known, hourly)
+        yield from self._paid(now, listed)
+
+    def _paid(self, now: float, listed: PriceReading | None) -> Iterator[Metric]:
+        """Each pool's idle machines kept for their paid hour, and what it has left."""
+        controller = self.controller
+        paid = GaugeMetricFamily(
+            "sp00ky_pool_idle_paid_machines",
+            "Idle surplus machines kept until their started hour ends (keepPaidHours).",
+            labels=["pool"],
+        )
+        paid_euros = GaugeMetricFamily(
+            "sp00ky_pool_idle_paid_euros",
+            "What the rest of those machines' paid hours is worth: work they may still take "
+            "at no extra cost.",
+            labels=["pool"],
+        )
+        kept = _kept_paid(controller, now)
+        for name in controller.pools:
             left = kept.get(name, [])
             paid.add_metric([name], len(left))
+            found = pool_price(controller.config, name, listed)
             if found is not None:
                 paid_euros.add_metric([name], sum(share * found.price.hourly for share in left))
-        yield from (seconds, euros, idle, known, hourly, paid, paid_euros)
+        yield from (paid, paid_euros)
 
 
 def _kept_paid(controller: Controller, now: float) -> dict[str, list[float]]:
