@@ -29,7 +29,6 @@ DEFAULT_ADMIN_PORT = 9670
 DEFAULT_TICK_SECONDS = 2.0  # Machine pools docs: "evaluated every two seconds"
 MAX_POLL_WAIT_SECONDS = 20.0  # a long-poll waits up to ~20 s for work
 PRUNE_EVERY_SECONDS = 60.0
-AGENT_LEAVES_SECONDS = 1.0  # from a drain heard to the agent's "drained": it stops its backend
 TIMING_KEYS = {
     "lease": "lease",
     "idleTimeout": "idle_timeout",
@@ -122,7 +121,7 @@ class ControllerSettings:
         provider = "hetzner" if self.provider == "pulumi" else self.provider
         if provider != "hetzner" and self.billing_hour is None:
             return None
-        return Billing.of(provider, self.tick, AGENT_LEAVES_SECONDS, self.billing_hour or HOUR)
+        return Billing.of(provider, self.tick, self.billing_hour or HOUR)
 
     @property
     def settles_images(self) -> bool:

@@ -80,6 +80,7 @@ def billed_hours(seconds: float) -> int:
 DESTROY_SECONDS: Mapping[str, float] = MappingProxyType(
     {"hetzner": 60.0, "docker": 2.0, "local": 1.0}
 )
+AGENT_LEAVES_SECONDS = 1.0  # from a drain heard to the agent's "drained": it stops its backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +93,12 @@ class Billing:
     margin: float = 150.0
 
     @classmethod
-    def of(cls, provider: str, tick: float, drain: float, hour: float = HOUR) -> Billing:
+    def of(cls, provider: str, tick: float, hour: float = HOUR) -> Billing:
         """A provider's billing, its margin twice what a drain and a destroy take (a tick to
         order the drain, the agent's leaving, a tick to destroy, the destroy): never so
         close that a slow destroy starts a new hour. At most a quarter of the hour."""
-        latency = 2 * tick + drain + DESTROY_SECONDS.get(provider, DESTROY_SECONDS["hetzner"])
+        destroy = DESTROY_SECONDS.get(provider, DESTROY_SECONDS["hetzner"])
+        latency = 2 * tick + AGENT_LEAVES_SECONDS + destroy
         return cls(hour, min(2 * latency, hour / 4))
 
     def paid_until(self, created_at: float, now: float) -> float:

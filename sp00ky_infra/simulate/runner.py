@@ -97,7 +97,7 @@ class Run:
         provider = self.provider
         if provider.billing_hour is None:
             return None
-        return Billing.of(provider.name, self.tick, provider.drain, provider.billing_hour)
+        return Billing.of(provider.name, self.tick, provider.billing_hour)
 
     def report(self, window: float = 0.0) -> Report:
         """The run's report, its euros over ``window`` (at least the run's own span)."""

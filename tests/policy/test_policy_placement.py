@@ -39,10 +39,10 @@ def test_each_started_hour_is_paid_and_the_drain_comes_in_its_last_minutes() -> 
 
 
 def test_the_margin_covers_the_drain_and_the_destroy_twice() -> None:
-    hetzner = Billing.of("hetzner", tick=2.0, drain=1.0)
+    hetzner = Billing.of("hetzner", tick=2.0)
     assert hetzner.margin == 2 * (2 * 2.0 + 1.0 + 60.0) and hetzner.hour == HOUR
-    assert Billing.of("local", tick=0.2, drain=0.2, hour=20.0).margin == pytest.approx(3.2)
-    assert Billing.of("hetzner", tick=2.0, drain=1.0, hour=60.0).margin == 15.0  # a quarter
+    assert Billing.of("local", tick=0.2, hour=20.0).margin == pytest.approx(4.8)
+    assert Billing.of("hetzner", tick=2.0, hour=60.0).margin == 15.0  # a quarter
 
 
 POOL = Pool("render", min=1, max=4, autoscale=True, idle_timeout=300.0)

@@ -63,6 +63,18 @@ def _sim_intervals(outcome: Outcome) -> list[tuple[float, float]]:
 @pytest.mark.alone
 @pytest.mark.slow
 def test_the_simulator_agrees_with_the_real_controller(tmp_path: Path) -> None:
+    _agree(tmp_path, billed=None)
+
+
+@pytest.mark.alone
+@pytest.mark.slow
+def test_the_simulator_agrees_with_a_controller_whose_machines_are_billed(tmp_path: Path) -> None:
+    """The same trace with machines billed per started 10 s (SPKY_BILLING_HOUR): the idle
+    surplus machines stay until their paid 10 s end, in both."""
+    _agree(tmp_path, billed=10.0)
+
+
+def _agree(tmp_path: Path, billed: float | None) -> None:
     store_url = f"sqlite:///{tmp_path}/state.db"
     log = tmp_path / "backend.jsonl"
     config_path = project(
@@ -72,8 +84,9 @@ def test_the_simulator_agrees_with_the_real_controller(tmp_path: Path) -> None:
     store: SqlStore = client.store
     trace = _trace()
     ids: list[str] = []
+    billing = {} if billed is None else {"SPKY_BILLING_HOUR": f"{billed:g}s"}
     with running_controller(
-        tmp_path, config_path, store_url, SPKY_TICK="200ms", SPKY_POOL_TIMINGS=TIMINGS
+        tmp_path, config_path, store_url, SPKY_TICK="200ms", SPKY_POOL_TIMINGS=TIMINGS, **billing
     ):
         time.sleep(0.5)
         start = time.monotonic()
@@ -100,7 +113,7 @@ def test_the_simulator_agrees_with_the_real_controller(tmp_path: Path) -> None:
         Arrival(job.created_at - t0, (job.finished_at or 0.0) - job.attempts[0]["started_at"])
         for job in jobs
     ]
-    provider = PROVIDERS["local"].with_(boot=Distribution("fixed", boot))
+    provider = PROVIDERS["local"].with_(boot=Distribution("fixed", boot), billing_hour=billed)
     outcome = Run(pool, arrivals, provider, Price(0.0, 0.0), tick=0.2).outcome()
     sim_waits = sorted(w for w in (j.wait for j in outcome.jobs) if w is not None)
     sim_intervals = _sim_intervals(outcome)
