@@ -24,7 +24,8 @@ DURATIONS = {
     "bootTimeout": "boot_timeout",
     "queueTimeout": "queue_timeout",
 }
-SETTINGS = (*INTS, *DURATIONS)
+FLAGS = {"packJobs": "pack_jobs", "keepPaidHours": "keep_paid_hours"}
+SETTINGS = (*INTS, *DURATIONS, *FLAGS)
 
 
 class SettingError(ValueError):
@@ -38,6 +39,10 @@ def setting(key: str, text: str) -> tuple[str, Any]:
             return key, int(text)
         except ValueError:
             raise SettingError(f"{key}={text}: {key} is a whole number") from None
+    if key in FLAGS:
+        if text.lower() not in ("true", "false"):
+            raise SettingError(f"{key}={text}: {key} is true or false")
+        return FLAGS[key], text.lower() == "true"
     if key in DURATIONS:
         try:
             return DURATIONS[key], parse_duration(text)

@@ -170,6 +170,13 @@ def test_the_command_prints_a_report_and_a_sweep(tmp_path: Path) -> None:
     refused = runner.invoke(cli, [*base, "--sweep", "colour=red"])
     assert refused.exit_code == 1
     assert "colour: the simulator varies min, max, buffer, slots" in refused.output
+    both = runner.invoke(cli, [*base, "--sweep", "packJobs=true,false", "--json"])
+    assert both.exit_code == 0, both.output
+    labels = [point["setting"] for point in json.loads(both.output)["points"]]
+    assert labels == ["packJobs=true", "packJobs=false"]
+    refused = runner.invoke(cli, [*base, "--set", "keepPaidHours=maybe"])
+    assert refused.exit_code == 1
+    assert "keepPaidHours=maybe: keepPaidHours is true or false" in refused.output
 
 
 def test_jobs_export_writes_the_store_history_as_a_trace(tmp_path: Path) -> None:
