@@ -259,6 +259,9 @@ class Runtime:
         if isinstance(provisioner, HasGateway) and settings.pool_host == "127.0.0.1":
             # machine containers reach this host at their network's gateway: listen there
             settings = replace(settings, pool_host=provisioner.gateway())
+        runs_on = getattr(provisioner, "runs_on", None)  # a pulumi stack's sp00ky:provider
+        if isinstance(runs_on, str):
+            settings = replace(settings, stack_provider=runs_on)
         self.agents_socket = bind(settings.pool_host, settings.pool_port)
         self.admin_socket = bind(settings.admin_host, settings.admin_port)
         settings = replace(

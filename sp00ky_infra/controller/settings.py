@@ -113,12 +113,14 @@ class ControllerSettings:
     # SPKY_BILLING_HOUR: the length of a billed hour, for a rehearsal or a test to see a paid
     # hour end; set, it bills every provider's machines (they keep paid hours as Hetzner's do)
     billing_hour: float | None = None
+    stack_provider: str = "hetzner"  # what a pulumi stack's machines are (its sp00ky:provider)
 
     @property
     def billing(self) -> Billing | None:
-        """How this controller's machines are billed: Hetzner's (pulumi) per started hour;
-        local and docker machines cost nothing, unless SPKY_BILLING_HOUR says otherwise."""
-        provider = "hetzner" if self.provider == "pulumi" else self.provider
+        """How this controller's machines are billed: Hetzner's per started hour (pulumi,
+        on a hetzner stack); local and docker machines cost nothing, unless
+        SPKY_BILLING_HOUR says otherwise."""
+        provider = self.stack_provider if self.provider == "pulumi" else self.provider
         if provider != "hetzner" and self.billing_hour is None:
             return None
         return Billing.of(provider, self.tick, self.billing_hour or HOUR)

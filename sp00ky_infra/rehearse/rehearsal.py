@@ -53,6 +53,9 @@ LISTENING = re.compile(r"agents' endpoint on (http://[^\s,]+).*, admin API on (h
 # What a rehearsal changes of the user's timings: machines go idle fast, so the pool is back
 # to zero in seconds, not in the 5 minutes of a production idleTimeout.
 DEFAULT_TIMINGS = "idleTimeout=10s"
+# Its servers keep their paid hours as in production, on hours of 30 s: an idle one goes in
+# the last seconds of its paid 30 s, so the pool is back to zero within a minute.
+BILLING_HOUR = "30s"
 READ_EVERY_SECONDS = 8.0  # how often a booting server is looked into
 JOURNAL = ("journalctl", "-u", "sp00ky-agent.service", "-o", "json", "--no-pager")
 
@@ -268,6 +271,7 @@ class Rehearsal:
             "SPKY_ADMIN_HOST": "127.0.0.1",
             "SPKY_ADMIN_PORT": "0",
             "SPKY_POOL_TIMINGS": self.timings,
+            "SPKY_BILLING_HOUR": BILLING_HOUR,
             "HCLOUD_TOKEN": TOKEN,
             "HCLOUD_ENDPOINT": cloud.url,
             "PYTHONUNBUFFERED": "1",

@@ -98,6 +98,7 @@ class PulumiProvisioner:
         # since when the stack has been locked by another update (None: it is not)
         self.locked_since: float | None = None
         self.lock_message = ""
+        self.runs_on = "hetzner"  # the stack's sp00ky:provider, read by pin(): how it bills
         self._stack: Stack | None = None
         self.clock = clock
         self.desired: dict[str, set[str]] = {}
@@ -153,6 +154,8 @@ class PulumiProvisioner:
         URL; the guardian reads the heartbeat the controller stamps under the same project."""
         stack = self._get_stack()
         found = stack.get_all_config()
+        runs_on = found.get("sp00ky:provider")
+        self.runs_on = str(getattr(runs_on, "value", runs_on) or "hetzner")
         for key, mine in settings.items():
             theirs = getattr(found.get(key), "value", found.get(key))
             if theirs is None:
