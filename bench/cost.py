@@ -41,8 +41,8 @@ MACHINE = "cx23"
 PRICE = HETZNER_PRICES[MACHINE]
 PROVIDER = PROVIDERS["hetzner"]
 # The old policy: the pool with these settings (model field names); the new one is the pool as
-# configured. None yet: until the pool has settings for it, both columns run the same policy.
-OLD: Mapping[str, Any] = {}
+# configured (both on, their default).
+OLD: Mapping[str, Any] = {"pack_jobs": False, "keep_paid_hours": False}
 FIGURES = ("euros", "machine_hours", "boots", "wait_p50", "wait_p95", "wait_max")
 RATIOS = ("euros", "wait_p95")
 
