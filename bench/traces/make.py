@@ -5,8 +5,8 @@
 
 - steady: about 100,000 jobs, Poisson arrivals over the whole day (a job every 0.86 s on
   average).
-- bursty: 20 bursts of 300 jobs at once, one every 72 minutes give or take 20, over a
-  trickle of 60 jobs an hour.
+- bursty: 20 bursts of 300 jobs at once at random times of the day (a Poisson process of
+  bursts: some come minutes apart, some hours), over a trickle of 60 jobs an hour.
 - business: nothing before 08:00 or from 18:00; in between the hourly rate climbs from 600
   to 3,600 jobs an hour by noon, holds, and falls back to 600 in the last hour.
 
@@ -42,7 +42,7 @@ JOB = Distribution("exp", 30.0)
 SHORTEST, LONGEST = 2.0, 60.0
 
 STEADY_PER_HOUR = 100_000 / 24
-BURSTS, BURST_JOBS, BURST_EVERY, BURST_JITTER = 20, 300, 72 * 60.0, 20 * 60.0
+BURSTS, BURST_JOBS = 20, 300
 TRICKLE_PER_HOUR = 60.0
 OPENS = 8  # the business day's first hour (08:00); one rate an hour until 18:00
 BUSINESS_PER_HOUR = (600, 1_500, 2_400, 3_300, 3_600, 3_600, 3_300, 2_400, 1_500, 600)
@@ -61,12 +61,9 @@ def steady(seed: int) -> list[Arrival]:
 
 
 def bursty(seed: int) -> list[Arrival]:
-    """The bursts start on whole seconds, each drawn around its even spacing in the day."""
+    """The bursts start on whole seconds, each anywhere in the day."""
     rng = random.Random(seed)
-    starts = [
-        round(BURST_EVERY * (n + 0.5) + rng.uniform(-BURST_JITTER, BURST_JITTER))
-        for n in range(BURSTS)
-    ]
+    starts = sorted(round(rng.uniform(0.0, 24 * HOUR)) for _ in range(BURSTS))
     bursts = [Burst(float(at), BURST_JOBS) for at in starts]
     return bounded(synthetic(TRICKLE_PER_HOUR, JOB, hours=24.0, bursts=bursts, seed=seed))
 

@@ -22,7 +22,7 @@ DAY = 24 * HOUR
 # that a change to how they are drawn cannot pass for the same reference day.
 DIGESTS = {
     "steady.csv": "1323aa617323e4502f991df23791e3cdd4605fc7d5c057af66989c8e1efee0f3",
-    "bursty.csv": "691af1f98f14690319df5b7e3bf4d4bb1c292da87c2b9ada4cb9a251aa678d5b",
+    "bursty.csv": "4e90d1e4364493ced588ae2be7de1c509c931186a912f0064da054ce006ea781",
     "business.csv": "ee2cbb678cdfecab6c7bb4751451411f871eaadd724fe574875d9682bc300ca6",
 }
 
@@ -85,7 +85,8 @@ def test_bursty_is_20_bursts_of_300_over_a_trickle(days: dict[str, list[Arrival]
     at_once = Counter(a.at for a in bursty)
     bursts = sorted(at for at, n in at_once.items() if n > 1)
     assert len(bursts) == 20 and all(at_once[at] == 300 for at in bursts)
-    assert min(b - a for a, b in pairwise(bursts)) > 30 * 60
+    gaps = [b - a for a, b in pairwise(bursts)]
+    assert min(gaps) < 3600 < max(gaps)  # at random: some within the hour, some not
     assert bursts[0] > 0 and bursts[-1] < DAY
     trickle = len(bursty) - 20 * 300
     assert 1_300 <= trickle <= 1_600  # 60 an hour
