@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["Standing", "before", "first", "packed"]
+__all__ = ["Standing", "before", "first", "packed", "rank_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +30,16 @@ class Standing:
 Rank = tuple[int, int, float, str]
 
 
-def rank(name: str, standing: Standing) -> Rank:
+def rank_of(name: str, busy_slots: int, idle_since: float | None) -> Rank:
     """Lower goes first: the most busy slots, then a stopped idle clock (it works, or has just
     finished), then the latest idle clock, then the name (one order on every side)."""
-    idle = standing.idle_since
-    return (-standing.busy_slots, 0 if idle is None else 1, 0.0 if idle is None else -idle, name)
+    if idle_since is None:
+        return (-busy_slots, 0, 0.0, name)
+    return (-busy_slots, 1, -idle_since, name)
+
+
+def rank(name: str, standing: Standing) -> Rank:
+    return rank_of(name, standing.busy_slots, standing.idle_since)
 
 
 def before(a: tuple[str, Standing], b: tuple[str, Standing]) -> bool:

@@ -30,7 +30,7 @@ from sp00ky_infra.policy.cost import Billing
 from sp00ky_infra.policy.jobs import Queued, admission_key, admit, claimable, queue_deadline
 from sp00ky_infra.policy.jobs import queue_expired as expired
 from sp00ky_infra.policy.machines import FAILED_BOOTS, IdleClock, MachineState, Reason, next_state
-from sp00ky_infra.policy.placement import Standing, packed
+from sp00ky_infra.policy.placement import rank_of
 from sp00ky_infra.policy.plan import (
     Create,
     Destroy,
@@ -221,14 +221,15 @@ class PolicyPool:
         """The machines offering free slots (name: free slots) in the order they are offered
         work: packed (``policy.placement``), or as given (the order their polls began to
         wait) when the pool does not pack."""
-        if not self.settings.pack_jobs:
+        if not self.settings.pack_jobs or len(offering) < 2:
             return list(offering)
         machines = self.machines
-        return packed(
-            (name, Standing(machines[name].busy_slots, machines[name].idle_since, free))
-            for name, free in offering.items()
-            if name in machines
-        )
+
+        def rank(name: str) -> tuple[int, int, float, str]:
+            machine = machines[name]
+            return rank_of(name, machine.busy_slots, machine.idle_since)
+
+        return sorted((n for n, free in offering.items() if free > 0 and n in machines), key=rank)
 
     def finished(self, job_id: str, now: float) -> None:
         """The agent reported the job's answer: its slots are free."""
