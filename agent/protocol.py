@@ -18,6 +18,11 @@ controller does.
     POST .../drained   (no body)     Ack
     GET  .../images/ID (no body)     the image as a docker save tar (ImageSource "controller")
     any error answer                 Problem
+
+    before the join, the bootstrap (agent/bootstrap.py), its join token as bearer:
+    GET  .../agent     (no body)     the agent archive (tar.bz2), checked against the
+                                     user-data's sha256 before it is unpacked
+    POST .../boot-failed BootFailure Ack
 """
 
 from __future__ import annotations
@@ -108,6 +113,11 @@ class JoinReply(Message):
 class ReadyRequest(Message):
     ok: bool
     reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BootFailure(Message):
+    reason: str  # why the bootstrap (agent/bootstrap.py) did not install the agent
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,6 +1,8 @@
 """The agents' operations on the controller: join, rejoin, ready, image, poll, result,
-drained. Each authenticates its machine (its session, or for a rejoin its credential) and
-acts through the controller's store and executor; only the leader answers.
+drained; and before the join, a booting machine's: its agent archive and its failed boot.
+Each authenticates its machine (its session, for a rejoin its credential, before the join
+its join token) and acts through the controller's store and executor; only the leader
+answers.
 
 A poll runs in one store transaction (one commit a poll). On PostgreSQL its statements
 travel in two round trips: the machine, its running jobs and the results; then the renewals
@@ -35,7 +37,7 @@ from sp00ky_infra.controller.protocol import (
     Stop,
 )
 from sp00ky_infra.policy.placement import Standing
-from sp00ky_infra.shared import tokens
+from sp00ky_infra.shared import cloud_init, tokens
 from sp00ky_infra.shared.names import pool_image
 from sp00ky_infra.store import Conflict, JobNotFound, SqlStore, StaleAttempt
 from sp00ky_infra.store.dialect import Later
@@ -215,6 +217,41 @@ class Agents:
     def poll_wait(self, pool: Pool) -> float:
         """A long-poll never outlasts a third of the lease, so renewals keep flowing."""
         return min(self.controller.settings.poll_wait, pool.lease / 3)
+
+    # --- before the join: the bootstrap, with the join token ---------------------------------
+
+    def booting(self, name: str, token: str) -> Machine:
+        """Machine ``name``, for a request its bootstrap makes with its join token before the
+        join: the token's signature, machine and expiry checked, its nonce left for the join
+        to spend. Once the machine has joined, its token authorizes nothing more.
+        Unauthorized for a bad token, an unknown machine or one that has joined; Gone for a
+        failed or destroyed one."""
+        self.require_leader()
+        try:
+            tokens.verify_join_token(
+                self.controller.settings.secret, token, name, self.controller.clock()
+            )
+            machine = self.store.machines.get(name)
+        except tokens.TokenError as exc:
+            raise Unauthorized(str(exc)) from exc
+        except MachineNotFound as exc:
+            raise Unauthorized(f"unknown machine {name!r}") from exc
+        if machine.state in ("failed", "destroyed"):
+            raise Gone(f"machine {name} is {machine.state}; shut down")
+        if machine.joined_at is not None:
+            raise Unauthorized(f"machine {name} has joined: its join token is spent")
+        return machine
+
+    def agent_archive(self, name: str, token: str) -> bytes:
+        """The agent archive, for the bootstrap to check against the user-data's sha256."""
+        self.booting(name, token)
+        return cloud_init.agent_archive()
+
+    def boot_failed(self, name: str, token: str, reason: str) -> None:
+        """The bootstrap did not install the agent (an archive whose sha256 is not the
+        user-data's, an install that failed): a failed boot, with its reason."""
+        machine = self.booting(name, token)
+        self.controller.executor.boot_failure(machine, reason, self.controller.clock())
 
     # --- booting and leaving ----------------------------------------------------------------
 

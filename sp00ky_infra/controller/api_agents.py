@@ -22,6 +22,7 @@ from sp00ky_infra.controller.hub import Hub
 from sp00ky_infra.controller.limits import Receive, Scope, Send, send_json
 from sp00ky_infra.controller.protocol import (
     Ack,
+    BootFailure,
     JoinReply,
     JoinRequest,
     PollReply,
@@ -47,10 +48,10 @@ ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
-def _session(authorization: str | None) -> str:
+def _session(authorization: str | None, what: str = "session") -> str:
     # A header's bytes arrive as Latin-1 text: a session is ASCII, anything else is refused
     if not authorization or not authorization.startswith("Bearer ") or not authorization.isascii():
-        raise Unauthorized("send the session as `Authorization: Bearer <session>`")
+        raise Unauthorized(f"send the {what} as `Authorization: Bearer <{what}>`")
     return authorization.removeprefix("Bearer ").strip()
 
 
@@ -201,7 +202,7 @@ def agents_app(controller: Controller, hub: Hub) -> HotRoutes:
     agents = Agents(controller, hub)
     app = FastAPI(
         title="sp00ky pool listener",
-        description="The endpoint pool machines' agents dial: join, poll, results.",
+        description="The endpoint pool machines' agents dial: the agent, join, poll, results.",
         version=__version__,
         openapi_url="/v1/openapi.json",
         docs_url=None,
@@ -227,6 +228,29 @@ def agents_app(controller: Controller, hub: Hub) -> HotRoutes:
         new session (the reply of a join, without a new credential). 401 for another
         credential or an unknown machine, 410 for a failed or destroyed one."""
         return agents.rejoin(name, body.credential)
+
+    @app.get(
+        "/v1/machines/{name}/agent",
+        responses={**ERRORS, 200: {"content": {"application/x-bzip2": {}}}},
+        response_class=Response,
+    )
+    def agent(name: str, authorization: Annotated[str | None, Header()] = None) -> Response:
+        """The agent archive (tar.bz2), for the machine's bootstrap to check against the
+        sha256 its user-data pins, then install. Authorized by the machine's join token
+        (`Authorization: Bearer <join token>`) until the machine joins; the join still spends
+        it. 401 for a bad token, an unknown machine or one that has joined."""
+        archive = agents.agent_archive(name, _session(authorization, "join token"))
+        return Response(archive, media_type="application/x-bzip2")
+
+    @app.post("/v1/machines/{name}/boot-failed", responses=ERRORS)
+    def boot_failed(
+        name: str, body: BootFailure, authorization: Annotated[str | None, Header()] = None
+    ) -> Ack:
+        """The bootstrap did not install the agent (its sha256 is not the user-data's, or its
+        install failed): the machine failed to boot, for ``reason``. Authorized as the agent
+        archive is."""
+        agents.boot_failed(name, _session(authorization, "join token"), body.reason)
+        return Ack(ok=True)
 
     @app.post("/v1/machines/{name}/ready", responses=ERRORS)
     def ready(

@@ -84,8 +84,12 @@ class ReadyRequest(BaseModel):
     reason: str | None = None
 
 
+class BootFailure(BaseModel):
+    reason: str = Field(max_length=2000, description="Why the bootstrap did not install the agent.")
+
+
 class Ack(BaseModel):
-    """The answer to ready and drained."""
+    """The answer to ready, drained and boot-failed."""
 
     ok: bool
 

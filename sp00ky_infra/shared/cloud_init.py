@@ -1,11 +1,16 @@
-"""A pool machine's user-data: built as data, dumped as ``#cloud-config``.
+"""A pool machine's user-data, built as data and dumped as ``#cloud-config``; and the agent
+archive its machine fetches from the controller.
 
-It writes the agent's settings (controller URL, machine name, one-time join token: the only
-secret in it, never the backend's env; the machine credential of its first join is written
-by the agent beside it, never here), installs the agent, pinned by sha256 and embedded
-compressed (its code without comments, docstrings or unread annotations), with
-``cloud-init/install-agent.sh``, and runs it as the systemd service of
-``cloud-init/sp00ky-agent.service``. Hetzner takes at most 32 KiB of user-data.
+The user-data is small (a test keeps the biggest under 4 KiB of Hetzner's 32): the agent's
+settings (controller URL, machine name, runtime, one-time join token: the only secret in it,
+never the backend's env; the machine credential of its first join is written by the agent
+beside it, never here), the bootstrap (``agent/bootstrap.py``, without its prose) and one
+command that runs it with the agent archive's sha256. The bootstrap fetches the archive from
+the controller with the join token, checks it against that sha256 before unpacking anything,
+and runs its ``install-agent.sh``. The archive holds the agent (its code without comments,
+docstrings or unread annotations), ``cloud-init/install-agent.sh`` and the systemd unit
+``cloud-init/sp00ky-agent.service``. Its sha256 is pinned where the user-data is rendered, so
+a controller must serve the same agent as the program that rendered it (one checkout).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import ast
 import base64
 import functools
+import gzip
 import hashlib
 import io
 import json
@@ -28,6 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 CLOUD_INIT = ROOT / "cloud-init"
 AGENT = ROOT / "agent"
 USER_DATA_LIMIT = 32 * 1024  # Hetzner Cloud's limit on user-data
+BOOTSTRAP = AGENT / "bootstrap.py"  # rides in the user-data; not part of the archive
+# (where the archive puts it, its mode): the files install-agent.sh installs the agent with
+INSTALL_FILES = (("install-agent.sh", 0o755), ("sp00ky-agent.service", 0o644))
 
 
 class UserDataTooLarge(SharedError, ValueError):
@@ -35,10 +44,10 @@ class UserDataTooLarge(SharedError, ValueError):
 
 
 def shipped_source(source: bytes, name: str) -> bytes:
-    """A module as it ships in user-data: the same code without its comments, docstrings and
-    the type annotations nothing reads at run time (``_Unannotated``): the agent's sources as
-    written, compressed, do not fit in Hetzner's 32 KiB. The stripped module must parse to the
-    same code, or this refuses to ship it."""
+    """A module as it ships (the agent in its archive, the bootstrap in the user-data): the
+    same code without its comments, docstrings and the type annotations nothing reads at run
+    time (``_Unannotated``), so that the bootstrap keeps the user-data small. The stripped
+    module must parse to the same code, or this refuses to ship it."""
     tree = _Unannotated().visit(ast.parse(source, name))
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
@@ -126,24 +135,50 @@ def _bound_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
 
 @functools.cache
 def agent_archive() -> bytes:
-    """The agent's sources as a reproducible tar.bz2 (sorted, no times or owners), without what
-    ``shipped_source`` leaves out. bzip2 packs them smaller than gzip or xz; the machine
-    unpacks it with its own python3 (``cloud-init/install-agent.sh``), which needs no
-    decompressor of the image's."""
+    """What the controller serves a booting machine (``GET /v1/machines/{name}/agent``): the
+    agent's sources, without what ``shipped_source`` leaves out, and the files it is installed
+    with (``INSTALL_FILES``), as a reproducible tar.bz2 (sorted, no times or owners). bzip2
+    packs them smaller than gzip or xz; the bootstrap unpacks it with the machine's own
+    python3, which needs no decompressor of the image's."""
     buffer = io.BytesIO()
     with tarfile.open(
         fileobj=buffer, mode="w:bz2", compresslevel=9, format=tarfile.PAX_FORMAT
     ) as tar:
         for path in sorted(AGENT.glob("*.py")):
-            info = tarfile.TarInfo(f"agent/{path.name}")
-            data = shipped_source(path.read_bytes(), path.name)
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
+            if path != BOOTSTRAP:
+                source = shipped_source(path.read_bytes(), path.name)
+                _add(tar, f"agent/{path.name}", source, 0o644)
+        for name, mode in INSTALL_FILES:
+            _add(tar, name, (CLOUD_INIT / name).read_bytes(), mode)
     return buffer.getvalue()
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, 0
+    tar.addfile(info, io.BytesIO(data))
+
+
+def bootstrap() -> bytes:
+    """``agent/bootstrap.py`` as the user-data carries it."""
+    return shipped_source(BOOTSTRAP.read_bytes(), BOOTSTRAP.name)
 
 
 def agent_sha256() -> str:
     return hashlib.sha256(agent_archive()).hexdigest()
+
+
+class _Dumper(yaml.SafeDumper):
+    """A file's content as a literal block (``|``): as readable on the machine as in the
+    repository, and smaller than a quoted string's escapes."""
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _text)
 
 
 def user_data(machine: str, controller_url: str, join_token: str, runtime: str = "docker") -> str:
@@ -163,28 +198,18 @@ def user_data(machine: str, controller_url: str, join_token: str, runtime: str =
                 "path": "/etc/sp00ky/agent.json",
                 "owner": "root:root",
                 "permissions": "0600",
-                "content": json.dumps(settings, indent=2) + "\n",
+                "content": json.dumps(settings, indent=1) + "\n",
             },
             {
-                "path": "/opt/sp00ky/agent.tar.bz2",
-                "permissions": "0644",
-                "encoding": "b64",
-                "content": base64.b64encode(agent_archive()).decode(),
-            },
-            {
-                "path": "/opt/sp00ky/install-agent.sh",
-                "permissions": "0755",
-                "content": (CLOUD_INIT / "install-agent.sh").read_text(),
-            },
-            {
-                "path": "/etc/systemd/system/sp00ky-agent.service",
-                "permissions": "0644",
-                "content": (CLOUD_INIT / "sp00ky-agent.service").read_text(),
+                "path": "/opt/sp00ky/bootstrap.py",
+                "permissions": "0700",
+                "encoding": "gz+b64",  # cloud-init writes it out as plain text
+                "content": base64.b64encode(gzip.compress(bootstrap(), 9, mtime=0)).decode(),
             },
         ],
-        "runcmd": [["/opt/sp00ky/install-agent.sh", agent_sha256()]],
+        "runcmd": [["python3", "/opt/sp00ky/bootstrap.py", agent_sha256()]],
     }
-    text = "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False, width=1000)
+    text = "#cloud-config\n" + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=1000)
     if len(text.encode()) > USER_DATA_LIMIT:
         raise UserDataTooLarge(
             f"user-data of {machine} is {len(text.encode())} bytes; Hetzner takes at most "

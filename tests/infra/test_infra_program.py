@@ -1,21 +1,10 @@
-"""The Pulumi program's shape under pulumi.runtime.set_mocks, and its user-data checked by the
-real `cloud-init schema`."""
+"""The Pulumi program's shape under pulumi.runtime.set_mocks (the user-data itself:
+tests/infra/test_cloud_init.py)."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import base64
-import dataclasses
-import hashlib
-import io
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tarfile
-import types
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +18,7 @@ from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.infra.firewall import HetznerFirewallProvider
 from sp00ky_infra.infra.machine import HetznerMachineProvider
 from sp00ky_infra.shared import tokens
-from sp00ky_infra.shared.cloud_init import (
-    USER_DATA_LIMIT,
-    UserDataTooLarge,
-    shipped_source,
-    user_data,
-)
 from tests.configs import varied
-from tests.conftest import need_service
-from tests.helpers import ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -240,173 +221,12 @@ def test_unknown_pools_in_the_stack_are_refused(tmp_path: Path) -> None:
         _run_program(tmp_path, "hetzner", {"ghost": ["g1"]})
 
 
-# --- cloud-init --------------------------------------------------------------------------------
-
-
 def _agent_settings(text: str) -> dict[str, Any]:
-    import json
-
     document = yaml.safe_load(text)
     (entry,) = [f for f in document["write_files"] if f["path"] == "/etc/sp00ky/agent.json"]
     assert entry["permissions"] == "0600"
     settings: dict[str, Any] = json.loads(entry["content"])
     return settings
-
-
-@pytest.mark.parametrize("machine", ["render-a1", "a-rather-long-machine-name-0123456789"])
-def test_user_data_passes_cloud_init_schema_and_fits_hetzners_limit(
-    tmp_path: Path, machine: str
-) -> None:
-    if shutil.which("cloud-init") is None:
-        need_service(
-            "cloud-init", "apt-get install cloud-init (its `schema` command checks user-data)"
-        )
-    token = tokens.issue_join_token(SECRET, machine, 0, ttl=10**10)
-    text = user_data(machine, "https://pool.example.com", token)
-    assert text.startswith("#cloud-config\n") and len(text.encode()) <= USER_DATA_LIMIT
-    path = tmp_path / "user-data.yaml"
-    path.write_text(text)
-    checked = subprocess.run(
-        ["cloud-init", "schema", "--config-file", str(path)], capture_output=True, text=True
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "Valid" in checked.stdout
-
-
-def _without_docstrings(tree: ast.Module) -> ast.Module:
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-            value = body[0].value
-            if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
-    return tree
-
-
-class _Unannotated(ast.NodeTransformer):
-    """Every annotation erased, wherever it is: the shipped agent keeps only those a class
-    body declares (which the protocol and dataclasses read), and this compares the code."""
-
-    def visit_arg(self, node: ast.arg) -> ast.arg:
-        node.annotation = None
-        return node
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
-        node.returns = None
-        self.generic_visit(node)
-        return node
-
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.Assign | None:
-        if node.value is None:
-            return None
-        return ast.Assign(targets=[node.target], value=node.value, type_comment=None)
-
-
-def test_the_shipped_agent_imports_and_fits_with_room(tmp_path: Path) -> None:
-    """The agent as user-data ships it (no comments, docstrings or unread annotations) imports
-    and runs, and leaves room
-    under Hetzner's 32 KiB for the agent to grow."""
-    document = yaml.safe_load(user_data("m", "https://pool.example.com", "t"))
-    files = {f["path"]: f for f in document["write_files"]}
-    archive = base64.b64decode(files["/opt/sp00ky/agent.tar.bz2"]["content"])
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(tmp_path, filter="data")
-    modules = sorted(
-        f"agent.{p.stem}" for p in (tmp_path / "agent").glob("*.py") if p.stem != "__main__"
-    )
-    imported = subprocess.run(
-        [sys.executable, "-c", "import importlib, sys; [importlib.import_module(m) for m in "
-         "sys.argv[1:]]; print(sys.modules['agent.main'].__file__)", *modules],
-        cwd=tmp_path, capture_output=True, text=True, env={"PATH": os.environ["PATH"]},
-    )  # fmt: skip
-    assert imported.returncode == 0, imported.stderr
-    assert imported.stdout.strip() == str(tmp_path / "agent" / "main.py")
-    started = subprocess.run(  # its entry point runs, and says what it lacks
-        [sys.executable, "-m", "agent"], cwd=tmp_path, capture_output=True, text=True,
-        env={"PATH": os.environ["PATH"]}, timeout=30,
-    )  # fmt: skip
-    assert started.returncode == 2 and "missing controller_url" in started.stderr, started
-    assert len(user_data("m", "https://pool.example.com", "t").encode()) < USER_DATA_LIMIT * 0.85
-
-
-SOURCE = b'''"""A module."""
-from __future__ import annotations
-import dataclasses
-from typing import get_type_hints
-LIMIT: int = 3
-@dataclasses.dataclass
-class Point:
-    """A point."""
-    x: int
-    y: list[int] = dataclasses.field(default_factory=list)
-def scale(point: Point, by: int = LIMIT) -> Point:
-    total: int
-    total = point.x * by
-    return Point(total, [*point.y])
-def shadow() -> str:
-    LIMIT: int  # declared, never bound here: still local, so reading it fails
-    return str(LIMIT)
-'''
-
-
-def test_a_shipped_module_keeps_its_class_fields_and_its_scopes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Stripping leaves what runs as it was: a dataclass's fields (and the hints the protocol
-    reads), defaults, and a declaration that makes a name local; functions lose theirs."""
-    shipped = shipped_source(SOURCE, "m.py")
-    text = shipped.decode()
-    assert "-> Point" not in text and "point: Point" not in text and "LIMIT = 3" in text
-    assert "total: int" not in text and "LIMIT: int" in text and "A point" not in text
-    shipped_module = types.ModuleType("shipped_example")
-    monkeypatch.setitem(sys.modules, "shipped_example", shipped_module)  # dataclasses look it up
-    exec(compile(shipped, "m.py", "exec"), shipped_module.__dict__)
-    module = shipped_module.__dict__
-    point = module["scale"](module["Point"](2, [1]))
-    assert (point.x, point.y) == (6, [1])
-    assert [f.name for f in dataclasses.fields(point)] == ["x", "y"]
-    assert module["get_type_hints"](module["Point"]) == {"x": int, "y": list[int]}
-    with pytest.raises(UnboundLocalError):
-        module["shadow"]()
-
-
-def test_the_agent_is_embedded_pinned_by_hash_and_installed_as_a_service() -> None:
-    document = yaml.safe_load(user_data("m", "https://pool.example.com", "t"))
-    files = {f["path"]: f for f in document["write_files"]}
-    archive = base64.b64decode(files["/opt/sp00ky/agent.tar.bz2"]["content"])
-    (command,) = document["runcmd"]
-    assert command == ["/opt/sp00ky/install-agent.sh", hashlib.sha256(archive).hexdigest()]
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        names = set(tar.getnames())
-    assert {f"agent/{p.name}" for p in (ROOT / "agent").glob("*.py")} == names
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        for member in tar.getmembers():  # the code shipped is the code here, less its prose
-            shipped = tar.extractfile(member)
-            assert shipped is not None
-            here = _without_docstrings(ast.parse((ROOT / member.name).read_bytes()))
-            code = _Unannotated().visit(ast.parse(shipped.read()))
-            assert ast.dump(code) == ast.dump(_Unannotated().visit(here)), member.name
-    unit = files["/etc/systemd/system/sp00ky-agent.service"]["content"]
-    assert "ExecStart=/usr/bin/python3 -m agent" in unit and "SPKY_AGENT_SETTINGS_FILE" in unit
-    # a refused join or rejoin powers off and exits 3, a failed boot exits 4: never restarted
-    (prevent,) = [
-        line for line in unit.splitlines() if line.startswith("RestartPreventExitStatus=")
-    ]
-    assert {"3", "4"} <= set(prevent.split("=", 1)[1].split())
-    settings = json.loads(files["/etc/sp00ky/agent.json"]["content"])
-    assert settings["credential_file"] == "/etc/sp00ky/credential"
-    assert settings["poweroff"] == ["systemctl", "poweroff"]
-    script = files["/opt/sp00ky/install-agent.sh"]["content"]
-    assert "sha256sum" in script and "docker.io" in script and "systemctl enable --now" in script
-    assert user_data("m", "u", "t") == user_data("m", "u", "t")  # reproducible, hash and all
-
-
-def test_user_data_past_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sp00ky_infra.shared import cloud_init
-
-    monkeypatch.setattr(cloud_init, "USER_DATA_LIMIT", 1000)
-    with pytest.raises(UserDataTooLarge, match="Hetzner takes at most 1000"):
-        cloud_init.user_data("m", "u", "t")
 
 
 def test_a_machine_keeps_the_revision_it_runs_until_it_is_destroyed(tmp_path: Path) -> None:

@@ -1,0 +1,303 @@
+"""A pool machine's first boot, as real processes: the bootstrap its user-data carries, written
+into a temp root as cloud-init writes it and run as cloud-init runs it, fetches the agent from a
+real controller on loopback (through a hop that answers 503 first, as a standby would), checks
+it against the user-data's sha256, installs it and starts it; the agent joins and its backend
+becomes ready. An archive altered on the way is never unpacked or run, and the machine's boot
+fails with the reason, on its row. Stand-ins for systemctl and apt-get on the machine's PATH
+record what install-agent.sh asks of them; systemctl's starts the agent as the unit would."""
+
+from __future__ import annotations
+
+import base64
+import bz2
+import gzip
+import hashlib
+import http.server
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from sp00ky_infra.client import Client
+from sp00ky_infra.controller.provisioners.local import session_members
+from sp00ky_infra.shared import tokens
+from sp00ky_infra.shared.cloud_init import agent_archive, user_data
+from tests.controllers import SECRET, backend_app, project, running_controller, wait_for
+
+MACHINE = "render-b00t01"
+TIMINGS = "lease=10s,idleTimeout=120s,bootTimeout=60s"
+
+SYSTEMCTL = """#!{python}
+import os, subprocess, sys
+from pathlib import Path
+root = Path({root!r})
+with open(root / "systemctl.log", "a") as log:
+    print(*sys.argv[1:], file=log)
+if sys.argv[1:3] == ["enable", "--now"] and "sp00ky-agent.service" in sys.argv:
+    unit = (root / "etc/systemd/system/sp00ky-agent.service").read_text()
+    assert "ExecStart=/usr/bin/python3 -m agent" in unit, unit
+    env = {{
+        **os.environ,
+        "PYTHONPATH": str(root / "opt/sp00ky"),
+        "PYTHONUNBUFFERED": "1",
+        "SPKY_AGENT_SETTINGS_FILE": str(root / "etc/sp00ky/agent.json"),
+        "SPKY_AGENT_CREDENTIAL_FILE": str(root / "etc/sp00ky/credential"),
+    }}
+    with open(root / "agent.log", "a") as out:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "agent"], cwd=root / "opt/sp00ky", env=env, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    (root / "agent.pid").write_text(str(agent.pid))
+"""
+
+# apt-get's stand-in: records the call; installing docker.io leaves a docker command behind
+APT_GET = """#!{python}
+import sys
+from pathlib import Path
+with open({root!r} + "/apt-get.log", "a") as log:
+    print(*sys.argv[1:], file=log)
+if "docker.io" in sys.argv:
+    docker = Path({bin!r}, "docker")
+    docker.write_text("#!/bin/sh\\nexit 0\\n")
+    docker.chmod(0o755)
+"""
+
+
+def _machine_path(root: Path) -> dict[str, str]:
+    """The machine's PATH: the few tools the bootstrap and install-agent.sh use, python3 with
+    requests, and the stand-ins; no docker (install-agent.sh installs it)."""
+    tools = root / "bin"
+    tools.mkdir(parents=True)
+    for name in ("sh", "dirname", "install"):
+        found = shutil.which(name)
+        assert found is not None, name
+        (tools / name).symlink_to(found)
+    scripts = {
+        "python3": f'#!/bin/sh\nexec {sys.executable} "$@"\n',
+        "systemctl": SYSTEMCTL.format(python=sys.executable, root=str(root)),
+        "apt-get": APT_GET.format(python=sys.executable, root=str(root), bin=str(tools)),
+    }
+    for name, text in scripts.items():
+        (tools / name).write_text(text)
+        (tools / name).chmod(0o755)
+    return {"PATH": str(tools), "HOME": str(root)}
+
+
+def _written(text: str, root: Path) -> list[str]:
+    """The user-data's files written under ``root`` as cloud-init writes them, and its one
+    command, as cloud-init would run it, given ``root``."""
+    document = yaml.safe_load(text)
+    for entry in document["write_files"]:
+        path = root / entry["path"].lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        content = entry["content"].encode()
+        if entry.get("encoding") == "gz+b64":
+            content = gzip.decompress(base64.b64decode(content))
+        path.write_bytes(content)
+        path.chmod(int(entry["permissions"], 8))
+    (command,) = document["runcmd"]
+    assert command[:2] == ["python3", "/opt/sp00ky/bootstrap.py"], command
+    return ["python3", str(root / "opt/sp00ky/bootstrap.py"), *command[2:], str(root)]
+
+
+@dataclass
+class Hop:
+    """Between the machine and the controller: answers 503 to the first ``standby`` requests
+    (a standby controller's answer), then forwards each one, the agent archive passed through
+    ``alter``."""
+
+    upstream: str
+    standby: int = 0
+    alter: Callable[[bytes], bytes] = lambda archive: archive
+    seen: list[tuple[str, int]] = field(default_factory=list)
+
+
+def _handler(hop: Hop) -> type[http.server.BaseHTTPRequestHandler]:
+    class Forward(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.forward()
+
+        def do_POST(self) -> None:
+            self.forward()
+
+        def forward(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            if len(hop.seen) < hop.standby:
+                status, content, kind = 503, b'{"error": "not the leader"}', "application/json"
+            else:
+                headers = {
+                    k: v for k in ("Authorization", "Content-Type") if (v := self.headers.get(k))
+                }
+                answer = requests.request(
+                    self.command, hop.upstream + self.path, data=body, headers=headers, timeout=120
+                )
+                status, content = answer.status_code, answer.content
+                kind = answer.headers.get("Content-Type", "application/octet-stream")
+                if self.path.endswith("/agent") and status == 200:
+                    content = hop.alter(content)
+            hop.seen.append((self.path, status))
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(content)))
+            self.end_headers()
+            self.wfile.write(content)
+
+    return Forward
+
+
+@contextmanager
+def _hop(hop: Hop) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(hop))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class Machine:
+    root: Path
+    client: Client
+    agents_url: str
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> Iterator[Machine]:
+    """A controller of a process pool and the row of a machine it asked for (as a provisioner
+    writes it); whatever the machine started is stopped at the end."""
+    log = tmp_path / "backend.jsonl"
+    config = project(
+        tmp_path,
+        {"render": {"min": 0, "autoscale": True, "max": 1}},
+        {"renderer": backend_app("render", "render_job", log)},
+    )
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    client = Client(store_url, config)
+    root = tmp_path / "machine"
+    env = {"SPKY_POOL_TIMINGS": TIMINGS, "SPKY_POOL_MAX_MACHINES": "1"}
+    with running_controller(tmp_path, config, store_url, **env) as controller:
+        wait_for(controller.leader, what="leadership")
+        revision = client.config.backend_for("render").revision(client.config.pools["render"])
+        client.store.machines.add(MACHINE, "render", "local", revision, 1, time.time())
+        try:
+            yield Machine(root, client, controller.agents_url)
+        finally:
+            _stop_agent(root)
+    client.close()
+
+
+def _stop_agent(root: Path) -> None:
+    pid_file = root / "agent.pid"
+    if pid_file.exists():
+        for member in session_members(int(pid_file.read_text())):
+            with suppress(ProcessLookupError):
+                os.kill(member, signal.SIGKILL)
+
+
+def _boot(machine: Machine, url: str) -> subprocess.CompletedProcess[str]:
+    """The machine's first boot: its user-data written and its command run, under its root."""
+    token = tokens.issue_join_token(SECRET, MACHINE, time.time())
+    command = _written(user_data(MACHINE, url, token, runtime="process"), machine.root)
+    return subprocess.run(
+        command, env=_machine_path(machine.root), capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_machine_fetches_checks_installs_and_starts_the_agent(machine: Machine) -> None:
+    hop = Hop(machine.agents_url, standby=2)
+    with _hop(hop) as url:
+        booted = _boot(machine, url)
+        output = booted.stdout + booted.stderr
+        assert booted.returncode == 0, output
+        assert output.count("event=retry") == 2 and "503" in output  # a standby, waited out
+        assert f"event=installed sha256={_sha256(agent_archive())}" in output
+        installed = machine.root / "opt/sp00ky"
+        assert (installed / "agent/main.py").is_file()
+        assert not (installed / "agent/bootstrap.py").exists()  # it rode in the user-data
+        unit = machine.root / "etc/systemd/system/sp00ky-agent.service"
+        assert unit.read_text() == (installed / "sp00ky-agent.service").read_text()
+        # install-agent.sh installed Docker, which was missing, and not requests, which was not
+        assert (machine.root / "apt-get.log").read_text().splitlines() == [
+            "update -q",
+            "install -y -q docker.io",
+        ]
+        calls = (machine.root / "systemctl.log").read_text().splitlines()
+        assert calls == ["daemon-reload", "enable --now docker.service sp00ky-agent.service"]
+        store = machine.client.store
+        try:
+            wait_for(lambda: store.machines.get(MACHINE).ready_at is not None, timeout=60)
+        except AssertionError:
+            raise AssertionError(_agent_log(machine.root)) from None
+        agent_pid = int((machine.root / "agent.pid").read_text())
+        assert Path(f"/proc/{agent_pid}/cwd").resolve() == installed.resolve()
+    assert [path for path, _ in hop.seen[:3]] == [f"/v1/machines/{MACHINE}/agent"] * 3
+    assert [status for _, status in hop.seen[:3]] == [503, 503, 200]
+
+
+def test_a_tampered_agent_is_never_run_and_the_boot_fails_with_the_reason(
+    machine: Machine,
+) -> None:
+    served = agent_archive()
+    tampered = _tampered(served)
+    with _hop(Hop(machine.agents_url, alter=lambda _: tampered)) as url:
+        booted = _boot(machine, url)
+    output = booted.stdout + booted.stderr
+    assert booted.returncode == 1, output
+    reason = (
+        f"the agent fetched from the controller has sha256 {_sha256(tampered)}, "
+        f"the user-data expects {_sha256(served)}"
+    )
+    assert f"event=boot_failed reason={reason}" in output
+    row = machine.client.store.machines.get(MACHINE)
+    assert row.failed_reason == reason and row.state in ("failed", "destroyed")
+    assert not (machine.root / "opt/sp00ky/agent").exists()  # never unpacked
+    assert not (machine.root / "tampered-ran").exists()  # never run
+    assert not (machine.root / "systemctl.log").exists()
+    assert not (machine.root / "apt-get.log").exists()
+
+
+def _tampered(archive: bytes) -> bytes:
+    """The archive with an install-agent.sh of someone else's."""
+    script = b'#!/bin/sh\ntouch "$1/tampered-ran"\n'
+    buffer = io.BytesIO()
+    with (
+        tarfile.open(fileobj=io.BytesIO(archive), mode="r:bz2") as source,
+        tarfile.open(fileobj=buffer, mode="w") as target,
+    ):
+        for member in source.getmembers():
+            data = source.extractfile(member)
+            assert data is not None
+            content = script if member.name == "install-agent.sh" else data.read()
+            member.size = len(content)
+            target.addfile(member, io.BytesIO(content))
+    return bz2.compress(buffer.getvalue())
+
+
+def _agent_log(root: Path) -> str:
+    log = root / "agent.log"
+    return log.read_text()[-2000:] if log.exists() else "(the agent never started)"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
