@@ -301,3 +301,20 @@ def _agent_log(root: Path) -> str:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def test_a_refused_token_is_final_and_installs_nothing(machine: Machine) -> None:
+    """A machine the controller does not know (or a spent or expired token): no retry, no
+    install, the controller's reason on the console."""
+    token = tokens.issue_join_token(SECRET, "render-ghost1", time.time())
+    command = _written(user_data("render-ghost1", machine.agents_url, token), machine.root)
+    started = time.monotonic()
+    booted = subprocess.run(
+        command, env=_machine_path(machine.root), capture_output=True, text=True, timeout=60
+    )
+    assert booted.returncode == 1, booted.stdout + booted.stderr
+    assert "event=retry" not in booted.stdout and time.monotonic() - started < 10
+    assert "event=failed" in booted.stdout and "401" in booted.stdout
+    assert "unknown machine 'render-ghost1'" in booted.stdout
+    assert not (machine.root / "opt/sp00ky/agent").exists()
+    assert not (machine.root / "systemctl.log").exists()

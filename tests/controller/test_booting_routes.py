@@ -95,23 +95,19 @@ def test_only_the_machines_own_unexpired_token_fetches_the_agent(
     expired = tokens.issue_join_token(SECRET, "render-fetch2", now - 10, ttl=5)
     forged = tokens.issue_join_token("another-secret", "render-fetch2", now)
     stranger = tokens.issue_join_token(SECRET, "render-ghost", now)
-    assert _error(_agent(controller, "render-fetch2", None)) == (
-        401,
-        "send the join token as `Authorization: Bearer <join token>`",
-    )
-    assert _error(_agent(controller, "render-fetch2", other)) == (
-        401,
-        "join token is for machine 'render-fetch3', not 'render-fetch2'",
-    )
-    assert _error(_agent(controller, "render-fetch2", expired)) == (401, "join token has expired")
-    assert _error(_agent(controller, "render-fetch2", forged)) == (
-        401,
-        "join token signature does not match (forged, or another secret)",
-    )
-    assert _error(_agent(controller, "render-ghost", stranger)) == (
-        401,
-        "unknown machine 'render-ghost'",
-    )
+    refused = [  # (machine, token, why)
+        ("render-fetch2", None, "send the join token as `Authorization: Bearer <join token>`"),
+        ("render-fetch2", other, "join token is for machine 'render-fetch3', not 'render-fetch2'"),
+        ("render-fetch2", expired, "join token has expired"),
+        (
+            "render-fetch2",
+            forged,
+            "join token signature does not match (forged, or another secret)",
+        ),
+        ("render-ghost", stranger, "unknown machine 'render-ghost'"),
+    ]
+    for name, token, why in refused:
+        assert _error(_agent(controller, name, token)) == (401, why)
     assert _agent(controller, "render-fetch2", own).status_code == 200
 
 
