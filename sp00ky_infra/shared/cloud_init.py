@@ -46,8 +46,8 @@ class UserDataTooLarge(SharedError, ValueError):
 def shipped_source(source: bytes, name: str) -> bytes:
     """A module as it ships (the agent in its archive, the bootstrap in the user-data): the
     same code without its comments, docstrings and the type annotations nothing reads at run
-    time (``_Unannotated``), so that the bootstrap keeps the user-data small. The stripped
-    module must parse to the same code, or this refuses to ship it."""
+    time (``_Unannotated``): smaller to carry and to send. The stripped module must parse to
+    the same code, or this refuses to ship it."""
     tree = _Unannotated().visit(ast.parse(source, name))
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
@@ -168,19 +168,6 @@ def agent_sha256() -> str:
     return hashlib.sha256(agent_archive()).hexdigest()
 
 
-class _Dumper(yaml.SafeDumper):
-    """A file's content as a literal block (``|``): as readable on the machine as in the
-    repository, and smaller than a quoted string's escapes."""
-
-
-def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _text)
-
-
 def user_data(machine: str, controller_url: str, join_token: str, runtime: str = "docker") -> str:
     """The ``#cloud-config`` of one machine; UserDataTooLarge past Hetzner's limit."""
     settings = {
@@ -198,7 +185,7 @@ def user_data(machine: str, controller_url: str, join_token: str, runtime: str =
                 "path": "/etc/sp00ky/agent.json",
                 "owner": "root:root",
                 "permissions": "0600",
-                "content": json.dumps(settings, indent=1) + "\n",
+                "content": json.dumps(settings, indent=2) + "\n",
             },
             {
                 "path": "/opt/sp00ky/bootstrap.py",
@@ -209,7 +196,7 @@ def user_data(machine: str, controller_url: str, join_token: str, runtime: str =
         ],
         "runcmd": [["python3", "/opt/sp00ky/bootstrap.py", agent_sha256()]],
     }
-    text = "#cloud-config\n" + yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=1000)
+    text = "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False, width=1000)
     if len(text.encode()) > USER_DATA_LIMIT:
         raise UserDataTooLarge(
             f"user-data of {machine} is {len(text.encode())} bytes; Hetzner takes at most "
