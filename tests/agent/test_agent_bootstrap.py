@@ -1,6 +1,6 @@
 """A pool machine's first boot, as real processes: the bootstrap its user-data carries, written
 into a temp root as cloud-init writes it and run as cloud-init runs it, fetches the agent from a
-real controller on loopback (through a hop that answers 503 first, as a standby would), checks
+real controller on loopback (unreachable at first, then a standby answering 503), checks
 it against the user-data's sha256, installs it and starts it; the agent joins and its backend
 becomes ready. An archive altered on the way is never unpacked or run, and the machine's boot
 fails with the reason, on its row. Stand-ins for systemctl and apt-get on the machine's PATH
@@ -17,6 +17,7 @@ import io
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -164,8 +165,8 @@ def _handler(hop: Hop) -> type[http.server.BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def _hop(hop: Hop) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(hop))
+def _hop(hop: Hop, port: int = 0) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _handler(hop))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -173,6 +174,13 @@ def _hop(hop: Hop) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -215,22 +223,39 @@ def _stop_agent(root: Path) -> None:
                 os.kill(member, signal.SIGKILL)
 
 
-def _boot(machine: Machine, url: str) -> subprocess.CompletedProcess[str]:
-    """The machine's first boot: its user-data written and its command run, under its root."""
-    token = tokens.issue_join_token(SECRET, MACHINE, time.time())
-    command = _written(user_data(MACHINE, url, token, runtime="process"), machine.root)
-    return subprocess.run(
-        command, env=_machine_path(machine.root), capture_output=True, text=True, timeout=120
+def _started(machine: Machine, url: str, name: str = MACHINE) -> subprocess.Popen[str]:
+    """The machine's first boot begun: its user-data written under its root, and its command
+    started as cloud-init starts it."""
+    token = tokens.issue_join_token(SECRET, name, time.time())
+    command = _written(user_data(name, url, token, runtime="process"), machine.root)
+    return subprocess.Popen(
+        command,
+        env=_machine_path(machine.root),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
+def _boot(machine: Machine, url: str, name: str = MACHINE) -> tuple[int, str]:
+    """The machine's first boot, to its end: its exit code and its output."""
+    booting = _started(machine, url, name)
+    output, _ = booting.communicate(timeout=120)
+    return booting.returncode, output
+
+
 def test_a_machine_fetches_checks_installs_and_starts_the_agent(machine: Machine) -> None:
-    hop = Hop(machine.agents_url, standby=2)
-    with _hop(hop) as url:
-        booted = _boot(machine, url)
-        output = booted.stdout + booted.stderr
-        assert booted.returncode == 0, output
-        assert output.count("event=retry") == 2 and "503" in output  # a standby, waited out
+    port = _free_port()
+    booting = _started(machine, f"http://127.0.0.1:{port}")
+    time.sleep(1.0)  # nothing listens there yet: the controller is unreachable
+    hop = Hop(machine.agents_url, standby=2)  # then a standby answers, then the leader
+    with _hop(hop, port):
+        output, _ = booting.communicate(timeout=120)
+        assert booting.returncode == 0, output
+        retries = [line for line in output.splitlines() if "event=retry" in line]
+        refused = [line for line in retries if "Connection refused" in line]
+        assert refused and len(retries) == len(refused) + 2, output
+        assert all("503" in line for line in retries[len(refused) :]), output
         assert f"event=installed sha256={_sha256(agent_archive())}" in output
         installed = machine.root / "opt/sp00ky"
         assert (installed / "agent/main.py").is_file()
@@ -261,9 +286,8 @@ def test_a_tampered_agent_is_never_run_and_the_boot_fails_with_the_reason(
     served = agent_archive()
     tampered = _tampered(served)
     with _hop(Hop(machine.agents_url, alter=lambda _: tampered)) as url:
-        booted = _boot(machine, url)
-    output = booted.stdout + booted.stderr
-    assert booted.returncode == 1, output
+        code, output = _boot(machine, url)
+    assert code == 1, output
     reason = (
         f"the agent fetched from the controller has sha256 {_sha256(tampered)}, "
         f"the user-data expects {_sha256(served)}"
@@ -306,15 +330,11 @@ def _sha256(data: bytes) -> str:
 def test_a_refused_token_is_final_and_installs_nothing(machine: Machine) -> None:
     """A machine the controller does not know (or a spent or expired token): no retry, no
     install, the controller's reason on the console."""
-    token = tokens.issue_join_token(SECRET, "render-ghost1", time.time())
-    command = _written(user_data("render-ghost1", machine.agents_url, token), machine.root)
     started = time.monotonic()
-    booted = subprocess.run(
-        command, env=_machine_path(machine.root), capture_output=True, text=True, timeout=60
-    )
-    assert booted.returncode == 1, booted.stdout + booted.stderr
-    assert "event=retry" not in booted.stdout and time.monotonic() - started < 10
-    assert "event=failed" in booted.stdout and "401" in booted.stdout
-    assert "unknown machine 'render-ghost1'" in booted.stdout
+    code, output = _boot(machine, machine.agents_url, "render-ghost1")
+    assert code == 1, output
+    assert "event=retry" not in output and time.monotonic() - started < 10
+    assert "event=failed" in output and "401" in output
+    assert "unknown machine 'render-ghost1'" in output
     assert not (machine.root / "opt/sp00ky/agent").exists()
     assert not (machine.root / "systemctl.log").exists()
