@@ -94,7 +94,7 @@ def main(expected: str, root: str = "/") -> int:
             return 0
         log("boot_failed", f"reason={reason}")
         call(machine + "/boot-failed", token, {"reason": reason})
-    except (OSError, http.client.HTTPException) as exc:
+    except OSError as exc:  # refused, unanswered, or the disk
         log("failed", f"reason={exc}")
     return 1
 
