@@ -62,7 +62,8 @@ Where each answer comes from (when a fact could not be confirmed, it says so):
 - POST /servers takes its image as an id (a number, or a string of digits) or a name
   (hcloud-go ``schema.IDOrName``); an image it cannot find is ``invalid_input`` (422) "image
   not found" with ``"details": {}`` (seen in vitobotta/hetzner-k3s#681). An unknown image id
-  in GET /images/{id} is ``not_found`` (404); that message is not confirmed.
+  in GET /images/{id} is ``not_found`` (404); that message is not confirmed, nor is the
+  answer to a label selector that does not parse (here ``invalid_input``, 422).
 - A deleted server's delete_server action runs a while, and its firewalls count it as
   applied until it is done (the lingering above); whether the server is still listed
   meanwhile (status ``deleting``) is not confirmed: this fake drops it at once.

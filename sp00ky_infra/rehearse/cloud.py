@@ -39,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from sp00ky_infra.config.machine_images import SelectorError, parse_selector
 from sp00ky_infra.policy.server_types import SERVER_TYPES
 from sp00ky_infra.rehearse.boot import Booter
 from sp00ky_infra.rehearse.catalog import (
@@ -244,7 +245,10 @@ class FakeHetzner:
         """The answer to one request, with the rate-limit headers every answer carries."""
         allowed = self._spend()
         self._finish_deletions()
-        status, body, headers = self._answer(allowed, method, path, query, raw, auth)
+        try:
+            status, body, headers = self._answer(allowed, method, path, query, raw, auth)
+        except SelectorError as exc:  # the API's answer to a bad selector is not confirmed
+            status, body, headers = self._error("invalid_input", f"invalid label_selector: {exc}")
         return status, body, {**headers, **self.rate_limit_headers()}
 
     def _finish_deletions(self) -> None:
@@ -369,7 +373,10 @@ class FakeHetzner:
         return 200, {key: chunk, "meta": {"pagination": pagination}}, {}
 
     def _select(self, items: list[dict[str, Any]], query: dict[str, str]) -> list[dict[str, Any]]:
+        """GET /servers' and /firewalls' filters; a selector that does not parse raises
+        SelectorError, answered by ``answer`` as invalid input."""
         if "label_selector" in query:
+            parse_selector(query["label_selector"])  # refused even when nothing is listed
             items = [i for i in items if matches(i["labels"], query["label_selector"])]
         if "name" in query:
             items = [i for i in items if i["name"] == query["name"]]

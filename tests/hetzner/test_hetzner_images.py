@@ -111,3 +111,11 @@ def test_an_unknown_image_is_refused_as_hetzner_refuses_it(
         "details": {},
     }
     assert fake.servers == {}
+
+
+def test_a_label_selector_that_does_not_parse_is_invalid_input(fake: FakeHetzner) -> None:
+    answer = requests.get(
+        f"{fake.url}/servers", headers=AUTH, params={"label_selector": "=x"}, timeout=10
+    )
+    assert answer.status_code == 422
+    assert answer.json()["error"]["code"] == "invalid_input"
