@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from sp00ky_infra.config.errors import ConfigError
+
 ImageKind = Literal["id", "name", "selector"]
 ImageType = Literal["system", "app", "snapshot"]
 
@@ -100,7 +102,7 @@ class Term:
         }[self.op]
 
 
-class SelectorError(ValueError):
+class SelectorError(ConfigError, ValueError):
     """Not a label selector; the message says which term and why."""
 
 
