@@ -136,6 +136,18 @@ def parse_selector(selector: str) -> tuple[Term, ...]:
     return tuple(terms)
 
 
+def labels_matching(selector: str) -> dict[str, str]:
+    """Labels that a selector matches (of an ``in`` set its first value), for a stand-in
+    snapshot; a selector no labels can match gets labels it does not match."""
+    labels: dict[str, str] = {}
+    for term in parse_selector(selector):
+        if term.op in ("=", "in"):
+            labels[term.key] = term.values[0]
+        elif term.op == "exists":
+            labels[term.key] = ""
+    return labels
+
+
 def image_kind(value: str) -> ImageKind | None:
     """What ``machine.image`` names (the module docstring); None: none of the three."""
     if value.isdigit():

@@ -39,7 +39,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from sp00ky_infra.config.machine_images import SelectorError, parse_selector
+from sp00ky_infra.config.machine_images import (
+    SelectorError,
+    image_kind,
+    labels_matching,
+    parse_selector,
+)
 from sp00ky_infra.policy.server_types import SERVER_TYPES
 from sp00ky_infra.rehearse.boot import Booter
 from sp00ky_infra.rehearse.catalog import (
@@ -221,14 +226,32 @@ class FakeHetzner:
         return server
 
     def add_snapshot(
-        self, labels: dict[str, str], created: datetime | None = None, description: str = ""
-    ) -> dict[str, Any]:
+        self, labels: dict[str, str], created: datetime | None = None, description: str = "",
+        image_id: int | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
         """A snapshot of this project's, as a server's create_image action would leave it."""
         made = iso(created or datetime.now(UTC))
-        image = image_json(self._id(), "snapshot", None, description or "snapshot",
+        image = image_json(image_id or self._id(), "snapshot", None, description or "snapshot",
                            "debian", "12", labels, made)  # fmt: skip
         self.images[image["id"]] = image
         return image
+
+    def stand_in(self, image: str) -> dict[str, Any]:
+        """For a rehearsal: the image a pool's ``machine.image`` names, made here when this
+        fake lacks it: a snapshot of that id, one that its label selector matches, or a
+        system image of that name."""
+        kind = image_kind(image)
+        known = self._image(image) if kind != "selector" else None
+        if known is not None:
+            return known
+        if kind == "id":
+            return self.add_snapshot({}, description="stand-in", image_id=int(image))
+        if kind == "selector":
+            return self.add_snapshot(labels_matching(image), description="stand-in")
+        made = image_json(self._id(), "system", image, image, "unknown", None, {},
+                          iso(datetime.now(UTC)))  # fmt: skip
+        self.images[made["id"]] = made
+        return made
 
     def _image(self, ref: object) -> dict[str, Any] | None:
         """POST /servers' image: an id (a number or a string of digits) or a public image's

@@ -81,8 +81,8 @@ def image_notes(images: Mapping[str, str], installs_here: bool) -> list[str]:
         else:
             notes.append(
                 f"{pool}: image {image} is a snapshot (or an image not known here), rehearsed "
-                "with Docker; where it lacks Docker or python3-requests, install-agent.sh "
-                "installs them at boot"
+                "on a stand-in with Docker; where it lacks Docker or python3-requests, "
+                "install-agent.sh installs them at boot"
             )
     return notes
 

@@ -252,6 +252,8 @@ class Rehearsal:
         booter = self._booter(config, pools, image, report)
         self.say(f"working in {work}")
         with FakeHetzner(boot=booter) as cloud:
+            for name in pools:  # a pool's own snapshot, which only its project has
+                cloud.stand_in(config.pools[name].machine.image)
             self._rehearse(config, pools, engine, booter, cloud, work, report)
         self._verdict(report)
         report.elapsed = time.monotonic() - started

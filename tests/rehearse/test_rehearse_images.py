@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sp00ky_infra.rehearse.boot import Booter
+from sp00ky_infra.rehearse.cloud import FakeHetzner
 from sp00ky_infra.rehearse.image import Recipe, main
 from sp00ky_infra.rehearse.phases import DOCKER_INSTALL_SECONDS, PHASES, estimate, image_notes
 
@@ -48,8 +49,8 @@ def test_the_default_image_and_a_snapshot_are_named_for_what_they_are() -> None:
         "render: image docker-ce has Docker, so nothing is installed at boot; it is ubuntu "
         "24.04, rehearsed here on Debian 12",
         "batch: image sp00ky/agent=abc is a snapshot (or an image not known here), rehearsed "
-        "with Docker; where it lacks Docker or python3-requests, install-agent.sh installs "
-        "them at boot",
+        "on a stand-in with Docker; where it lacks Docker or python3-requests, "
+        "install-agent.sh installs them at boot",
     ]
 
 
@@ -60,3 +61,18 @@ def test_the_estimate_adds_the_docker_install_only_where_it_was_not_measured() -
     assert measured["agent install"] == 2.0
     assert unmeasured["agent install"] == 2.0 + DOCKER_INSTALL_SECONDS
     assert unmeasured["total"] == measured["total"] + DOCKER_INSTALL_SECONDS  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("image", ["sp00ky/agent=abc,os in (debian, ubuntu),!legacy", "4711"])
+def test_a_rehearsal_stands_in_for_a_pools_own_snapshot(image: str) -> None:
+    """The fake cloud has none of the user's snapshots: the rehearsal makes one that the
+    pool's image names, so the machine provider resolves it as it would on Hetzner."""
+    with FakeHetzner() as cloud:
+        made = cloud.stand_in(image)
+        assert made["type"] == "snapshot" and made["name"] is None
+        if image.isdigit():
+            assert made["id"] == 4711
+        else:
+            assert made["labels"] == {"sp00ky/agent": "abc", "os": "debian"}
+        assert cloud.stand_in("docker-ce")["type"] == "app"  # known: none made
+        assert cloud.stand_in("fedora-42")["name"] == "fedora-42"
