@@ -29,6 +29,7 @@ from sp00ky_infra.config.model import (
     DEFAULT_MACHINE_IMAGE,
     DEFAULT_MAX_JOB_DURATION,
     DEFAULT_MAX_LIFETIME,
+    DEFAULT_PROVIDER,
     DEFAULT_RETENTION,
     Provider,
     Recycle,
@@ -637,8 +638,11 @@ def server_types_are_sold_there(data: Mapping[str, Any]) -> Iterator[Finding]:
 
 
 def _machine_images(data: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
-    """Every non-empty ``machine.image`` written as a string (the schema speaks of others)."""
+    """Every non-empty ``machine.image`` of a Hetzner pool written as a string (the schema
+    speaks of others; a docker pool's machines are containers, which boot no image of it)."""
     for name, pool in pools(data):
+        if pool.get("provider", DEFAULT_PROVIDER) != "hetzner":
+            continue
         value = _mapping(pool.get("machine")).get("image")
         if isinstance(value, str) and value:
             yield ("pools", name, "machine", "image"), value
