@@ -9,7 +9,8 @@ A value is one of three things, told apart by its form alone (this module does n
   available snapshot that matches is used, as the Kubernetes cluster-autoscaler's Hetzner
   provider selects one for HCLOUD_IMAGE (``cluster-autoscaler/cloudprovider/hetzner/
   hetzner_node_group.go: findImage``: type snapshot, status available, ``sort=created:desc``,
-  the server type's architecture, the first). A bare word is a name, never a selector;
+  the server type's architecture, the first). A bare word is a name, never a selector; a
+  prefixed key alone (``sp00ky/agent``: has that label) is a selector;
 - a Hetzner image name, system or app: ``docker-ce``, ``debian-12``.
 
 Selectors follow the API reference's "Label Selector" grammar
@@ -158,7 +159,8 @@ def image_kind(value: str) -> ImageKind | None:
         terms = parse_selector(value)
     except SelectorError:
         return None
-    return "selector" if any(t.op != "exists" for t in terms) or len(terms) > 1 else None
+    plain = len(terms) == 1 and terms[0].op == "exists" and "/" not in value
+    return None if plain else "selector"  # a bare word would be a mistyped name
 
 
 def has_docker(value: str) -> bool | None:

@@ -26,6 +26,8 @@ from sp00ky_infra.config.machine_images import (
         ("os in (debian, ubuntu)", "selector"),
         ("os notin (windows)", "selector"),
         ("os==debian", "selector"),
+        ("sp00ky/agent", "selector"),
+        ("Debian", None),
         ("Debian 12", None),
         ("=debian", None),
         ("sp00ky/agent=abc,", None),
