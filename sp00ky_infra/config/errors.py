@@ -3,7 +3,8 @@
 ConfigError (root)
 ├── ConfigFileError   the file cannot be read or is not YAML (lint exits 2)
 ├── ConfigInvalid     the file was read but has problems; ``.issues`` lists every one (lint exits 1)
-└── images.ImageReferenceError   not an image reference a deploy can pin (also a ValueError)
+├── images.ImageReferenceError   not an image reference a deploy can pin (also a ValueError)
+└── machine_images.SelectorError   not a Hetzner label selector (also a ValueError)
 """
 
 from __future__ import annotations

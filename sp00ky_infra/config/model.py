@@ -35,6 +35,9 @@ DEFAULT_CONFIG_FILE = "sp00ky.yml"  # every command reads ./sp00ky.yml unless to
 DEFAULT_MODE: Mode = "single"
 DEFAULT_PROVIDER: Provider = "hetzner"  # Machine pools docs, "Providers"
 DEFAULT_SERVER_TYPE = "cx33"  # Machine pools docs, "Machine shape"
+# Hetzner's Docker CE app image (hetznercloud/apps, apps/hetzner/docker-ce: created with
+# "image": "docker-ce"): Docker is installed, so a machine installs no package at boot
+DEFAULT_MACHINE_IMAGE = "docker-ce"
 DEFAULT_MIN = 0  # Machine pools docs: "min: 0 ... nothing runs while there is no work"
 DEFAULT_BUFFER = 0
 DEFAULT_RECYCLE: Recycle = "job"  # Machine pools docs, "Machine lifecycle": "job (the default)"
@@ -85,6 +88,16 @@ class MachineShape:
     type: str = DEFAULT_SERVER_TYPE
     locations: tuple[str, ...] = ()
     fallback_types: tuple[str, ...] = ()
+    image: str = DEFAULT_MACHINE_IMAGE  # a name, a snapshot id or a label selector
+
+
+def _machine_material(pool: Pool) -> dict[str, Any]:
+    """The machine's part of a revision: the default image is left out, so that machines made
+    before the image could be chosen keep their revision (no deploy replaces them for it)."""
+    shape = asdict(pool.machine)
+    if shape["image"] == DEFAULT_MACHINE_IMAGE:
+        del shape["image"]
+    return {"provider": pool.provider, **shape}
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +176,10 @@ class Backend:
 
     def revision(self, pool: Pool, image: str | None = None) -> str:
         """Hash of what a machine runs (its ``sp00ky/revision`` label): the image, command, env,
-        port and healthcheck, the machine's provider, type and locations, its slots and
-        recycle policy.
+        port and healthcheck, the machine's provider, type, locations and image, its slots and
+        recycle policy. An image given as a label selector counts as written: a newer
+        snapshot that matches it is booted by the machines made after it, and replaces none
+        of those running.
 
         ``image`` is what the deploy pinned the image to, passed in by the controller, which
         resolves it once per deploy (this model does no I/O): a registry image's digest
@@ -179,7 +194,7 @@ class Backend:
         material = {
             "deploy": asdict(self.deploy),
             "env": dict(sorted(self.env.items())),
-            "machine": {"provider": pool.provider, **asdict(pool.machine)},
+            "machine": _machine_material(pool),
             "slots": pool.slots,
             "recycle": pool.recycle,
         }
@@ -284,6 +299,7 @@ def _pool(name: str, raw: Mapping[str, Any]) -> Pool:
             type=machine.get("type", DEFAULT_SERVER_TYPE),
             locations=tuple(machine.get("locations", ())),
             fallback_types=tuple(machine.get("types", ())),
+            image=str(machine.get("image", DEFAULT_MACHINE_IMAGE)),
         ),
         min=raw.get("min", DEFAULT_MIN),
         max=raw.get("max"),

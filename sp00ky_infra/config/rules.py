@@ -17,10 +17,19 @@ from sp00ky_infra.config.durations import DurationError, parse_duration
 from sp00ky_infra.config.errors import Severity
 from sp00ky_infra.config.images import EXAMPLE as IMAGE_EXAMPLE
 from sp00ky_infra.config.images import ImageReferenceError, parse_image
+from sp00ky_infra.config.machine_images import (
+    SELECTOR_EXAMPLE,
+    SelectorError,
+    has_docker,
+    image_kind,
+    parse_selector,
+)
 from sp00ky_infra.config.model import (
     DEFAULT_LEASE,
+    DEFAULT_MACHINE_IMAGE,
     DEFAULT_MAX_JOB_DURATION,
     DEFAULT_MAX_LIFETIME,
+    DEFAULT_PROVIDER,
     DEFAULT_RETENTION,
     Provider,
     Recycle,
@@ -626,6 +635,48 @@ def server_types_are_sold_there(data: Mapping[str, Any]) -> Iterator[Finding]:
                     + ", ".join(f"{t} (sold in {', '.join(catalog.offered(t))})" for t in missing)
                     + "; a machine of that type cannot be made there",
                 )
+
+
+def _machine_images(data: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
+    """Every non-empty ``machine.image`` of a Hetzner pool written as a string (the schema
+    speaks of others; a docker pool's machines are containers, which boot no image of it)."""
+    for name, pool in pools(data):
+        if pool.get("provider", DEFAULT_PROVIDER) != "hetzner":
+            continue
+        value = _mapping(pool.get("machine")).get("image")
+        if isinstance(value, str) and value:
+            yield ("pools", name, "machine", "image"), value
+
+
+@rule("SP138", "machine-image", "machine.image is an image name, a snapshot id or a selector")
+def machine_images_are_images(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for path, value in _machine_images(data):
+        if image_kind(value) is not None:
+            continue
+        why = ""
+        if any(mark in value for mark in "=!(,"):  # meant as a selector: say which term
+            try:
+                parse_selector(value)
+            except SelectorError as exc:
+                why = f" ({exc})"
+        yield Finding(
+            path,
+            f"{value!r} is not an image a Hetzner server can boot{why}; give an image name "
+            f"({DEFAULT_MACHINE_IMAGE}, debian-12), a snapshot id (its digits) or a label "
+            f"selector of snapshots ({SELECTOR_EXAMPLE}: the newest one that matches)",
+        )
+
+
+@rule("SP139", "machine-image-docker", "machine.image has Docker, or boots the slow way", "warning")
+def machine_images_have_docker(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for path, value in _machine_images(data):
+        if has_docker(value) is False:
+            yield Finding(
+                path,
+                f"image {value!r} has no Docker: each machine installs docker.io with apt at "
+                "boot before its agent starts, about 30 s more on Hetzner (assumed); use "
+                f"{DEFAULT_MACHINE_IMAGE} (the default) or a snapshot with Docker",
+            )
 
 
 # --- schedules ---------------------------------------------------------------------------------

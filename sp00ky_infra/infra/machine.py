@@ -12,6 +12,14 @@ refusal (``resource_limit_exceeded``) is not tried elsewhere. It returns once th
 exists, and never makes it twice (the client looks it up by name after an unknown outcome).
 delete treats "not found" as done and waits out ``locked``/``conflict``.
 
+The image (``machine.image``, config/machine_images.py) is resolved once per create: a name
+goes to POST /servers as written, a snapshot id as a number (the API takes either: hcloud-go
+``schema.IDOrName``), and a label selector becomes the id of the newest available snapshot
+that matches it, found as the Kubernetes cluster-autoscaler's Hetzner provider finds one
+(GET /images?type=snapshot&status=available&label_selector=...&sort=created:desc, with the
+architecture of the pool's x86 server types); none matching is a MachineError naming the
+selector. The image the server was made from is in its outputs (``created_image``).
+
 The provider never replaces a server: a deploy is new machines under new names, made and
 drained by the controller (the labels of shared/labels.py). A change of labels is an in-place
 update (PUT /servers/{id}), except that a server keeps its own ``sp00ky/revision``: it runs
@@ -34,13 +42,16 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
+from sp00ky_infra.config.machine_images import image_kind
+from sp00ky_infra.config.model import DEFAULT_MACHINE_IMAGE
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI, Server
 from sp00ky_infra.hetzner.errors import INVALID_INPUT, NOT_FOUND
 from sp00ky_infra.infra.errors import InfraError
 from sp00ky_infra.shared import labels
 
 REVISION_LABEL = labels.REVISION
-DEFAULT_IMAGE = "debian-12"
+DEFAULT_IMAGE = DEFAULT_MACHINE_IMAGE
+ARCHITECTURE = "x86"  # lint admits x86 server types only (rule SP131)
 # Tries of a delete that finds the server locked (an action runs on it) or changing: with the
 # client's backoff (1, 2, 4, 8 s) about 15 s in all.
 BUSY_TRIES = 5
@@ -50,11 +61,31 @@ class MachineError(InfraError):
     """No location or server type could take the machine, or the API refused it."""
 
 
+def resolve_image(api: HetznerAPI, image: str) -> int | str:
+    """What POST /servers is given for ``image``: a name as is, an id as a number, and for a
+    label selector the id of the newest available snapshot matching it."""
+    kind = image_kind(image)
+    if kind == "id":
+        return int(image)
+    if kind != "selector":
+        return image
+    params = {"type": "snapshot", "status": "available", "label_selector": image,
+              "sort": "created:desc", "architecture": ARCHITECTURE}  # fmt: skip
+    newest = next(api.paginate("/images", "images", **params), None)
+    if newest is None:
+        raise MachineError(
+            f"no available {ARCHITECTURE} snapshot matches the label selector {image!r} "
+            "(machine.image); make one with those labels, or name an image instead"
+        )
+    return int(newest["id"])
+
+
 def create_server(api: HetznerAPI, props: dict[str, Any]) -> tuple[Server, list[str]]:
     """Create the server, falling back through locations and server types in order.
 
     Returns the server and the attempts that were unavailable before it.
     """
+    image = resolve_image(api, str(props.get("image") or DEFAULT_IMAGE))
     types = [props["server_type"], *props.get("fallback_types", [])]
     locations: list[str | None] = list(props.get("locations") or []) or [None]
     skipped: list[str] = []
@@ -63,7 +94,7 @@ def create_server(api: HetznerAPI, props: dict[str, Any]) -> tuple[Server, list[
             body: dict[str, Any] = {
                 "name": props["name"],
                 "server_type": server_type,
-                "image": props.get("image") or DEFAULT_IMAGE,
+                "image": image,
                 "labels": props.get("labels", {}),
                 "user_data": props["user_data"],
                 "firewalls": [{"firewall": int(f)} for f in props.get("firewall_ids", [])],
@@ -98,12 +129,14 @@ def kept_labels(olds: dict[str, Any], news: dict[str, Any]) -> dict[str, str]:
 class HetznerMachineProvider(ResourceProvider):
     def create(self, props: dict[str, Any]) -> CreateResult:
         api = HetznerAPI.from_env()
-        server, skipped = create_server(api, props)
+        image = resolve_image(api, str(props.get("image") or DEFAULT_IMAGE))
+        server, skipped = create_server(api, {**props, "image": image})
         outs = {
             **props,
             "server_id": server.id,
             "location": server.location,
             "created_type": server.server_type,
+            "created_image": image,
             "skipped": skipped,
         }
         return CreateResult(id_=str(server.id), outs=outs)
@@ -169,6 +202,7 @@ class HetznerMachine(Resource):
                 "server_id": None,
                 "location": None,
                 "created_type": None,
+                "created_image": None,
                 "skipped": None,
             },
             opts,

@@ -84,6 +84,7 @@ class HetznerPool(pulumi.ComponentResource):
                 server_type=args.pool.machine.type,
                 fallback_types=list(args.pool.machine.fallback_types),
                 locations=list(args.pool.machine.locations),
+                image=args.pool.machine.image,
                 labels=labels(args, machine),
                 user_data=user_data(machine, args.pool_url, token, runtime="docker"),
                 firewall_ids=[self.firewall.id],

@@ -8,6 +8,12 @@ systemd as PID 1. Its user-data and meta-data (``instance-id`` = the server's id
 finds a datasource at boot and runs its stages in systemd's order: ``cloud-init-local``,
 ``cloud-init`` (network), ``cloud-config``, ``cloud-final``.
 
+Which rehearsal image a server boots follows the Hetzner image it was created from
+(``images``: image name or id -> rehearsal image; ``image`` for every other): an image
+with Docker (``docker-ce``, the default) boots the rehearsal image, which has Docker too; one
+without (``debian-12``) boots the variant without Docker when it is built, so its boot
+installs docker.io as it would on Hetzner.
+
 Why this is faithful to a Hetzner VM: the same user-data byte for byte, read by the same
 cloud-init (Debian 12's) through the same modules and stages, ordered by the same systemd
 units (so ``runcmd`` runs in ``cloud-final``, and a unit it starts waits for what it says it
@@ -44,7 +50,7 @@ import secrets
 import tarfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +96,7 @@ class _Server:
     container: str
     address: str
     requested: float  # unix time of POST /servers
+    image: str  # the rehearsal image it boots
     cancelled: bool = False
     error: str | None = None
     thread: threading.Thread | None = None
@@ -100,9 +107,10 @@ class Booter:
 
     def __init__(
         self, image: str, *, prefix: str = "sp00ky-rehearse",
-        client: docker.DockerClient | None = None,
+        client: docker.DockerClient | None = None, images: Mapping[str, str] | None = None,
     ) -> None:  # fmt: skip
         self.image = image
+        self.images = dict(images or {})  # Hetzner image -> rehearsal image (module docstring)
         self.prefix = prefix
         self.cloud = secrets.token_hex(4)
         self.network = f"{prefix}-{self.cloud}"
@@ -134,12 +142,13 @@ class Booter:
         """Make this cloud's network with a subnet of its own, so that each server's address
         is known when POST /servers answers (as Hetzner's is). Docker picks a free subnet for
         a probe network; the real one is made with it."""
-        try:
-            self.client.images.get(self.image)
-        except NotFound as exc:
-            raise BootError(
-                f"the rehearsal image {self.image} is missing; build it: scripts/rehearsal-image"
-            ) from exc
+        for image in sorted({self.image, *self.images.values()}):
+            try:
+                self.client.images.get(image)
+            except NotFound as exc:
+                raise BootError(
+                    f"the rehearsal image {image} is missing; build it: scripts/rehearsal-image"
+                ) from exc
         probe = self.client.networks.create(
             f"{self.network}-probe", driver="bridge", labels=self.labels(**{ROLE: "network"})
         )
@@ -174,12 +183,19 @@ class Booter:
     def container_name(self, name: str) -> str:
         return f"{self.prefix}-{name}"
 
+    def image_for(self, hetzner_image: str | None) -> str:
+        """The rehearsal image a server of ``hetzner_image`` (a name, or an id) boots."""
+        return self.images.get(hetzner_image or "", self.image)
+
     def start(
         self, server_id: int, name: str, user_data: str, address: str,
-        on_started: Started, on_failed: Failed,
+        on_started: Started, on_failed: Failed, image: str | None = None,
     ) -> None:  # fmt: skip
-        """Boot the server in a thread of its own; the callbacks say how it went."""
-        server = _Server(server_id, name, self.container_name(name), address, time.time())
+        """Boot the server (of the Hetzner image ``image``) in a thread of its own; the
+        callbacks say how it went."""
+        server = _Server(
+            server_id, name, self.container_name(name), address, time.time(), self.image_for(image)
+        )
         server.thread = threading.Thread(
             target=self._boot, args=(server, user_data, on_started, on_failed),
             name=f"boot-{name}", daemon=True,
@@ -195,7 +211,7 @@ class Booter:
             host_config.update(UNMASKED)
             endpoint = api.create_endpoint_config(ipv4_address=server.address)
             api.create_container(
-                self.image, name=server.container, hostname=server.name, detach=True,
+                server.image, name=server.container, hostname=server.name, detach=True,
                 labels=self.labels(**{ROLE: "server", SERVER: str(server.id)}),
                 stop_signal=STOP_SIGNAL, host_config=host_config,
                 networking_config={"EndpointsConfig": {self.network: endpoint}},

@@ -48,6 +48,22 @@ Where each answer comes from (when a fact could not be confirmed, it says so):
   vitobotta/hetzner-k3s#625, where it lingered after the servers were deleted).
 - A taken firewall name: ``uniqueness_error`` (409) like a taken server name; the firewall's
   message is not confirmed.
+- Images (reference, "Images"; hcloud-go ``hcloud/schema/image.go`` at b8cfa39 for the shape,
+  ``hcloud/image.go`` ``ImageListOpts`` for the filters): GET /images filters by ``type``
+  (system, app, snapshot, backup), ``name``, ``label_selector``, ``architecture``, ``status``
+  and ``bound_to``, leaves deprecated images out unless ``include_deprecated=true`` (hcloud-go:
+  "In contrast to Get, this method also returns deprecated images"), and sorts by ``sort``
+  (``id``, ``name``, ``created``, ``description``, each ``:asc`` or ``:desc``); a repeated
+  filter keeps its last value here, where the API takes each. GET /images/{id} answers
+  ``{"image": ...}``. A snapshot has no name (``"name": null``: syself/
+  cluster-api-provider-hetzner#128), so ``name`` never finds one. The public images are
+  config/machine_images.py's KNOWN_IMAGES (the docker-ce app and a few system images), with
+  ids of this fake's own.
+- POST /servers takes its image as an id (a number, or a string of digits) or a name
+  (hcloud-go ``schema.IDOrName``); an image it cannot find is ``invalid_input`` (422) "image
+  not found" with ``"details": {}`` (seen in vitobotta/hetzner-k3s#681). An unknown image id
+  in GET /images/{id} is ``not_found`` (404); that message is not confirmed, nor is the
+  answer to a label selector that does not parse (here ``invalid_input``, 422).
 - A deleted server's delete_server action runs a while, and its firewalls count it as
   applied until it is done (the lingering above); whether the server is still listed
   meanwhile (status ``deleting``) is not confirmed: this fake drops it at once.
@@ -55,10 +71,10 @@ Where each answer comes from (when a fact could not be confirmed, it says so):
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Any
 
+from sp00ky_infra.config.machine_images import KNOWN_IMAGES, KnownImage, parse_selector
 from sp00ky_infra.policy.server_types import (
     PRIMARY_IPV4_MONTHLY,
     SERVER_TYPES,
@@ -183,27 +199,57 @@ def pricing_json() -> dict[str, Any]:
 
 
 def matches(labels: dict[str, str], selector: str) -> bool:
-    """Hetzner label selectors: ``k=v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, comma = and."""
-    for term in filter(None, (t.strip() for t in re.split(r",(?![^(]*\))", selector))):
-        if found := re.fullmatch(r"(\S+) (notin|in) \((.*)\)", term):
-            key, op, values = found.groups()
-            inside = labels.get(key) in [v.strip() for v in values.split(",")]
-            if inside != (op == "in"):
-                return False
-        elif "!=" in term:
-            key, value = term.split("!=", 1)
-            if labels.get(key) == value:
-                return False
-        elif "=" in term:
-            key, value = term.split("=", 1)
-            if labels.get(key.rstrip("=")) != value:
-                return False
-        elif term.startswith("!"):
-            if term[1:] in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
+    """Hetzner label selectors: ``k=v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, comma = and
+    (parsed by config/machine_images.py, which lint reads too)."""
+    return all(term.matches(labels) for term in parse_selector(selector))
+
+
+PUBLIC_IMAGE_ID = 100  # the public images' ids start here, below every id the fake hands out
+IMAGE_CREATED = "2024-06-03T00:00:00+00:00"  # the docker-ce app's last rebuild (e9d196f)
+
+
+def image_json(
+    image_id: int, kind: str, name: str | None, description: str, os_flavor: str,
+    os_version: str | None, labels: dict[str, str], created: str,
+) -> dict[str, Any]:  # fmt: skip
+    """hcloud-go ``schema.Image``: an available x86 image, never deprecated (the tests make
+    one so by setting ``deprecated``)."""
+    return {
+        "id": image_id, "type": kind, "status": "available", "name": name,
+        "description": description, "image_size": None if kind != "snapshot" else 1.2,
+        "disk_size": 5, "created": created, "created_from": None, "bound_to": None,
+        "os_flavor": os_flavor, "os_version": os_version, "architecture": "x86",
+        "rapid_deploy": kind != "snapshot", "protection": {"delete": False},
+        "deprecated": None, "deleted": None, "labels": dict(labels),
+    }  # fmt: skip
+
+
+def public_images_json() -> list[dict[str, Any]]:
+    """The public images the fake knows: KNOWN_IMAGES, in order."""
+    known: list[KnownImage] = list(KNOWN_IMAGES.values())
+    return [
+        image_json(PUBLIC_IMAGE_ID + index, each.type, each.name, each.description,
+                   each.os_flavor, each.os_version, {}, IMAGE_CREATED)
+        for index, each in enumerate(known)
+    ]  # fmt: skip
+
+
+IMAGE_SORTS = ("id", "name", "created", "description")
+IMAGE_FILTERS = ("type", "name", "architecture", "status", "bound_to")
+
+
+def select_images(images: list[dict[str, Any]], query: dict[str, str]) -> list[dict[str, Any]]:
+    """GET /images' filters and sort, as the API applies them (the module docstring)."""
+    found = [i for i in images if query.get("include_deprecated") == "true" or not i["deprecated"]]
+    for key in IMAGE_FILTERS:
+        if key in query:
+            found = [i for i in found if str(i[key]) == query[key]]
+    if "label_selector" in query:
+        found = [i for i in found if matches(i["labels"], query["label_selector"])]
+    field, _, order = query.get("sort", "id").partition(":")
+    if field not in IMAGE_SORTS:
+        raise ValueError(f"invalid sort field {field!r}")
+    return sorted(found, key=lambda i: (i[field] is None, i[field] or ""), reverse=order == "desc")
 
 
 def error_body(code: str, message: str) -> dict[str, Any]:

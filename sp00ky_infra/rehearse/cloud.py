@@ -1,5 +1,5 @@
-"""A fake Hetzner Cloud API on 127.0.0.1: servers, firewalls, actions, locations, server
-types and their prices (GET /pricing), labels and label selectors, pagination, rate limiting,
+"""A fake Hetzner Cloud API on 127.0.0.1: servers, firewalls, actions, images, locations,
+server types and their prices (GET /pricing), labels and label selectors, pagination, rate limiting,
 and the API's error answers in their real JSON shapes (the official ``hcloud`` client accepts
 them). The tests' fake cloud, and the rehearsal's: with ``boot`` (a ``boot.Booter``) each
 server it creates really boots its user-data in a container (``boot.py`` says how, and why
@@ -16,7 +16,8 @@ AFTER it made the resource, and ``create_then_stall`` seconds POST /servers wait
 one before it answers (past a client's timeout); ``server_delete_lag`` is for how many further
 requests a deleted server's delete_server action runs, its firewalls still applied to it;
 ``rate_limit`` and ``rate_limit_remaining`` are the budget, ``clock`` the time it refills by;
-``boot`` makes servers boot.
+``boot`` makes servers boot; ``add_snapshot`` makes a snapshot (labels, created) that GET
+/images lists and POST /servers boots by its id.
 
 Boot mode: POST /servers answers at once with the server ``initializing``, its address already
 given (as Hetzner's is), and a ``create_server`` action ``running``; the container starts in
@@ -38,6 +39,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from sp00ky_infra.config.machine_images import (
+    SelectorError,
+    image_kind,
+    labels_matching,
+    parse_selector,
+)
 from sp00ky_infra.policy.server_types import SERVER_TYPES
 from sp00ky_infra.rehearse.boot import Booter
 from sp00ky_infra.rehearse.catalog import (
@@ -47,10 +54,13 @@ from sp00ky_infra.rehearse.catalog import (
     TOKEN,
     UNSUPPORTED_LOCATION,
     error_body,
+    image_json,
     iso,
     location_json,
     matches,
     pricing_json,
+    public_images_json,
+    select_images,
     server_type_json,
 )
 
@@ -73,6 +83,7 @@ class FakeHetzner:
         self.boot = boot
         self.servers: dict[int, dict[str, Any]] = {}
         self.firewalls: dict[int, dict[str, Any]] = {}
+        self.images: dict[int, dict[str, Any]] = {i["id"]: i for i in public_images_json()}
         self.actions: dict[int, dict[str, Any]] = {}
         self.unavailable: set[tuple[str, str]] = set()
         self.misplaced: set[tuple[str, str]] = set()
@@ -171,10 +182,12 @@ class FakeHetzner:
         server["status"] = "initializing"
         server["public_net"]["ipv4"]["ip"] = address
         server_id = server["id"]
+        image = server["image"]
         self.boot.start(
             server_id, server["name"], server["user_data"], address,
             on_started=lambda _: self._booted(server_id, action_id),
             on_failed=lambda _, message: self._not_booted(server_id, action_id, message),
+            image=image["name"] or str(image["id"]),
         )  # fmt: skip
 
     def _refresh(self, server: dict[str, Any]) -> dict[str, Any]:
@@ -203,9 +216,7 @@ class FakeHetzner:
                            "location": location_json(location),
                            "server_types": {"supported": [], "available": [],
                                             "available_for_migration": []}},
-            "image": {"id": 1, "type": "system", "status": "available", "name": "debian-12",
-                      "description": "Debian 12", "os_flavor": "debian", "os_version": "12",
-                      "architecture": "x86", "labels": {}, "protection": {"delete": False}},
+            "image": self._image("debian-12"),
             "iso": None, "rescue_enabled": False, "locked": False, "backup_window": None,
             "outgoing_traffic": 0, "ingoing_traffic": 0, "included_traffic": 21990232555520,
             "protection": {"delete": False, "rebuild": False}, "labels": dict(labels),
@@ -213,6 +224,41 @@ class FakeHetzner:
         }  # fmt: skip
         self.servers[server_id] = server
         return server
+
+    def add_snapshot(
+        self, labels: dict[str, str], created: datetime | None = None, description: str = "",
+        image_id: int | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """A snapshot of this project's, as a server's create_image action would leave it."""
+        made = iso(created or datetime.now(UTC))
+        image = image_json(image_id or self._id(), "snapshot", None, description or "snapshot",
+                           "debian", "12", labels, made)  # fmt: skip
+        self.images[image["id"]] = image
+        return image
+
+    def stand_in(self, image: str) -> dict[str, Any]:
+        """For a rehearsal: the image a pool's ``machine.image`` names, made here when this
+        fake lacks it: a snapshot of that id, one that its label selector matches, or a
+        system image of that name."""
+        kind = image_kind(image)
+        known = self._image(image) if kind != "selector" else None
+        if known is not None:
+            return known
+        if kind == "id":
+            return self.add_snapshot({}, description="stand-in", image_id=int(image))
+        if kind == "selector":
+            return self.add_snapshot(labels_matching(image), description="stand-in")
+        made = image_json(self._id(), "system", image, image, "unknown", None, {},
+                          iso(datetime.now(UTC)))  # fmt: skip
+        self.images[made["id"]] = made
+        return made
+
+    def _image(self, ref: object) -> dict[str, Any] | None:
+        """POST /servers' image: an id (a number or a string of digits) or a public image's
+        name (a snapshot has none)."""
+        if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+            return self.images.get(int(ref))
+        return next((i for i in self.images.values() if i["name"] == ref), None)
 
     # --- the API ----------------------------------------------------------------------------
 
@@ -222,7 +268,10 @@ class FakeHetzner:
         """The answer to one request, with the rate-limit headers every answer carries."""
         allowed = self._spend()
         self._finish_deletions()
-        status, body, headers = self._answer(allowed, method, path, query, raw, auth)
+        try:
+            status, body, headers = self._answer(allowed, method, path, query, raw, auth)
+        except SelectorError as exc:  # the API's answer to a bad selector is not confirmed
+            status, body, headers = self._error("invalid_input", f"invalid label_selector: {exc}")
         return status, body, {**headers, **self.rate_limit_headers()}
 
     def _finish_deletions(self) -> None:
@@ -265,6 +314,8 @@ class FakeHetzner:
             return self._page("locations", [location_json(n) for n in LOCATIONS], query)
         if resource == "server_types":
             return self._server_types(item, query)
+        if resource == "images" and method == "GET":
+            return self._images(item, query)
         if resource == "pricing" and method == "GET":
             return 200, {"pricing": pricing_json()}, {}
         if resource == "actions" and item is not None:
@@ -292,6 +343,19 @@ class FakeHetzner:
         if "name" in query:
             every = [t for t in every if t["name"] == query["name"]]
         return self._page("server_types", every, query)
+
+    def _images(self, item: int | None, query: dict[str, str]) -> Answer:
+        """GET /images (catalog.select_images' filters) and GET /images/{id}."""
+        if item is not None:
+            image = self.images.get(item)
+            if image is None:
+                return self._error("not_found", f"image with ID '{item}' not found")
+            return 200, {"image": image}, {}
+        try:
+            found = select_images(list(self.images.values()), query)
+        except ValueError as exc:
+            return self._error("invalid_input", str(exc))
+        return self._page("images", found, query)
 
     def _error(self, code: str, message: str | None = None) -> Answer:
         return STATUS_OF[code], error_body(code, message or MESSAGES[code]), {}
@@ -332,7 +396,10 @@ class FakeHetzner:
         return 200, {key: chunk, "meta": {"pagination": pagination}}, {}
 
     def _select(self, items: list[dict[str, Any]], query: dict[str, str]) -> list[dict[str, Any]]:
+        """GET /servers' and /firewalls' filters; a selector that does not parse raises
+        SelectorError, answered by ``answer`` as invalid input."""
         if "label_selector" in query:
+            parse_selector(query["label_selector"])  # refused even when nothing is listed
             items = [i for i in items if matches(i["labels"], query["label_selector"])]
         if "name" in query:
             items = [i for i in items if i["name"] == query["name"]]
@@ -420,7 +487,11 @@ class FakeHetzner:
             return self._error("resource_limit_exceeded")
         if len(body.get("user_data", "").encode()) > 32 * 1024:
             return self._error("invalid_input", "user_data is too long (at most 32 KiB)")
+        image = self._image(body["image"])
+        if image is None:  # the real answer: vitobotta/hetzner-k3s#681
+            return self._error("invalid_input", "image not found")
         server = self.add_server(body["name"], body.get("labels", {}), None, server_type, location)
+        server["image"] = image
         server["user_data"] = body.get("user_data", "")  # kept for tests; not in the real API
         for ref in body.get("firewalls", []):
             firewall = self.firewalls.get(ref["firewall"])

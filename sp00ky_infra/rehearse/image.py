@@ -14,6 +14,10 @@ The tag is a hash of the recipe (suite, packages, the files written, the import 
 an image is built once per machine and rebuilt only when the recipe changes. ``ensure_image``
 is idempotent and prints its progress.
 
+Two variants, each tagged by its own hash: with Docker (what Hetzner's ``docker-ce`` app image
+has, the default) and without (``--without-docker``: what a system image such as
+``debian-12`` has, where install-agent.sh installs docker.io at boot).
+
 What differs from Hetzner's image, on purpose: cloud-init reads the NoCloud seed instead of
 Hetzner's metadata service; it writes no network configuration (Docker gives the address, as
 Hetzner's DHCP would) and keeps the hostname Docker set (the server's name, which Hetzner's
@@ -34,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sp00ky_infra.rehearse.errors import ImageBuildError
@@ -43,6 +47,7 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"  # DEBIAN_MIRROR overrides it
 REPOSITORY = "sp00ky-rehearse/debian-12"
 ROLE_LABEL = "sp00ky-rehearse/role"
 Progress = Callable[[str], None]
+DOCKER_PACKAGES = ("docker.io",)  # what the variant without Docker leaves out
 
 CLOUD_CFG = """\
 # sp00ky rehearsal: a Docker container playing a Hetzner debian-12 server.
@@ -101,6 +106,15 @@ class Recipe:
     @property
     def tag(self) -> str:
         return f"{REPOSITORY}:{self.digest()}"
+
+    @property
+    def has_docker(self) -> bool:
+        return any(p in self.packages for p in DOCKER_PACKAGES)
+
+    def without_docker(self) -> Recipe:
+        """The same machine without a Docker engine, as a system image boots."""
+        kept = tuple(p for p in self.packages if p not in DOCKER_PACKAGES)
+        return replace(self, packages=kept)
 
 
 def _say(message: str) -> None:
@@ -213,10 +227,16 @@ def _import(recipe: Recipe, root: Path) -> None:
         )
 
 
-def main() -> int:
-    """``scripts/rehearsal-image``: build the image if missing, print its tag."""
+def main(argv: list[str] | None = None) -> int:
+    """``scripts/rehearsal-image [--without-docker]``: build the image if missing, print its
+    tag."""
+    args = sys.argv[1:] if argv is None else argv
+    if any(a != "--without-docker" for a in args):
+        print("usage: scripts/rehearsal-image [--without-docker]", file=sys.stderr)
+        return 2
+    recipe = Recipe().without_docker() if args else Recipe()
     try:
-        print(ensure_image())
+        print(ensure_image(recipe))
     except ImageBuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sp00ky_infra.config.machine_images import KNOWN_IMAGES, has_docker
+
 PHASES = ("pulumi up", "create", "cloud-init", "agent install", "image", "healthcheck")
 
 # The figures behind the Hetzner estimate, per phase: (seconds or None = as measured here,
@@ -33,10 +35,10 @@ ESTIMATE: dict[str, tuple[float | None, str]] = {
     ),
     "cloud-init": (None, "the same cloud-init (Debian 12's) and the same user-data"),
     "agent install": (
-        30.0,
-        "assumed, not measured: Hetzner's debian-12 image has no Docker, so install-agent.sh "
-        "runs apt-get install docker.io (about 80 MB with its dependencies from Hetzner's "
-        "Debian mirror, then unpacking); the rehearsal image has it already",
+        None,
+        "the same install-agent.sh: on the default docker-ce image, as on the rehearsal image, "
+        "Docker is there already; an image without it adds DOCKER_INSTALL_SECONDS where the "
+        "rehearsal did not install it (the variant without Docker measures it here)",
     ),
     "image": (
         None,
@@ -45,6 +47,44 @@ ESTIMATE: dict[str, tuple[float | None, str]] = {
     ),
     "healthcheck": (None, "the same backend on the same kind of engine"),
 }
+
+
+# What install-agent.sh's apt-get install docker.io adds to a boot on Hetzner, on an image
+# without Docker: assumed, not measured (about 80 MB with its dependencies from Hetzner's
+# Debian mirror, then unpacking).
+DOCKER_INSTALL_SECONDS = 30.0
+
+
+def image_notes(images: Mapping[str, str], installs_here: bool) -> list[str]:
+    """What each pool's image (pool -> machine.image) means for its boots in the cloud;
+    ``installs_here``: an image without Docker boots the rehearsal variant without it."""
+    notes = []
+    for pool, image in images.items():
+        docker = has_docker(image)
+        if docker is False:
+            where = (
+                "measured here on the rehearsal image without Docker"
+                if installs_here
+                else "rehearsed here with Docker present, so not measured (build the variant "
+                "without it: scripts/rehearsal-image --without-docker)"
+            )
+            notes.append(
+                f"{pool}: image {image} has no Docker: install-agent.sh installs docker.io at "
+                f"boot, about {DOCKER_INSTALL_SECONDS:.0f} s on Hetzner (assumed); {where}"
+            )
+        elif docker:
+            known = KNOWN_IMAGES[image]
+            notes.append(
+                f"{pool}: image {image} has Docker, so nothing is installed at boot; it is "
+                f"{known.os_flavor} {known.os_version}, rehearsed here on Debian 12"
+            )
+        else:
+            notes.append(
+                f"{pool}: image {image} is a snapshot (or an image not known here), rehearsed "
+                "on a stand-in with Docker; where it lacks Docker or python3-requests, "
+                "install-agent.sh installs them at boot"
+            )
+    return notes
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,15 +189,21 @@ def cause(
     )
 
 
-def estimate(ready: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
+def estimate(
+    ready: Sequence[Mapping[str, float | None]], unmeasured_install: bool = False
+) -> dict[str, float | None]:
     """Each phase on Hetzner: ESTIMATE's figure, else the median measured here over the
-    phases of the machines that became ready."""
+    phases of the machines that became ready; ``unmeasured_install``: an image without
+    Docker was rehearsed with it, so the agent install gets DOCKER_INSTALL_SECONDS more."""
     found: dict[str, float | None] = {}
     for phase in PHASES:
         figure, _ = ESTIMATE[phase]
         measured = [v for m in ready if (v := m.get(phase)) is not None]
         median = round(statistics.median(measured), 2) if measured else None
         found[phase] = figure if figure is not None else median
+    install = found["agent install"]
+    if unmeasured_install and install is not None:
+        found["agent install"] = round(install + DOCKER_INSTALL_SECONDS, 2)
     known = [v for v in found.values() if v is not None]
     found["total"] = round(sum(known), 1) if known else None
     return found

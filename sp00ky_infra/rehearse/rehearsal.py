@@ -37,13 +37,22 @@ import yaml
 from sp00ky_infra.client import Client
 from sp00ky_infra.config import Config, ConfigError
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.config.machine_images import has_docker
 from sp00ky_infra.guardian.passes import run_pass
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.rehearse.boot import Booter
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.rehearse.errors import RehearseError
-from sp00ky_infra.rehearse.image import ensure_image
-from sp00ky_infra.rehearse.phases import Timeline, agent_events, cause, estimate, later, phases
+from sp00ky_infra.rehearse.image import Recipe, ensure_image, image_exists
+from sp00ky_infra.rehearse.phases import (
+    Timeline,
+    agent_events,
+    cause,
+    estimate,
+    image_notes,
+    later,
+    phases,
+)
 from sp00ky_infra.shared.cloud_init import USER_DATA_LIMIT, user_data
 from sp00ky_infra.store import open_store
 from sp00ky_infra.store.machines import Machine
@@ -211,6 +220,7 @@ class Rehearsal:
         self._reports: dict[str, MachineReport] = {}
         self._readings: dict[str, Reading] = {}
         self._healthchecks: dict[str, str | None] = {}
+        self._unmeasured_install = False  # an image without Docker rehearsed with it
         self._consoles: Path | None = None  # where a failed machine's console is kept
 
     # --- the whole rehearsal ----------------------------------------------------------------
@@ -239,13 +249,29 @@ class Rehearsal:
         self._healthchecks = {p: config.backend_for(p).deploy.healthcheck for p in pools}
         self._consoles = work / "consoles"
         report.cloud = self._static_checks(config, pools)
+        booter = self._booter(config, pools, image, report)
         self.say(f"working in {work}")
-        booter = Booter(image)
         with FakeHetzner(boot=booter) as cloud:
+            for name in pools:  # a pool's own snapshot, which only its project has
+                cloud.stand_in(config.pools[name].machine.image)
             self._rehearse(config, pools, engine, booter, cloud, work, report)
         self._verdict(report)
         report.elapsed = time.monotonic() - started
         return report
+
+    def _booter(
+        self, config: Config, pools: list[str], image: str, report: RehearsalReport
+    ) -> Booter:
+        """The servers' booter: an image without Docker boots the rehearsal variant without
+        it when that is built (``scripts/rehearsal-image --without-docker``), else the
+        rehearsal image; the findings say which, and the estimate adds the install then."""
+        chosen = {name: config.pools[name].machine.image for name in pools}
+        bare = sorted({i for i in chosen.values() if has_docker(i) is False})
+        variant = Recipe().without_docker().tag
+        built = bool(bare) and image_exists(variant)
+        report.cloud.extend(image_notes(chosen, installs_here=built))
+        self._unmeasured_install = bool(bare) and not built
+        return Booter(image, images=dict.fromkeys(bare, variant) if built else {})
 
     def _rehearse(
         self, config: Config, pools: list[str], engine: str, booter: Booter,
@@ -497,10 +523,6 @@ class Rehearsal:
                 + ": in the cloud the machines dial the controller at that URL, from the "
                 "internet; make it an https:// address Hetzner's servers can reach"
             )
-        notes.append(
-            "Hetzner's debian-12 image has no Docker: install-agent.sh installs docker.io with "
-            "apt at boot (the rehearsal image has it), so boots there need Debian's mirror"
-        )
         for name in pools:
             backend = config.backend_for(name)
             if backend.deploy.image:
@@ -544,7 +566,7 @@ class Rehearsal:
             )
         if ready and not report.failed:
             report.worked.append("the pools went back to zero and their servers were deleted")
-        report.estimate = estimate([m.phases for m in ready])
+        report.estimate = estimate([m.phases for m in ready], self._unmeasured_install)
 
 
 def _free_port(host: str) -> int:

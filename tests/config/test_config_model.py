@@ -71,6 +71,12 @@ def test_revision_follows_what_the_machine_runs(tmp_path: Path) -> None:
     assert revision(("pools.render.machine", {"type": "cx33", "locations": ["hel1"]})) != base
     assert revision(("pools.render.recycle", "never")) != base
     assert revision(("apps.renderer.deploy.image", "ghcr.io/acme/r:1")) != base
+    assert revision(("pools.render.machine", {"type": "cx33", "image": "debian-12"})) != base
+    assert revision(("pools.render.machine", {"type": "cx33", "image": "1234"})) != base
+    # the default image, written or not, is the revision machines had before it could be set
+    assert revision(("pools.render.machine", {"type": "cx33", "image": "docker-ce"})) == revision(
+        ("pools.render.machine", {"type": "cx33"})
+    )
 
 
 def test_the_revision_pins_the_image_the_controller_resolved(tmp_path: Path) -> None:

@@ -113,7 +113,12 @@ def test_the_revision_hashes_references_never_the_values(tmp_path: Path) -> None
     material = {  # the revision as it was before references: a deploy replaces no machine
         "deploy": asdict(inline.deploy),
         "env": {"A": "b"},
-        "machine": {"provider": pool.provider, **asdict(pool.machine)},
+        "machine": {
+            "provider": pool.provider,
+            "type": pool.machine.type,
+            "locations": pool.machine.locations,
+            "fallback_types": pool.machine.fallback_types,
+        },
         "slots": pool.slots,
         "recycle": pool.recycle,
     }

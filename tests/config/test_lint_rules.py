@@ -266,6 +266,29 @@ FAILING: list[tuple[str, tuple[tuple[str, Any], ...], str, str]] = [
         "made there",
     ),
     (
+        "SP138",
+        (("pools.render.machine.image", "Debian 12"),),
+        "pools.render.machine.image",
+        "'Debian 12' is not an image a Hetzner server can boot; give an image name (docker-ce, "
+        "debian-12), a snapshot id (its digits) or a label selector of snapshots "
+        "(sp00ky/agent=abc,os=debian: the newest one that matches)",
+    ),
+    (
+        "SP138",
+        (("pools.render.machine.image", "sp00ky/agent=abc,=debian"),),
+        "pools.render.machine.image",
+        "'sp00ky/agent=abc,=debian' is not an image a Hetzner server can boot ('=debian' does "
+        "not start with a label key such as sp00ky/agent); give an image name",
+    ),
+    (
+        "SP139",
+        (("pools.render.machine.image", "debian-12"),),
+        "pools.render.machine.image",
+        "image 'debian-12' has no Docker: each machine installs docker.io with apt at boot "
+        "before its agent starts, about 30 s more on Hetzner (assumed); use docker-ce (the "
+        "default) or a snapshot with Docker",
+    ),
+    (
         "SP132",
         (("pools.render.machine.locations", ["fsn1", "us-east"]),),
         "pools.render.machine.locations[1]",
@@ -365,6 +388,13 @@ PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ),
     ("SP133", (("pools.render.provider", "docker"),)),
     ("SP134", (("pools.render.recycle", "never"),)),
+    ("SP138", (("pools.render.machine.image", "sp00ky/agent=abc,os in (debian, ubuntu)"),)),
+    ("SP138", (("pools.render.machine.image", "123456789"),)),
+    ("SP139", (("pools.render.machine.image", "docker-ce"),)),
+    (  # a docker pool's machines are containers: its image is never booted
+        "SP139",
+        (("pools.render.provider", "docker"), ("pools.render.machine.image", "debian-12")),
+    ),
 ]
 FAILING += SCHEDULE_FAILING  # the schedules' rules, kept with their other tests
 PASSING += SCHEDULE_PASSING

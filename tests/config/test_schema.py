@@ -110,6 +110,11 @@ def test_machine_and_retention_defaults_agree() -> None:
         == model.MachineShape().type
         == "cx33"
     )
+    assert (
+        schema["pool"]["properties"]["machine"]["properties"]["image"]["default"]
+        == model.MachineShape().image
+        == "docker-ce"
+    )
     retention = schema["retention"]["properties"]
     built = model.Retention()
     assert parse_duration(retention["success"]["default"]) == built.success == 6 * 3600

@@ -53,7 +53,7 @@ class Mocks(pulumi.runtime.Mocks):
 def _config(tmp_path: Path) -> Any:
     data = varied(
         ("pools.render.machine", {"type": "cpx42", "locations": ["fsn1", "nbg1"],
-                                  "types": ["ccx33"]}),
+                                  "types": ["ccx33"], "image": "sp00ky/agent=abc"}),
         ("apps.renderer.env", {"API_KEY": BACKEND_SECRET, "MODE": "fast-render-mode"}),
         ("pools.batch", {"min": 1}),
         ("apps.batcher", {
@@ -159,6 +159,8 @@ def test_machines_follow_the_stack_name_for_name_with_firewall_labels_and_x86(
         ["fsn1", "nbg1"],
         ["ccx33"],
     )
+    batch = next(m for m in machines if m.name == "batch-x9")
+    assert (render.inputs["image"], batch.inputs["image"]) == ("sp00ky/agent=abc", "docker-ce")
 
 
 def test_removing_a_name_removes_exactly_that_machine(tmp_path: Path) -> None:

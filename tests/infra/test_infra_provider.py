@@ -8,6 +8,7 @@ virtual environment, with nothing added to PYTHONPATH.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -107,6 +108,47 @@ def test_the_unsupported_location_answer_is_hetzners_own() -> None:
         "message": "unsupported location for server type",
         "details": {},
     }
+
+
+def test_a_label_selector_boots_the_newest_available_snapshot_that_matches(
+    fake: FakeHetzner, host: Any
+) -> None:
+    fake.add_snapshot({"sp00ky/agent": "abc"}, datetime(2026, 1, 1, tzinfo=UTC))
+    newest = fake.add_snapshot({"sp00ky/agent": "abc"}, datetime(2026, 6, 1, tzinfo=UTC))
+    fake.add_snapshot({"sp00ky/agent": "old"}, datetime(2026, 9, 1, tzinfo=UTC))
+    created = _create(host, _props(image="sp00ky/agent=abc"))
+    assert fake.servers[int(created.id)]["image"]["id"] == newest["id"]
+    assert dict(created.properties)["created_image"] == newest["id"]
+
+
+def test_a_label_selector_that_matches_nothing_is_a_clear_error(
+    fake: FakeHetzner, host: Any
+) -> None:
+    fake.add_snapshot({"sp00ky/agent": "abc"})
+    with pytest.raises(grpc.RpcError) as caught:
+        _create(host, _props(image="sp00ky/agent=xyz"))
+    assert (
+        "no available x86 snapshot matches the label selector 'sp00ky/agent=xyz' "
+        "(machine.image); make one with those labels, or name an image instead"
+    ) in caught.value.details()
+    assert fake.servers == {}
+
+
+def test_the_default_image_is_docker_ce_and_a_snapshot_id_boots_that_snapshot(
+    fake: FakeHetzner,
+) -> None:
+    api = HetznerAPI(TOKEN, fake.url, wait=lambda *_: 0.0, sleep=lambda _: None)
+    server, _ = create_server(api, _props(image=None))
+    assert fake.servers[server.id]["image"]["name"] == "docker-ce"
+    snapshot = fake.add_snapshot({})
+    again, _ = create_server(api, _props(name="render-b2", image=str(snapshot["id"])))
+    assert fake.servers[again.id]["image"]["id"] == snapshot["id"]
+
+
+def test_an_unknown_image_name_is_the_apis_refusal(fake: FakeHetzner, host: Any) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        _create(host, _props(image="debian-99"))
+    assert "invalid_input: image not found (HTTP 422)" in caught.value.details()
 
 
 def test_a_placement_error_moves_on_to_the_next_location(fake: FakeHetzner, host: Any) -> None:

@@ -38,6 +38,15 @@ def cloud(rehearsal_image: str) -> Iterator[FakeHetzner]:
     assert _containers(fake) == []
 
 
+@pytest.fixture
+def bare_cloud(rehearsal_image: str, rehearsal_image_without_docker: str) -> Iterator[FakeHetzner]:
+    """A cloud whose debian-12 servers boot without Docker, as Hetzner's do."""
+    images = {"debian-12": rehearsal_image_without_docker}
+    with FakeHetzner(boot=Booter(rehearsal_image, images=images)) as fake:
+        yield fake
+    assert _containers(fake) == []
+
+
 def _containers(fake: FakeHetzner) -> list[str]:
     assert fake.boot is not None
     selector: dict[str, Any] = {"label": f"{CLOUD}={fake.boot.cloud}"}
@@ -104,7 +113,7 @@ def test_a_server_boots_its_cloud_config_and_goes_when_deleted(cloud: FakeHetzne
         "runcmd": [["sh", "-c", "hostname >> /root/runcmd-ran"]],
     }
     server = api.create_server(
-        name="rehearse-a1", server_type="cx22", image="debian-12", location="fsn1",
+        name="rehearse-a1", server_type="cx22", image="docker-ce", location="fsn1",
         user_data="#cloud-config\n" + yaml.safe_dump(config), labels={"sp00ky/pool": "render"},
     )  # fmt: skip
     assert server.status == "initializing"
@@ -169,7 +178,7 @@ def test_a_look_at_a_server_going_keeps_what_the_last_look_saw(cloud: FakeHetzne
         "runcmd": [["systemctl", "start", "sp00ky-agent.service"]],
     }
     server = api.create_server(
-        name="rehearse-a2", server_type="cx22", image="debian-12", location="fsn1",
+        name="rehearse-a2", server_type="cx22", image="docker-ce", location="fsn1",
         user_data="#cloud-config\n" + yaml.safe_dump(config), labels={"sp00ky/pool": "render"},
     )  # fmt: skip
     _until_status(cloud, api, server.id, "running")
@@ -207,9 +216,17 @@ def backend(tmp_path: Path, docker_images: str) -> Iterator[str]:
     subprocess.run(["docker", "rmi", "-f", f"sp00ky-dev-pool-{name}"], capture_output=True)
 
 
+@pytest.mark.parametrize(
+    ("image", "clouds"),
+    [("docker-ce", "cloud"), ("debian-12", "bare_cloud")],
+    ids=["docker-ce", "debian-12 without docker"],
+)
 def test_the_real_user_data_installs_an_agent_that_runs_a_job(
-    tmp_path: Path, backend: str, cloud: FakeHetzner
+    tmp_path: Path, backend: str, image: str, clouds: str, request: pytest.FixtureRequest
 ) -> None:
+    """On the default image Docker is there; on one without it the install script installs
+    docker.io first, and the machine still becomes ready."""
+    cloud: FakeHetzner = request.getfixturevalue(clouds)
     assert cloud.boot is not None
     app = backend_app("render", "render_job", tmp_path / "unused.jsonl")
     app["deploy"].pop("command")
@@ -235,7 +252,7 @@ def test_the_real_user_data_installs_an_agent_that_runs_a_job(
         api = _api(cloud)
         begun = time.monotonic()
         server = api.create_server(
-            name=machine, server_type="cx23", image="debian-12", location="fsn1",
+            name=machine, server_type="cx23", image=image, location="fsn1",
             user_data=user_data(machine, controller.agents_url, token, runtime="docker"),
         )  # fmt: skip
         try:
@@ -260,6 +277,8 @@ def test_the_real_user_data_installs_an_agent_that_runs_a_job(
         assert image_id in images.split()  # delivered into the machine's own engine
         _, active = cloud.boot.exec(server.id, "systemctl", "is-active", "sp00ky-agent")
         assert active.strip() == "active"
+        _, log = cloud.boot.exec(server.id, "cat", "/var/log/cloud-init-output.log")
+        assert ("Setting up docker.io" in log) == (image == "debian-12"), log[-2000:]
         _report(timeline)
         assert api.delete_server(server.id)
     client.close()

@@ -70,6 +70,7 @@ def test_a_rehearsal_runs_jobs_on_servers_that_boot_their_user_data(
     assert report["guardian"][0]["servers"] >= 1  # the pass saw the live servers and kept them
     assert any("back to zero" in line for line in report["worked"])
     assert report["estimate"]["total"] > 0
+    assert any("image docker-ce has Docker" in line for line in report["cloud"])  # the default
     assert "pulumi up took" in (tmp_path / "work" / "controller.log").read_text()
     assert _leftovers() == []
 
