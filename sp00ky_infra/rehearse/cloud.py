@@ -1,9 +1,10 @@
-"""A fake Hetzner Cloud API on 127.0.0.1: servers, firewalls, actions, locations, server
-types and their prices (GET /pricing), labels and label selectors, pagination, rate limiting,
-and the API's error answers in their real JSON shapes (the official ``hcloud`` client accepts
-them). The tests' fake cloud, and the rehearsal's: with ``boot`` (a ``boot.Booter``) each
-server it creates really boots its user-data in a container (``boot.py`` says how, and why
-that is faithful). Where each answer comes from is ``catalog.py``'s docstring.
+"""A fake Hetzner Cloud API on 127.0.0.1: servers, firewalls, actions, snapshots (create_image,
+GET and DELETE /images), locations, server types and their prices (GET /pricing), labels and
+label selectors, pagination, rate limiting, and the API's error answers in their real JSON
+shapes (the official ``hcloud`` client accepts them). The tests' fake cloud, and the
+rehearsal's: with ``boot`` (a ``boot.Booter``) each server it creates really boots its
+user-data in a container (``boot.py`` says how, and why that is faithful). Where each answer
+comes from is ``catalog.py``'s docstring.
 
 Knobs: ``unavailable`` {(server_type, location)} answers ``resource_unavailable``;
 ``misplaced`` {(server_type, location)} answers ``placement_error``; ``offered``
@@ -22,8 +23,10 @@ Boot mode: POST /servers answers at once with the server ``initializing``, its a
 given (as Hetzner's is), and a ``create_server`` action ``running``; the container starts in
 the background and then the server is ``running`` and the action ``success`` (or, if it could
 not start, ``off`` and ``error``). A server whose machine powered itself off reads ``off``.
-DELETE removes the container; the ``poweroff``, ``shutdown``, ``poweron`` and ``reboot``
-actions stop or start it. Leaving the ``with`` block removes every container and the network.
+DELETE removes the container; ``create_image`` commits it (``Booter.commit``) and a server
+created with the snapshot's id as its image boots that; the ``poweroff``, ``shutdown``,
+``poweron`` and ``reboot`` actions stop or start it. Leaving the ``with`` block removes every
+container, snapshot and the network.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ POWER = {
     "poweron": ("starting", "running"), "reboot": ("starting", "running"),
 }  # fmt: skip
 HOUR = 3600.0
+SNAPSHOT_GB = 0.42  # a snapshot's image_size without boot mode (nothing is committed)
 Answer = tuple[int, Any, dict[str, str]]
 
 
@@ -74,6 +78,8 @@ class FakeHetzner:
         self.servers: dict[int, dict[str, Any]] = {}
         self.firewalls: dict[int, dict[str, Any]] = {}
         self.actions: dict[int, dict[str, Any]] = {}
+        # snapshots made by create_image, by id: GET /images lists them, POST /servers boots one
+        self.snapshots: dict[int, dict[str, Any]] = {}
         self.unavailable: set[tuple[str, str]] = set()
         self.misplaced: set[tuple[str, str]] = set()
         self.offered: dict[str, set[str]] = {}
@@ -164,8 +170,9 @@ class FakeHetzner:
                 self.servers[server_id]["status"] = "off"
             self._finish(action_id, message)
 
-    def _boot(self, server: dict[str, Any], action_id: int) -> None:
-        """Boot mode: the server gets its container's address now and boots meanwhile."""
+    def _boot(self, server: dict[str, Any], action_id: int, snapshot: int | None = None) -> None:
+        """Boot mode: the server gets its container's address now and boots meanwhile (from
+        ``snapshot``'s committed container when it was created from one)."""
         assert self.boot is not None
         address = self.boot.allocate()
         server["status"] = "initializing"
@@ -175,6 +182,7 @@ class FakeHetzner:
             server_id, server["name"], server["user_data"], address,
             on_started=lambda _: self._booted(server_id, action_id),
             on_failed=lambda _, message: self._not_booted(server_id, action_id, message),
+            snapshot=snapshot,
         )  # fmt: skip
 
     def _refresh(self, server: dict[str, Any]) -> dict[str, Any]:
@@ -279,6 +287,8 @@ class FakeHetzner:
             return self._servers(method, item, query, body, verb)
         if resource == "firewalls":
             return self._firewalls(method, item, query, body)
+        if resource == "images":
+            return self._images(method, item, query)
         return self._error("not_found", f"no route {method} {path}")
 
     def _server_types(self, item: int | None, query: dict[str, str]) -> Answer:
@@ -351,7 +361,7 @@ class FakeHetzner:
         if server is None:
             return self._error("not_found", f"server with ID '{item}' not found")
         if action is not None:
-            return self._server_action(server, action, method)
+            return self._server_action(server, action, method, body)
         if method == "GET":
             return 200, {"server": self._refresh(server)}, {}
         if method == "PUT":
@@ -373,8 +383,12 @@ class FakeHetzner:
             return 200, {"action": deleted}, {}
         return self._error("method_not_allowed")
 
-    def _server_action(self, server: dict[str, Any], action: str, method: str) -> Answer:
-        """POST /servers/{id}/actions/{poweroff|shutdown|poweron|reboot}."""
+    def _server_action(
+        self, server: dict[str, Any], action: str, method: str, body: dict[str, Any]
+    ) -> Answer:
+        """POST /servers/{id}/actions/{poweroff|shutdown|poweron|reboot|create_image}."""
+        if method == "POST" and action == "create_image":
+            return self._create_image(server, body)
         if method != "POST" or action not in POWER:
             return self._error("not_found", f"no server action {method} {action}")
         meanwhile, then = POWER[action]
@@ -396,6 +410,72 @@ class FakeHetzner:
 
             self._in_background(work, done["id"], server_id, then)
         return 201, {"action": done}, {}
+
+    # --- snapshots -------------------------------------------------------------------------
+
+    def _create_image(self, server: dict[str, Any], body: dict[str, Any]) -> Answer:
+        """POST /servers/{id}/actions/create_image (reference, "Create Image from a Server";
+        hcloud-go ``schema.ServerActionCreateImageResponse``): 201 with the image
+        ``creating`` (no size yet) and a ``create_image`` action ``running``; when the action
+        succeeds the image is ``available`` with its ``image_size``. Type ``backup`` needs
+        backups enabled, which no server here has: only ``snapshot`` is made. In boot mode
+        the server's container (and its Docker engine's disk) is committed meanwhile."""
+        if body.get("type", "snapshot") != "snapshot":
+            return self._error("invalid_input", "invalid input in field 'type'")
+        image_id = self._id()
+        image: dict[str, Any] = {
+            "id": image_id, "type": "snapshot", "status": "creating", "name": None,
+            "description": body.get("description") or f"{server['name']} snapshot",
+            "image_size": None, "disk_size": server["primary_disk_size"],
+            "created": iso(datetime.now(UTC)),
+            "created_from": {"id": server["id"], "name": server["name"]},
+            "bound_to": None, "os_flavor": "debian", "os_version": "12", "architecture": "x86",
+            "rapid_deploy": False, "protection": {"delete": False}, "deprecated": None,
+            "deleted": None, "labels": dict(body.get("labels") or {}),
+        }  # fmt: skip
+        self.snapshots[image_id] = image
+        resources = [{"id": server["id"], "type": "server"}, {"id": image_id, "type": "image"}]
+        action = self._action("create_image", resources, running=self.boot is not None)
+        if self.boot is None:
+            image.update(status="available", image_size=SNAPSHOT_GB)
+        else:
+            boot, server_id = self.boot, server["id"]
+
+            def work() -> None:
+                size = boot.commit(server_id, image_id)
+                with self._lock:
+                    image.update(status="available", image_size=math.ceil(size / 1e7) / 100)
+
+            self._in_background(work, action["id"], server_id)
+        return 201, {"image": image, "action": action}, {}
+
+    def _images(self, method: str, item: int | None, query: dict[str, str]) -> Answer:
+        """GET /images (``type``, ``label_selector``, ``sort=created:desc``) and GET, DELETE
+        /images/{id} (204, reference "Delete an Image") over the snapshots made here."""
+        if item is None and method == "GET":
+            every = list(self.snapshots.values())
+            if "type" in query:
+                every = [i for i in every if i["type"] == query["type"]]
+            if "label_selector" in query:
+                every = [i for i in every if matches(i["labels"], query["label_selector"])]
+            every.sort(key=lambda i: i["id"], reverse=query.get("sort") == "created:desc")
+            return self._page("images", every, query)
+        image = self.snapshots.get(item or -1)
+        if image is None:
+            return self._error("not_found", f"image with ID '{item}' not found")
+        if method == "GET":
+            return 200, {"image": image}, {}
+        if method == "DELETE":
+            del self.snapshots[image["id"]]
+            if self.boot is not None:
+                self.boot.forget(image["id"])
+            return 204, None, {}
+        return self._error("method_not_allowed")
+
+    def snapshot_image(self, image: object) -> int | None:
+        """The snapshot a POST /servers ``image`` names (its id), or None for any other."""
+        text = str(image)
+        return int(text) if text.isdigit() and int(text) in self.snapshots else None
 
     def _create_server(self, body: dict[str, Any]) -> Answer:
         for field in ("name", "server_type", "image"):
@@ -432,7 +512,7 @@ class FakeHetzner:
             "create_server", [{"id": server["id"], "type": "server"}], running=self.boot is not None
         )
         if self.boot is not None:
-            self._boot(server, action["id"])
+            self._boot(server, action["id"], self.snapshot_image(body["image"]))
         if self.create_then_fail:  # made, and then the answer is lost to an error
             status, code = self.create_then_fail.pop(0)
             return status, error_body(code, MESSAGES.get(code, code)), {}
