@@ -23,6 +23,7 @@ class Server:
     status: str = ""
     location: str | None = None
     server_type: str | None = None
+    image: int | None = None  # the image it was created from (a snapshot's id, for one)
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Server:
@@ -35,6 +36,7 @@ class Server:
             status=str(body.get("status", "")),
             location=location.get("name"),
             server_type=(body.get("server_type") or {}).get("name"),
+            image=int(image["id"]) if (image := body.get("image")) else None,
         )
 
 

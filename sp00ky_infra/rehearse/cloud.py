@@ -502,6 +502,8 @@ class FakeHetzner:
             return self._error("invalid_input", "user_data is too long (at most 32 KiB)")
         server = self.add_server(body["name"], body.get("labels", {}), None, server_type, location)
         server["user_data"] = body.get("user_data", "")  # kept for tests; not in the real API
+        if (snapshot := self.snapshot_image(body["image"])) is not None:
+            server["image"] = dict(self.snapshots[snapshot])  # what GET /servers says it runs
         for ref in body.get("firewalls", []):
             firewall = self.firewalls.get(ref["firewall"])
             if firewall is None:
@@ -512,7 +514,7 @@ class FakeHetzner:
             "create_server", [{"id": server["id"], "type": "server"}], running=self.boot is not None
         )
         if self.boot is not None:
-            self._boot(server, action["id"], self.snapshot_image(body["image"]))
+            self._boot(server, action["id"], snapshot)
         if self.create_then_fail:  # made, and then the answer is lost to an error
             status, code = self.create_then_fail.pop(0)
             return status, error_body(code, MESSAGES.get(code, code)), {}
