@@ -121,7 +121,8 @@ def _make(
 ) -> Image:
     """A bake server made, watched until it powered off, snapshotted and deleted."""
     recipe = request.recipe
-    name = f"sp00ky-bake-{request.pool}-{recipe.hash[:8]}"[:63]
+    # names are unique per Hetzner project, which several sp00ky projects may share
+    name = f"sp00ky-bake-{request.project}-{request.pool}-{recipe.hash[:8]}"[:63]
     progress(f"creating bake server {name} ({request.server_type}, {request.base})")
     server = api.create_server(
         name=name, server_type=request.server_type, image=request.base,

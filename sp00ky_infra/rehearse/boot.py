@@ -206,7 +206,7 @@ class Booter:
             )  # fmt: skip
             container = self.client.containers.get(server.container)
             if server.snapshot is not None:
-                self._copy_disk(container.name, self.snapshot_volume(server.snapshot), False)
+                self._copy_disk(server.container, self.snapshot_volume(server.snapshot), False)
             container.put_archive("/", _seed(server, user_data))
             with self._lock:
                 if server.cancelled:  # deleted while it was being made
@@ -290,7 +290,7 @@ class Booter:
         self.client.volumes.create(
             self.snapshot_volume(image_id), labels=self.labels(**{ROLE: "snapshot"})
         )
-        copied = self._copy_disk(container.name, self.snapshot_volume(image_id), True)
+        copied = self._copy_disk(server.container, self.snapshot_volume(image_id), True)
         return int(committed.attrs.get("Size") or 0) + copied
 
     def _copy_disk(self, container: str, volume: str, into_volume: bool) -> int:
@@ -483,7 +483,7 @@ def remove_leftovers(client: docker.DockerClient, cloud: str | None = None) -> i
     snapshots = {"label": [*selector, f"{ROLE}=snapshot"]}
     for image in client.images.list(filters=snapshots):
         with contextlib.suppress(NotFound, APIError):
-            client.images.remove(image.id, force=True)
+            client.images.remove(str(image.id), force=True)
     for volume in client.volumes.list(filters=snapshots):
         with contextlib.suppress(NotFound, APIError):
             volume.remove(force=True)

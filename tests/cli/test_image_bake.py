@@ -76,7 +76,7 @@ def test_a_bake_server_that_never_powers_off_fails_the_bake_and_is_deleted(
     code, out, err = _bake(fake, _config(tmp_path), "--timeout", "0")
     assert code == 1 and out == ""
     assert "did not power off within 0s" in err and "cloud-init's output log" in err
-    assert "creating bake server sp00ky-bake-render-" in err and "deleting bake server" in err
+    assert "creating bake server sp00ky-bake-shop-render-" in err and "deleting bake server" in err
     assert fake.servers == {} and fake.snapshots == {}
 
 

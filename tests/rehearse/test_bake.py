@@ -14,16 +14,14 @@ import docker
 import pytest
 
 from sp00ky_infra.client import Client
-from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.bake import Baked, BakeRequest, ImageFeed, bake
 from sp00ky_infra.controller.images import ImageServer, PoolImage
 from sp00ky_infra.hetzner.client import HetznerAPI
 from sp00ky_infra.rehearse.boot import Booter
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
-from sp00ky_infra.shared import tokens
-from sp00ky_infra.shared.cloud_init import user_data
-from tests.controllers import SECRET, backend_app, project, running_controller, wait_for
+from tests.controllers import backend_app, project, running_controller, wait_for
 from tests.engines import backend_context
+from tests.rehearse.machines import ready_machine
 
 
 @pytest.fixture
@@ -83,21 +81,9 @@ def test_a_baked_snapshot_boots_a_machine_that_fetches_no_image(
         SPKY_POOL_TIMINGS="lease=10s,idleTimeout=120s,bootTimeout=240s",
         SPKY_POOL_HOST=cloud.boot.gateway,
     ) as controller:  # fmt: skip
-        loaded = load_config(config)
-        revision = loaded.backend_for("render").revision(loaded.pools["render"], image_id)
-        client.store.machines.add(machine, "render", "local", revision, 1, time.time())
-        token = tokens.issue_join_token(SECRET, machine, time.time())
-        server = api.create_server(
-            name=machine, server_type="cx23", image=str(first.snapshot), location="fsn1",
-            user_data=user_data(machine, controller.agents_url, token, runtime="docker"),
-        )  # fmt: skip
-        try:
-            wait_for(
-                lambda: client.store.machines.get(machine).state == "ready",
-                timeout=240, interval=0.5, what="the machine ready",
-            )  # fmt: skip
-        except AssertionError:
-            raise AssertionError(cloud.boot.console(server.id)) from None
+        server = ready_machine(
+            cloud, client, controller, config, image_id, machine, image=str(first.snapshot)
+        )
         _, journal = cloud.boot.exec(
             server.id, "journalctl", "-u", "sp00ky-agent.service", "--no-pager"
         )

@@ -12,15 +12,19 @@ import yaml
 from docker.errors import ImageNotFound, NotFound
 
 from sp00ky_infra.hetzner.client import HetznerAPI
-from sp00ky_infra.rehearse.boot import Booter
+from sp00ky_infra.rehearse.boot import CLOUD, Booter
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from tests.controllers import wait_for
 
 
 @pytest.fixture
 def cloud(rehearsal_image: str) -> Iterator[FakeHetzner]:
+    """A fake cloud in boot mode; leaving it removes every snapshot it still holds."""
     with FakeHetzner(boot=Booter(rehearsal_image)) as fake:
         yield fake
+    mine = {"label": f"{CLOUD}={fake.boot.cloud if fake.boot else ''}"}
+    engine = docker.from_env()
+    assert engine.images.list(filters=mine) == [] and engine.volumes.list(filters=mine) == []
 
 
 def _user_data(path: str) -> str:
@@ -79,5 +83,8 @@ def test_a_server_made_from_a_snapshot_boots_its_disk_and_engine(cloud: FakeHetz
     with pytest.raises(NotFound):
         engine.volumes.get(boot.snapshot_volume(taken.id))
     assert boot.running(second.id)  # a server made from it keeps its own disk
+    kept, action = api.create_image(second.id, "left for the cloud to remove", {})
+    api.wait_action(action, timeout=300, every=0.5)
+    assert engine.images.get(boot.snapshot_tag(kept.id))
     api.delete_server(second.id)
     wait_for(lambda: boot.running(second.id) is None, what="the container removed")
