@@ -453,12 +453,11 @@ class FakeHetzner:
         """GET /images (``type``, ``label_selector``, ``sort=created:desc``) and GET, DELETE
         /images/{id} (204, reference "Delete an Image") over the snapshots made here."""
         if item is None and method == "GET":
-            every = list(self.snapshots.values())
-            if "type" in query:
-                every = [i for i in every if i["type"] == query["type"]]
-            if "label_selector" in query:
-                every = [i for i in every if matches(i["labels"], query["label_selector"])]
-            every.sort(key=lambda i: i["id"], reverse=query.get("sort") == "created:desc")
+            kind = query.get("type")
+            every = [i for i in self.snapshots.values() if kind in (None, i["type"])]
+            every = self._select(every, query)  # by id: the order they were made in
+            if query.get("sort") == "created:desc":
+                every.reverse()
             return self._page("images", every, query)
         image = self.snapshots.get(item or -1)
         if image is None:
