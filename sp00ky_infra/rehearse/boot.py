@@ -8,6 +8,11 @@ systemd as PID 1. Its user-data and meta-data (``instance-id`` = the server's id
 finds a datasource at boot and runs its stages in systemd's order: ``cloud-init-local``,
 ``cloud-init`` (network), ``cloud-config``, ``cloud-final``.
 
+A snapshot (create_image) is the server's container committed, with a copy of its Docker
+engine's disk (a volume, which a commit leaves out) in a volume of its own; a server created
+from it starts from the committed image, that disk copied onto its own first, so its engine
+has the images the snapshot's had, and it boots as a new instance (a new instance-id).
+
 Why this is faithful to a Hetzner VM: the same user-data byte for byte, read by the same
 cloud-init (Debian 12's) through the same modules and stages, ordered by the same systemd
 units (so ``runcmd`` runs in ``cloud-final``, and a unit it starts waits for what it says it
@@ -56,7 +61,7 @@ from sp00ky_infra import engine
 from sp00ky_infra.rehearse.errors import BootError
 from sp00ky_infra.rehearse.phases import Timeline
 
-ROLE = "sp00ky-rehearse/role"  # server | network
+ROLE = "sp00ky-rehearse/role"  # server | network | snapshot
 CLOUD = "sp00ky-rehearse/cloud"  # the fake cloud's id: one per FakeHetzner
 SERVER = "sp00ky-rehearse/server"  # the server's id
 DOCKER_DISK = "/var/lib/docker"  # the inner engine's storage: a volume, not in a commit
