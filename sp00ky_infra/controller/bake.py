@@ -89,6 +89,7 @@ class Baked:
     reused: bool
     image_size: float | None  # GB, what Hetzner bills a month
     deleted: tuple[int, ...] = field(default_factory=tuple)  # older snapshots removed
+    monthly_euros: float | None = None  # net, at GET /pricing's price of a GB a month
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "deleted": list(self.deleted)}
@@ -107,7 +108,25 @@ def bake(
         progress(f"snapshot {found.id} holds recipe {recipe.hash}: reused")
     snapshot = found or _make(api, request, progress, timeout, every)
     deleted = prune(api, request.project, request.pool, snapshot.id, progress)
-    return Baked(snapshot.id, recipe.hash, found is not None, snapshot.image_size, deleted)
+    monthly = _monthly_euros(api, snapshot, progress)
+    return Baked(snapshot.id, recipe.hash, found is not None, snapshot.image_size, deleted, monthly)
+
+
+def _monthly_euros(api: HetznerAPI, snapshot: Image, progress: Progress) -> float | None:
+    """What the snapshot costs a month, net: Hetzner bills snapshots per GB and month
+    (https://docs.hetzner.com/cloud/general/faq, "What are snapshots and backups?"), at GET
+    /pricing's ``image.price_per_gb_month``. None when the size or the price is not known."""
+    if snapshot.image_size is None:
+        return None
+    try:
+        price = api.pricing().image_per_gb_month
+    except HcloudError as exc:
+        progress(f"snapshot {snapshot.id}: no price ({exc})")
+        return None
+    euros = round(snapshot.image_size * price, 4)
+    progress(f"snapshot {snapshot.id}: {snapshot.image_size:.2f} GB at EUR {price} a GB and "
+             f"month: EUR {euros:.2f} a month")  # fmt: skip
+    return euros
 
 
 def _available(api: HetznerAPI, request: BakeRequest) -> Image | None:

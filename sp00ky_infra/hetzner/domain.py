@@ -146,13 +146,16 @@ def _location_prices(
 @dataclass(frozen=True, slots=True)
 class Pricing:
     """GET /pricing as read on ``date`` (hcloud-go ``schema.Pricing``): every server type's net
-    price per location and the primary IPv4's per location (its hourly price as answered)."""
+    price per location and the primary IPv4's per location (its hourly price as answered), and
+    the net price of a GB of snapshot a month (``image.price_per_gb_month``, hcloud-go
+    ``schema.PricingImage``)."""
 
     currency: str
     vat_rate: float
     server_types: Mapping[str, tuple[LocationPrice, ...]]
     primary_ipv4: tuple[LocationPrice, ...]
     date: str
+    image_per_gb_month: float = 0.0
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any], date: str) -> Pricing:
@@ -169,6 +172,9 @@ class Pricing:
             server_types=server_types,
             primary_ipv4=_location_prices(ipv4.get("prices") or [], date, PRICING_SOURCE),
             date=date,
+            image_per_gb_month=_net(
+                (body.get("image") or {}).get("price_per_gb_month") or {"net": 0}
+            ),
         )
 
 

@@ -13,6 +13,8 @@ from click.testing import CliRunner
 
 from sp00ky_infra.cli.main import cli
 from sp00ky_infra.hetzner.client import HetznerAPI
+from sp00ky_infra.rehearse import cloud as cloud_module
+from sp00ky_infra.rehearse.catalog import pricing_json
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.shared.cloud_init import agent_sha256
 from sp00ky_infra.shared.recipe import Recipe
@@ -50,8 +52,14 @@ def _snapshot(fake: FakeHetzner, recipe: Recipe) -> int:
 
 
 def test_the_recipe_s_snapshot_is_reused_and_older_ones_deleted(
-    tmp_path: Path, fake: FakeHetzner
+    tmp_path: Path, fake: FakeHetzner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # a price of a GB of snapshot a month, as GET /pricing answers it (the catalog has none)
+    priced = {
+        **pricing_json(),
+        "image": {"price_per_gb_month": {"net": "0.0200", "gross": "0.0238"}},
+    }
+    monkeypatch.setattr(cloud_module, "pricing_json", lambda: priced)
     recipe = Recipe("debian-12", agent_sha256(), IMAGE)
     older = _snapshot(fake, Recipe("debian-12", "c" * 64, IMAGE))
     current = _snapshot(fake, recipe)
@@ -62,8 +70,9 @@ def test_the_recipe_s_snapshot_is_reused_and_older_ones_deleted(
     assert code == 0, err
     assert json.loads(out) == {
         "snapshot": current, "recipe": recipe.hash, "reused": True,
-        "image_size": fake.snapshots[current]["image_size"], "deleted": [older],
+        "image_size": 0.42, "deleted": [older], "monthly_euros": 0.0084,
     }  # fmt: skip
+    assert f"snapshot {current}: 0.42 GB at EUR 0.02 a GB and month: EUR 0.01 a month" in err
     assert f"snapshot {current} holds recipe {recipe.hash}: reused" in err
     assert f"snapshot {running} (recipe" in err and "kept" in err
     assert ("POST", "/v1/servers") not in fake.requests

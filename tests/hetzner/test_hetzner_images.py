@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI
-from sp00ky_infra.hetzner.domain import Action, Image
+from sp00ky_infra.hetzner.domain import Action, Image, Pricing
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 
 
@@ -82,3 +82,10 @@ def test_an_image_record_reads_the_api_shape() -> None:
         4711, "creating", None, 40.0,
     )  # fmt: skip
     assert Image.from_json({**body, "image_size": 2.3}).image_size == 2.3
+
+
+def test_pricing_reads_the_price_of_a_gb_of_snapshot_a_month() -> None:
+    body = {"currency": "EUR", "vat_rate": "19.00", "server_types": [], "primary_ips": []}
+    image = {"price_per_gb_month": {"net": "0.0119", "gross": "0.0142"}}
+    assert Pricing.from_json({**body, "image": image}, "2026-12-05").image_per_gb_month == 0.0119
+    assert Pricing.from_json(body, "2026-12-05").image_per_gb_month == 0.0  # not answered
