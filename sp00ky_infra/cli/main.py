@@ -34,6 +34,7 @@ COMMANDS = {
     "explain": "sp00ky_infra.cli.explain:explain",
     "mcp": "sp00ky_infra.cli.mcp_server:mcp",
     "schedules": "sp00ky_infra.cli.schedules:schedules",
+    "image": "sp00ky_infra.cli.image:image",
 }
 
 

@@ -42,7 +42,9 @@ from typing import Any, Final, Protocol, TypeVar
 import requests
 
 from sp00ky_infra.hetzner.domain import (
+    Action,
     Firewall,
+    Image,
     Pricing,
     RateLimit,
     Server,
@@ -225,6 +227,48 @@ class HetznerAPI:
 
     def get_server(self, server_id: int | str) -> Server:
         return Server.from_json(self.request("GET", f"/servers/{server_id}")["server"])
+
+    # --- images and actions --------------------------------------------------------------------
+
+    def create_image(
+        self, server_id: int | str, description: str, labels: Mapping[str, str]
+    ) -> tuple[Image, Action]:
+        """Take a snapshot of a server's disk (POST /servers/{id}/actions/create_image, type
+        ``snapshot``; hcloud-go ``schema.ServerActionCreateImageRequest``). It answers 201
+        ``{"image": {...}, "action": {...}}``: the image ``creating`` until the action is done.
+        Not retried on an unknown outcome: a snapshot has no name to look it up by, and the
+        caller lists its recipe's snapshots before it makes one."""
+        body = {"type": "snapshot", "description": description, "labels": dict(labels)}
+        answer = self.request("POST", f"/servers/{server_id}/actions/create_image", json=body)
+        return Image.from_json(answer["image"]), Action.from_json(answer["action"])
+
+    def images(self, label_selector: str | None = None, type: str | None = None) -> list[Image]:
+        """GET /images, every page, newest first (``sort=created:desc``), narrowed by a label
+        selector and a type (``system``, ``snapshot``, ``backup``, ``app``)."""
+        params = {"sort": "created:desc"}
+        params |= {"label_selector": label_selector} if label_selector else {}
+        params |= {"type": type} if type else {}
+        return [Image.from_json(each) for each in self.paginate("/images", "images", **params)]
+
+    def delete_image(self, image_id: int | str) -> bool:
+        """Delete an image (DELETE /images/{id}, 204 No Content); False when it was gone."""
+        return self._delete(f"/images/{image_id}")
+
+    def get_action(self, action_id: int | str) -> Action:
+        return Action.from_json(self.request("GET", f"/actions/{action_id}")["action"])
+
+    def wait_action(self, action: Action, timeout: float, every: float = 2.0) -> Action:
+        """Poll the action until it is no longer ``running``; an HcloudError ``action_failed``
+        when it ends in ``error``, ``timeout`` when ``timeout`` seconds pass first."""
+        deadline = self.clock() + timeout
+        while action.status == "running":
+            if self.clock() > deadline:
+                raise HcloudError("timeout", f"action {action.id} ({action.command}) still runs")
+            self.sleep(every)
+            action = self.get_action(action.id)
+        if action.status == "error":
+            raise HcloudError("action_failed", f"{action.command}: {action.error}")
+        return action
 
     # --- firewalls -----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ class Server:
     status: str = ""
     location: str | None = None
     server_type: str | None = None
+    image: int | None = None  # the image it was created from (a snapshot's id, for one)
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Server:
@@ -35,6 +36,7 @@ class Server:
             status=str(body.get("status", "")),
             location=location.get("name"),
             server_type=(body.get("server_type") or {}).get("name"),
+            image=int(image["id"]) if (image := body.get("image")) else None,
         )
 
 
@@ -144,13 +146,16 @@ def _location_prices(
 @dataclass(frozen=True, slots=True)
 class Pricing:
     """GET /pricing as read on ``date`` (hcloud-go ``schema.Pricing``): every server type's net
-    price per location and the primary IPv4's per location (its hourly price as answered)."""
+    price per location and the primary IPv4's per location (its hourly price as answered), and
+    the net price of a GB of snapshot a month (``image.price_per_gb_month``, hcloud-go
+    ``schema.PricingImage``)."""
 
     currency: str
     vat_rate: float
     server_types: Mapping[str, tuple[LocationPrice, ...]]
     primary_ipv4: tuple[LocationPrice, ...]
     date: str
+    image_per_gb_month: float = 0.0
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any], date: str) -> Pricing:
@@ -167,6 +172,9 @@ class Pricing:
             server_types=server_types,
             primary_ipv4=_location_prices(ipv4.get("prices") or [], date, PRICING_SOURCE),
             date=date,
+            image_per_gb_month=_net(
+                (body.get("image") or {}).get("price_per_gb_month") or {"net": 0}
+            ),
         )
 
 
@@ -187,3 +195,59 @@ def server_type_from_json(body: Mapping[str, Any], date: str) -> ServerType:
         deprecated=bool(body.get("deprecated")) or body.get("deprecation") is not None,
         source=f"{SERVER_TYPES_SOURCE}, {date}",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """An action as the API answers it (hcloud-go ``schema.Action``): ``status`` is
+    ``running``, ``success`` or ``error`` (with ``error``'s code and message)."""
+
+    id: int
+    command: str
+    status: str
+    progress: int = 0
+    error: str | None = None
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Action:
+        error = body.get("error") or None
+        return cls(
+            id=int(body["id"]),
+            command=str(body.get("command", "")),
+            status=str(body["status"]),
+            progress=int(body.get("progress") or 0),
+            error=f"{error.get('code')}: {error.get('message')}" if error else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An image as GET /images answers it (hcloud-go ``schema.Image``). A snapshot has no
+    ``name``, its ``description`` says what it is; ``image_size`` (GB, what is billed) is
+    None while it is being made, ``disk_size`` (GB) is the disk it was taken of; ``status``
+    is ``creating``, ``available`` or ``unavailable``."""
+
+    id: int
+    type: str  # system, snapshot, backup or app
+    status: str
+    created: float  # unix time
+    name: str | None = None
+    description: str = ""
+    image_size: float | None = None
+    disk_size: float = 0.0
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Image:
+        size = body.get("image_size")
+        return cls(
+            id=int(body["id"]),
+            type=str(body["type"]),
+            status=str(body.get("status", "")),
+            created=_time(body["created"]),
+            name=body.get("name"),
+            description=str(body.get("description") or ""),
+            image_size=None if size is None else float(size),
+            disk_size=float(body.get("disk_size") or 0.0),
+            labels=dict(body.get("labels") or {}),
+        )

@@ -14,6 +14,11 @@ with Docker (``docker-ce``, the default) boots the rehearsal image, which has Do
 without (``debian-12``) boots the variant without Docker when it is built, so its boot
 installs docker.io as it would on Hetzner.
 
+A snapshot (create_image) is the server's container committed, with a copy of its Docker
+engine's disk (a volume, which a commit leaves out) in a volume of its own; a server created
+from it starts from the committed image, that disk copied onto its own first, so its engine
+has the images the snapshot's had, and it boots as a new instance (a new instance-id).
+
 Why this is faithful to a Hetzner VM: the same user-data byte for byte, read by the same
 cloud-init (Debian 12's) through the same modules and stages, ordered by the same systemd
 units (so ``runcmd`` runs in ``cloud-final``, and a unit it starts waits for what it says it
@@ -62,9 +67,10 @@ from sp00ky_infra import engine
 from sp00ky_infra.rehearse.errors import BootError
 from sp00ky_infra.rehearse.phases import Timeline
 
-ROLE = "sp00ky-rehearse/role"  # server | network
+ROLE = "sp00ky-rehearse/role"  # server | network | snapshot
 CLOUD = "sp00ky-rehearse/cloud"  # the fake cloud's id: one per FakeHetzner
 SERVER = "sp00ky-rehearse/server"  # the server's id
+DOCKER_DISK = "/var/lib/docker"  # the inner engine's storage: a volume, not in a commit
 SEED = "var/lib/cloud/seed/nocloud"
 TMPFS = {
     "/run": "rw,nosuid,nodev,mode=755",
@@ -97,6 +103,7 @@ class _Server:
     address: str
     requested: float  # unix time of POST /servers
     image: str  # the rehearsal image it boots
+    snapshot: int | None = None  # the snapshot it boots, if any
     cancelled: bool = False
     error: str | None = None
     thread: threading.Thread | None = None
@@ -190,12 +197,15 @@ class Booter:
     def start(
         self, server_id: int, name: str, user_data: str, address: str,
         on_started: Started, on_failed: Failed, image: str | None = None,
+        snapshot: int | None = None,
     ) -> None:  # fmt: skip
         """Boot the server (of the Hetzner image ``image``) in a thread of its own; the
-        callbacks say how it went."""
+        callbacks say how it went. From ``snapshot`` (``commit``'s) its disk is that
+        snapshot's, else the rehearsal image ``image`` maps to."""
         server = _Server(
-            server_id, name, self.container_name(name), address, time.time(), self.image_for(image)
-        )
+            server_id, name, self.container_name(name), address, time.time(),
+            self.image_for(image), snapshot,
+        )  # fmt: skip
         server.thread = threading.Thread(
             target=self._boot, args=(server, user_data, on_started, on_failed),
             name=f"boot-{name}", daemon=True,
@@ -210,13 +220,16 @@ class Booter:
             host_config = api.create_host_config(network_mode=self.network, **RUN)
             host_config.update(UNMASKED)
             endpoint = api.create_endpoint_config(ipv4_address=server.address)
+            image = server.image if server.snapshot is None else self.snapshot_tag(server.snapshot)
             api.create_container(
-                server.image, name=server.container, hostname=server.name, detach=True,
+                image, name=server.container, hostname=server.name, detach=True,
                 labels=self.labels(**{ROLE: "server", SERVER: str(server.id)}),
                 stop_signal=STOP_SIGNAL, host_config=host_config,
                 networking_config={"EndpointsConfig": {self.network: endpoint}},
             )  # fmt: skip
             container = self.client.containers.get(server.container)
+            if server.snapshot is not None:
+                self._copy_disk(server.container, self.snapshot_volume(server.snapshot), False)
             container.put_archive("/", _seed(server, user_data))
             with self._lock:
                 if server.cancelled:  # deleted while it was being made
@@ -277,6 +290,54 @@ class Booter:
         except NotFound:
             return None
         return bool(container.status == "running")
+
+    # --- snapshots -----------------------------------------------------------------------------
+
+    def snapshot_tag(self, image_id: int) -> str:
+        return f"{self.prefix}-snapshot:{self.cloud}-{image_id}"
+
+    def snapshot_volume(self, image_id: int) -> str:
+        return f"{self.prefix}-snapshot-{self.cloud}-{image_id}"
+
+    def commit(self, server_id: int, image_id: int) -> int:
+        """create_image: the server's container committed as ``snapshot_tag``, and its Docker
+        engine's disk (a volume, which a commit leaves out) copied into ``snapshot_volume``;
+        the bytes the two hold, as a snapshot's size is its disk's data."""
+        server = self._get(server_id)
+        if server is None:
+            raise BootError(f"server {server_id} has no container to snapshot")
+        container = self.client.containers.get(server.container)
+        repository, tag = self.snapshot_tag(image_id).split(":")
+        changes = [f"LABEL {CLOUD}={self.cloud}", f"LABEL {ROLE}=snapshot"]
+        committed = container.commit(repository=repository, tag=tag, changes=changes)
+        self.client.volumes.create(
+            self.snapshot_volume(image_id), labels=self.labels(**{ROLE: "snapshot"})
+        )
+        copied = self._copy_disk(server.container, self.snapshot_volume(image_id), True)
+        return int(committed.attrs.get("Size") or 0) + copied
+
+    def _copy_disk(self, container: str, volume: str, into_volume: bool) -> int:
+        """Copy a server's Docker disk into ``volume`` (or ``volume`` onto it) in a helper
+        container that mounts both; ``cp -a`` as root with the servers' capabilities keeps
+        overlay2's xattrs and whiteouts. The bytes copied."""
+        source, target = (DOCKER_DISK, "/snapshot") if into_volume else ("/snapshot", DOCKER_DISK)
+        script = f"cp -a {source}/. {target}/ && du -sb {target} | cut -f1"
+        output = self.client.containers.run(
+            self.image, ["sh", "-c", script], remove=True, volumes_from=[container],
+            volumes={volume: {"bind": "/snapshot", "mode": "rw"}},
+            cap_add=RUN["cap_add"], cap_drop=RUN["cap_drop"], security_opt=RUN["security_opt"],
+            labels=self.labels(**{ROLE: "server"}),
+        )  # fmt: skip
+        text = output.decode().strip() if isinstance(output, bytes) else ""
+        return int(text) if text.isdigit() else 0
+
+    def forget(self, image_id: int) -> None:
+        """DELETE /images/{id}: the committed image and its disk go (a server booted from it
+        keeps its own copy)."""
+        with contextlib.suppress(NotFound):
+            self.client.images.remove(self.snapshot_tag(image_id), force=True)
+        with contextlib.suppress(NotFound):
+            self.client.volumes.get(self.snapshot_volume(image_id)).remove(force=True)
 
     def close(self) -> None:
         """Every container and the network of this cloud removed (leftovers too)."""
@@ -442,4 +503,11 @@ def remove_leftovers(client: docker.DockerClient, cloud: str | None = None) -> i
     for network in client.networks.list(filters={"label": [*selector, f"{ROLE}=network"]}):
         with contextlib.suppress(NotFound):
             network.remove()
+    snapshots = {"label": [*selector, f"{ROLE}=snapshot"]}
+    for image in client.images.list(filters=snapshots):
+        with contextlib.suppress(NotFound, APIError):
+            client.images.remove(str(image.id), force=True)
+    for volume in client.volumes.list(filters=snapshots):
+        with contextlib.suppress(NotFound, APIError):
+            volume.remove(force=True)
     return len(containers)

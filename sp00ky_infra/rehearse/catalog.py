@@ -249,7 +249,10 @@ def select_images(images: list[dict[str, Any]], query: dict[str, str]) -> list[d
     field, _, order = query.get("sort", "id").partition(":")
     if field not in IMAGE_SORTS:
         raise ValueError(f"invalid sort field {field!r}")
-    return sorted(found, key=lambda i: (i[field] is None, i[field] or ""), reverse=order == "desc")
+    # ties (created is to the second) in the order the images were made: ids grow with it
+    return sorted(
+        found, key=lambda i: (i[field] is None, i[field] or "", i["id"]), reverse=order == "desc"
+    )
 
 
 def error_body(code: str, message: str) -> dict[str, Any]:

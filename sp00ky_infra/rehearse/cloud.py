@@ -1,9 +1,10 @@
-"""A fake Hetzner Cloud API on 127.0.0.1: servers, firewalls, actions, images, locations,
-server types and their prices (GET /pricing), labels and label selectors, pagination, rate limiting,
-and the API's error answers in their real JSON shapes (the official ``hcloud`` client accepts
-them). The tests' fake cloud, and the rehearsal's: with ``boot`` (a ``boot.Booter``) each
-server it creates really boots its user-data in a container (``boot.py`` says how, and why
-that is faithful). Where each answer comes from is ``catalog.py``'s docstring.
+"""A fake Hetzner Cloud API on 127.0.0.1: servers, firewalls, actions, images (the public ones,
+and snapshots: create_image, DELETE /images), locations, server types and their prices (GET
+/pricing), labels and label selectors, pagination, rate limiting, and the API's error answers
+in their real JSON shapes (the official ``hcloud`` client accepts them). The tests' fake
+cloud, and the rehearsal's: with ``boot`` (a ``boot.Booter``) each server it creates really
+boots its user-data in a container (``boot.py`` says how, and why that is faithful). Where
+each answer comes from is ``catalog.py``'s docstring.
 
 Knobs: ``unavailable`` {(server_type, location)} answers ``resource_unavailable``;
 ``misplaced`` {(server_type, location)} answers ``placement_error``; ``offered``
@@ -23,8 +24,10 @@ Boot mode: POST /servers answers at once with the server ``initializing``, its a
 given (as Hetzner's is), and a ``create_server`` action ``running``; the container starts in
 the background and then the server is ``running`` and the action ``success`` (or, if it could
 not start, ``off`` and ``error``). A server whose machine powered itself off reads ``off``.
-DELETE removes the container; the ``poweroff``, ``shutdown``, ``poweron`` and ``reboot``
-actions stop or start it. Leaving the ``with`` block removes every container and the network.
+DELETE removes the container; ``create_image`` commits it (``Booter.commit``) and a server
+created with the snapshot's id as its image boots that; the ``poweroff``, ``shutdown``,
+``poweron`` and ``reboot`` actions stop or start it. Leaving the ``with`` block removes every
+container, snapshot and the network.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ POWER = {
     "poweron": ("starting", "running"), "reboot": ("starting", "running"),
 }  # fmt: skip
 HOUR = 3600.0
+SNAPSHOT_GB = 0.42  # a snapshot's image_size without boot mode (nothing is committed)
 Answer = tuple[int, Any, dict[str, str]]
 
 
@@ -85,6 +89,8 @@ class FakeHetzner:
         self.firewalls: dict[int, dict[str, Any]] = {}
         self.images: dict[int, dict[str, Any]] = {i["id"]: i for i in public_images_json()}
         self.actions: dict[int, dict[str, Any]] = {}
+        # snapshots made by create_image, by id: GET /images lists them, POST /servers boots one
+        self.snapshots: dict[int, dict[str, Any]] = {}
         self.unavailable: set[tuple[str, str]] = set()
         self.misplaced: set[tuple[str, str]] = set()
         self.offered: dict[str, set[str]] = {}
@@ -175,8 +181,9 @@ class FakeHetzner:
                 self.servers[server_id]["status"] = "off"
             self._finish(action_id, message)
 
-    def _boot(self, server: dict[str, Any], action_id: int) -> None:
-        """Boot mode: the server gets its container's address now and boots meanwhile."""
+    def _boot(self, server: dict[str, Any], action_id: int, snapshot: int | None = None) -> None:
+        """Boot mode: the server gets its container's address now and boots meanwhile (from
+        ``snapshot``'s committed container when it was created from one)."""
         assert self.boot is not None
         address = self.boot.allocate()
         server["status"] = "initializing"
@@ -187,7 +194,7 @@ class FakeHetzner:
             server_id, server["name"], server["user_data"], address,
             on_started=lambda _: self._booted(server_id, action_id),
             on_failed=lambda _, message: self._not_booted(server_id, action_id, message),
-            image=image["name"] or str(image["id"]),
+            image=image["name"] or str(image["id"]), snapshot=snapshot,
         )  # fmt: skip
 
     def _refresh(self, server: dict[str, Any]) -> dict[str, Any]:
@@ -330,6 +337,8 @@ class FakeHetzner:
             return self._servers(method, item, query, body, verb)
         if resource == "firewalls":
             return self._firewalls(method, item, query, body)
+        if resource == "images" and method == "DELETE":
+            return self._delete_image(item)
         return self._error("not_found", f"no route {method} {path}")
 
     def _server_types(self, item: int | None, query: dict[str, str]) -> Answer:
@@ -418,7 +427,7 @@ class FakeHetzner:
         if server is None:
             return self._error("not_found", f"server with ID '{item}' not found")
         if action is not None:
-            return self._server_action(server, action, method)
+            return self._server_action(server, action, method, body)
         if method == "GET":
             return 200, {"server": self._refresh(server)}, {}
         if method == "PUT":
@@ -440,8 +449,12 @@ class FakeHetzner:
             return 200, {"action": deleted}, {}
         return self._error("method_not_allowed")
 
-    def _server_action(self, server: dict[str, Any], action: str, method: str) -> Answer:
-        """POST /servers/{id}/actions/{poweroff|shutdown|poweron|reboot}."""
+    def _server_action(
+        self, server: dict[str, Any], action: str, method: str, body: dict[str, Any]
+    ) -> Answer:
+        """POST /servers/{id}/actions/{poweroff|shutdown|poweron|reboot|create_image}."""
+        if method == "POST" and action == "create_image":
+            return self._create_image(server, body)
         if method != "POST" or action not in POWER:
             return self._error("not_found", f"no server action {method} {action}")
         meanwhile, then = POWER[action]
@@ -463,6 +476,59 @@ class FakeHetzner:
 
             self._in_background(work, done["id"], server_id, then)
         return 201, {"action": done}, {}
+
+    # --- snapshots -------------------------------------------------------------------------
+
+    def _create_image(self, server: dict[str, Any], body: dict[str, Any]) -> Answer:
+        """POST /servers/{id}/actions/create_image (reference, "Create Image from a Server";
+        hcloud-go ``schema.ServerActionCreateImageResponse``): 201 with the image
+        ``creating`` (no size yet) and a ``create_image`` action ``running``; when the action
+        succeeds the image is ``available`` with its ``image_size``. Type ``backup`` needs
+        backups enabled, which no server here has: only ``snapshot`` is made. In boot mode
+        the server's container (and its Docker engine's disk) is committed meanwhile."""
+        if body.get("type", "snapshot") != "snapshot":
+            return self._error("invalid_input", "invalid input in field 'type'")
+        image_id = self._id()
+        image: dict[str, Any] = {
+            "id": image_id, "type": "snapshot", "status": "creating", "name": None,
+            "description": body.get("description") or f"{server['name']} snapshot",
+            "image_size": None, "disk_size": server["primary_disk_size"],
+            "created": iso(datetime.now(UTC)),
+            "created_from": {"id": server["id"], "name": server["name"]},
+            "bound_to": None, "os_flavor": "debian", "os_version": "12", "architecture": "x86",
+            "rapid_deploy": False, "protection": {"delete": False}, "deprecated": None,
+            "deleted": None, "labels": dict(body.get("labels") or {}),
+        }  # fmt: skip
+        self.snapshots[image_id] = image
+        self.images[image_id] = image
+        resources = [{"id": server["id"], "type": "server"}, {"id": image_id, "type": "image"}]
+        action = self._action("create_image", resources, running=self.boot is not None)
+        if self.boot is None:
+            image.update(status="available", image_size=SNAPSHOT_GB)
+        else:
+            boot, server_id = self.boot, server["id"]
+
+            def work() -> None:
+                size = boot.commit(server_id, image_id)
+                with self._lock:
+                    image.update(status="available", image_size=math.ceil(size / 1e7) / 100)
+
+            self._in_background(work, action["id"], server_id)
+        return 201, {"image": image, "action": action}, {}
+
+    def _delete_image(self, item: int | None) -> Answer:
+        """DELETE /images/{id} (204, reference "Delete an Image"): a snapshot; a public image
+        is not the project's to delete (403 forbidden)."""
+        image = self.images.get(item or -1)
+        if image is None:
+            return self._error("not_found", f"image with ID '{item}' not found")
+        if image["type"] != "snapshot":
+            return self._error("forbidden")
+        del self.images[image["id"]]
+        self.snapshots.pop(image["id"], None)
+        if self.boot is not None:
+            self.boot.forget(image["id"])
+        return 204, None, {}
 
     def _create_server(self, body: dict[str, Any]) -> Answer:
         for field in ("name", "server_type", "image"):
@@ -493,6 +559,7 @@ class FakeHetzner:
         server = self.add_server(body["name"], body.get("labels", {}), None, server_type, location)
         server["image"] = image
         server["user_data"] = body.get("user_data", "")  # kept for tests; not in the real API
+        snapshot = image["id"] if image["id"] in self.snapshots else None
         for ref in body.get("firewalls", []):
             firewall = self.firewalls.get(ref["firewall"])
             if firewall is None:
@@ -503,7 +570,7 @@ class FakeHetzner:
             "create_server", [{"id": server["id"], "type": "server"}], running=self.boot is not None
         )
         if self.boot is not None:
-            self._boot(server, action["id"])
+            self._boot(server, action["id"], snapshot)
         if self.create_then_fail:  # made, and then the answer is lost to an error
             status, code = self.create_then_fail.pop(0)
             return status, error_body(code, MESSAGES.get(code, code)), {}

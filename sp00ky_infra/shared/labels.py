@@ -17,8 +17,9 @@ REVISION: Final = "sp00ky/revision"  # hash of what the machine runs
 LIMIT: Final = "sp00ky/limit"  # the pool's size limit: the guardian's cap is 2 x limit + 1
 ROLE: Final = "sp00ky/role"  # what a resource is for, on resources that are not machines
 HEARTBEAT: Final = "sp00ky/heartbeat"  # unix time of the scheduler's last stamp
+RECIPE: Final = "sp00ky/recipe"  # hash of what a baked snapshot holds (shared/recipe.py)
 
-Role = Literal["machine", "machine-image", "pool-image", "heartbeat"]
+Role = Literal["machine", "machine-image", "pool-image", "heartbeat", "snapshot"]
 
 
 def machine_labels(

@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from sp00ky_infra.client import Client
-from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.hetzner.client import HetznerAPI
 from sp00ky_infra.hetzner.errors import HcloudError
 from sp00ky_infra.rehearse.boot import CLOUD, Booter
@@ -24,10 +23,9 @@ from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.rehearse.errors import BootError
 from sp00ky_infra.rehearse.phases import Timeline
 from sp00ky_infra.rehearse.rehearsal import Reading, read_server
-from sp00ky_infra.shared import tokens
-from sp00ky_infra.shared.cloud_init import user_data
-from tests.controllers import SECRET, backend_app, project, running_controller, wait_for
+from tests.controllers import backend_app, project, running_controller, wait_for
 from tests.engines import backend_context
+from tests.rehearse.machines import ready_machine
 
 
 @pytest.fixture
@@ -244,24 +242,8 @@ def test_the_real_user_data_installs_an_agent_that_runs_a_job(
             ["docker", "image", "inspect", "-f", "{{.Id}}", f"sp00ky-dev-pool-{backend}"],
             check=True, capture_output=True, text=True,
         ).stdout.strip()  # fmt: skip
-        loaded = load_config(config)
-        revision = loaded.backend_for("render").revision(loaded.pools["render"], image_id)
-        # the machine row a provisioner writes; the server is made as infra/machine.py does
-        client.store.machines.add(machine, "render", "local", revision, 1, time.time())
-        token = tokens.issue_join_token(SECRET, machine, time.time())
-        api = _api(cloud)
         begun = time.monotonic()
-        server = api.create_server(
-            name=machine, server_type="cx23", image=image, location="fsn1",
-            user_data=user_data(machine, controller.agents_url, token, runtime="docker"),
-        )  # fmt: skip
-        try:
-            wait_for(
-                lambda: client.store.machines.get(machine).state == "ready",
-                timeout=240, interval=0.5, what="the machine ready",
-            )  # fmt: skip
-        except AssertionError:
-            raise AssertionError(cloud.boot.console(server.id)) from None
+        server = ready_machine(cloud, client, controller, config, image_id, machine, image)
         ready = time.monotonic() - begun
         job = client.run(backend, "/render", {"gameId": "rehearsed"})
         done = wait_for(
@@ -280,7 +262,7 @@ def test_the_real_user_data_installs_an_agent_that_runs_a_job(
         _, log = cloud.boot.exec(server.id, "cat", "/var/log/cloud-init-output.log")
         assert ("Setting up docker.io" in log) == (image == "debian-12"), log[-2000:]
         _report(timeline)
-        assert api.delete_server(server.id)
+        assert _api(cloud).delete_server(server.id)
     client.close()
 
 

@@ -1,0 +1,91 @@
+"""``sp00ky-infra image bake POOL``: the pool's snapshot with Docker, the pinned agent and the
+backend's image on its disk, against HCLOUD_TOKEN's API (HCLOUD_ENDPOINT for another one).
+How the bake goes is ``controller/bake.py``; progress lines go to stderr, the result to stdout
+(``--json`` for a program).
+
+The backend's image is settled as the controller settles it: a ``deploy.image`` resolved to
+its digest (the bake server pulls it from its registry), or a ``deploy.dockerfile`` built on
+this host's Docker engine and served to the bake server from ``--serve-on HOST`` (an address
+of this host the server reaches: run the bake where the controller runs, for one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sys
+
+import click
+
+from sp00ky_infra.cli.jobs import EXIT_REFUSED, config_option, json_option, refusals
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller.bake import BakeError, BakeRequest, ImageFeed, bake
+from sp00ky_infra.controller.images import ImagesError
+from sp00ky_infra.controller.server import settle
+from sp00ky_infra.controller.settings import ControllerSettings
+from sp00ky_infra.hetzner.client import HetznerAPI
+from sp00ky_infra.hetzner.errors import HcloudError
+
+
+@click.group()
+def image() -> None:
+    """A pool's machine image: a baked Hetzner snapshot."""
+
+
+@image.command("bake")
+@click.argument("pool")
+@config_option
+@click.option("--project", envvar="SPKY_PROJECT", default="dev", show_default=True,
+              help="The project whose snapshot it is (its label).")  # fmt: skip
+@click.option("--base", default="debian-12", show_default=True,
+              help="The Hetzner image the snapshot starts from.")  # fmt: skip
+@click.option("--serve-on", "serve_on", default="",
+              help="An address of this host the bake server reaches, to serve it a "
+                   "dockerfile-built image from.")  # fmt: skip
+@click.option("--timeout", default=1800.0, show_default=True,
+              help="Seconds the bake server may take to install and fetch.")  # fmt: skip
+@json_option
+def bake_command(
+    pool: str, config_file: str | None, project: str, base: str, serve_on: str, timeout: float,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """Bake POOL's snapshot, or reuse the one with the same recipe; delete older ones no
+    server runs any more."""
+    with refusals():
+        config = load_config(config_file or None)
+    if pool not in config.pools:
+        click.echo(f"error: no pool {pool!r} in sp00ky.yml ({', '.join(config.pools)})", err=True)
+        sys.exit(EXIT_REFUSED)
+    shape = config.pools[pool].machine
+    settings = ControllerSettings.from_env(
+        config_path=config_file or None, pool_images=True, project=project
+    )
+    try:
+        api = HetznerAPI.from_env()
+        images, server = settle(settings, config)
+        source = images[pool]
+        with contextlib.ExitStack() as stack:
+            request = BakeRequest(project, pool, source, base, shape.type,
+                                  (shape.locations or (None,))[0])  # fmt: skip
+            if source.source == "controller":
+                if server is None or not serve_on:
+                    raise BakeError(
+                        f"pool {pool}'s image is built here from its dockerfile: pass "
+                        "--serve-on HOST, an address of this host the bake server reaches"
+                    )
+                feed = stack.enter_context(ImageFeed(server, source.reference, serve_on))
+                request = dataclasses.replace(request, feed_url=feed.url, feed_token=feed.token)
+            baked = bake(api, request, _progress, timeout=timeout)
+    except (BakeError, ImagesError, HcloudError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_REFUSED)
+    if as_json:
+        click.echo(json.dumps(baked.to_json()))
+    else:
+        how = "reused" if baked.reused else "baked"
+        click.echo(f"pool {pool}: snapshot {baked.snapshot} ({how}, recipe {baked.recipe})")
+
+
+def _progress(line: str) -> None:
+    click.echo(line, err=True)

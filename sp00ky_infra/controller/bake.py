@@ -1,0 +1,281 @@
+"""A pool's baked snapshot (``sp00ky-infra image bake POOL``): the pool's base image with
+Docker, the pinned agent and the backend's image already on its disk, so a machine booted
+from it skips the install and the image fetch.
+
+The bake, step by step (each a progress line):
+
+1. The recipe (``shared/recipe.py``): the base image, the agent archive's sha256 and the
+   backend image's pinned reference, hashed. An ``available`` snapshot of the pool with that
+   hash is reused: no server is made.
+2. Else a bake server is created from the base image with the bake's user-data
+   (``bake_user_data``): ``cloud-init/bake.py`` and the agent archive (sha256-checked, as a
+   machine's bootstrap checks it), and where the backend's image comes from: pulled by digest
+   from its registry, or (a controller-built image) fetched from ``ImageFeed``, which serves
+   ``docker save`` of it by id with a one-time token, as the controller serves its machines.
+   The server installs, fetches, cleans up and powers itself off; the bake watches its
+   status (GET /servers/{id}) until it is ``off``.
+3. ``create_image`` with the recipe's labels, its action waited on; the server deleted
+   (also when a step failed).
+4. The pool's older snapshots deleted, except those a server still runs: Hetzner records the
+   image each server was created from (``server.image.id``), so a snapshot stays while a
+   machine booted from it lives, and goes at the first bake after the last one is gone.
+
+The bake server carries the pool's label and ``sp00ky/role=bake`` but not the project's: the
+guardian, which counts a project's servers as its machines, leaves it alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import yaml
+
+from sp00ky_infra.controller.errors import ControllerError
+from sp00ky_infra.controller.images import ImageServer, PoolImage, UnknownImage
+from sp00ky_infra.hetzner.client import HetznerAPI
+from sp00ky_infra.hetzner.domain import Image
+from sp00ky_infra.hetzner.errors import HcloudError
+from sp00ky_infra.shared import labels
+from sp00ky_infra.shared.cloud_init import (
+    CLOUD_INIT,
+    USER_DATA_LIMIT,
+    agent_archive,
+    agent_sha256,
+    shipped_source,
+)
+from sp00ky_infra.shared.recipe import Recipe, pool_selector
+
+BAKE_SECONDS = 1800.0  # a bake server's install and image fetch, at most
+POLL_SECONDS = 5.0
+SCRIPT = CLOUD_INIT / "bake.py"
+Progress = Callable[[str], None]
+
+
+class BakeError(ControllerError):
+    """The bake failed; the message says at which step and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class BakeRequest:
+    """What to bake: whose, from which base, on which server, with which image."""
+
+    project: str
+    pool: str
+    image: PoolImage
+    base: str = "debian-12"
+    server_type: str = "cx22"
+    location: str | None = None
+    feed_url: str = ""  # ImageFeed.url, for a controller-built image
+    feed_token: str = ""
+
+    @property
+    def recipe(self) -> Recipe:
+        return Recipe(self.base, agent_sha256(), self.image.reference)
+
+
+@dataclass(frozen=True, slots=True)
+class Baked:
+    """The pool's snapshot for the recipe, and what the bake did."""
+
+    snapshot: int
+    recipe: str
+    reused: bool
+    image_size: float | None  # GB, what Hetzner bills a month
+    deleted: tuple[int, ...] = field(default_factory=tuple)  # older snapshots removed
+    monthly_euros: float | None = None  # net, at GET /pricing's price of a GB a month
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "deleted": list(self.deleted)}
+
+
+def bake(
+    api: HetznerAPI, request: BakeRequest, progress: Progress, *,
+    timeout: float = BAKE_SECONDS, every: float = POLL_SECONDS,
+) -> Baked:  # fmt: skip
+    """Make (or find) the pool's snapshot for its recipe, then prune the older ones."""
+    recipe = request.recipe
+    progress(f"recipe {recipe.hash}: base {recipe.base}, agent {recipe.agent_sha256[:12]}, "
+             f"image {recipe.image}")  # fmt: skip
+    found = _available(api, request)
+    if found is not None:
+        progress(f"snapshot {found.id} holds recipe {recipe.hash}: reused")
+    snapshot = found or _make(api, request, progress, timeout, every)
+    deleted = prune(api, request.project, request.pool, snapshot.id, progress)
+    monthly = _monthly_euros(api, snapshot, progress)
+    return Baked(snapshot.id, recipe.hash, found is not None, snapshot.image_size, deleted, monthly)
+
+
+def _monthly_euros(api: HetznerAPI, snapshot: Image, progress: Progress) -> float | None:
+    """What the snapshot costs a month, net: Hetzner bills snapshots per GB and month
+    (https://docs.hetzner.com/cloud/general/faq, "What are snapshots and backups?"), at GET
+    /pricing's ``image.price_per_gb_month``. None when the size or the price is not known."""
+    if snapshot.image_size is None:
+        return None
+    try:
+        price = api.pricing().image_per_gb_month
+    except HcloudError as exc:
+        progress(f"snapshot {snapshot.id}: no price ({exc})")
+        return None
+    euros = round(snapshot.image_size * price, 4)
+    progress(f"snapshot {snapshot.id}: {snapshot.image_size:.2f} GB at EUR {price} a GB and "
+             f"month: EUR {euros:.2f} a month")  # fmt: skip
+    return euros
+
+
+def _available(api: HetznerAPI, request: BakeRequest) -> Image | None:
+    selector = request.recipe.selector(request.project, request.pool)
+    ready = [i for i in api.images(selector, type="snapshot") if i.status == "available"]
+    return ready[0] if ready else None
+
+
+def _make(
+    api: HetznerAPI, request: BakeRequest, progress: Progress, timeout: float, every: float
+) -> Image:
+    """A bake server made, watched until it powered off, snapshotted and deleted."""
+    recipe = request.recipe
+    # names are unique per Hetzner project, which several sp00ky projects may share
+    name = f"sp00ky-bake-{request.project}-{request.pool}-{recipe.hash[:8]}"[:63]
+    progress(f"creating bake server {name} ({request.server_type}, {request.base})")
+    server = api.create_server(
+        name=name, server_type=request.server_type, image=request.base,
+        **({"location": request.location} if request.location else {}),
+        user_data=bake_user_data(request),
+        labels={labels.POOL: request.pool, labels.ROLE: "bake", labels.RECIPE: recipe.hash},
+    )  # fmt: skip
+    try:
+        progress(f"server {server.id}: installing Docker and the agent, fetching the image")
+        _wait_off(api, server.id, timeout, every)
+        progress(f"server {server.id} powered off: taking its snapshot")
+        description = f"sp00ky {request.project}/{request.pool} recipe {recipe.hash}"
+        image, action = api.create_image(
+            server.id, description, recipe.labels(request.project, request.pool)
+        )
+        api.wait_action(action, timeout, every)
+    except HcloudError as exc:
+        raise BakeError(f"baking pool {request.pool} on server {server.id}: {exc}") from exc
+    finally:
+        progress(f"deleting bake server {server.id}")
+        api.delete_server(server.id)
+    made = next((i for i in api.images(recipe.selector(request.project, request.pool))
+                 if i.id == image.id), image)  # fmt: skip
+    progress(f"snapshot {made.id} made ({made.image_size or 0:.2f} GB)")
+    return made
+
+
+def _wait_off(api: HetznerAPI, server_id: int, timeout: float, every: float) -> None:
+    deadline = api.clock() + timeout
+    while api.get_server(server_id).status != "off":
+        if api.clock() > deadline:
+            raise BakeError(
+                f"bake server {server_id} did not power off within {timeout:.0f}s: its "
+                "install or image fetch failed (cloud-init's output log says why)"
+            )
+        api.sleep(every)
+
+
+def prune(
+    api: HetznerAPI, project: str, pool: str, keep: int, progress: Progress
+) -> tuple[int, ...]:
+    """Delete the pool's snapshots but ``keep`` and those a server was created from and still
+    runs; the ids deleted."""
+    in_use = {s.image for s in api.servers()}
+    deleted = []
+    for image in api.images(pool_selector(project, pool), type="snapshot"):
+        if image.id == keep:
+            continue
+        if image.id in in_use:
+            progress(f"snapshot {image.id} (recipe {image.labels.get(labels.RECIPE)}) kept: "
+                     "a server still runs it")  # fmt: skip
+            continue
+        progress(f"deleting snapshot {image.id} (recipe {image.labels.get(labels.RECIPE)})")
+        if api.delete_image(image.id):
+            deleted.append(image.id)
+    return tuple(deleted)
+
+
+def bake_user_data(request: BakeRequest) -> str:
+    """The bake server's ``#cloud-config``: the agent archive, the bake script, the image's
+    source; BakeError past Hetzner's limit."""
+    image: dict[str, Any] = {"source": request.image.source, "reference": request.image.reference}
+    if request.image.auth is not None:
+        image["auth"] = request.image.auth.as_dict()
+    settings = {"image": image, "url": request.feed_url, "token": request.feed_token}
+    files = [
+        ("/etc/sp00ky/bake.json", "0600", json.dumps(settings).encode()),
+        ("/opt/sp00ky/agent.tar.bz2", "0600", agent_archive()),
+        ("/opt/sp00ky/bake.py", "0700", shipped_source(SCRIPT.read_bytes(), SCRIPT.name)),
+    ]
+    document = {
+        "write_files": [
+            {
+                "path": path,
+                "permissions": mode,
+                "encoding": "b64",
+                "content": base64.b64encode(data).decode(),
+            }
+            for path, mode, data in files
+        ],
+        "runcmd": [["python3", "/opt/sp00ky/bake.py", agent_sha256()]],
+    }
+    text = "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False, width=1000)
+    if len(text.encode()) > USER_DATA_LIMIT:
+        raise BakeError(f"the bake's user-data is {len(text.encode())} bytes, over "
+                        f"Hetzner's {USER_DATA_LIMIT}")  # fmt: skip
+    return text
+
+
+class ImageFeed:
+    """``docker save`` of one image, served over HTTP to the bake server for the bake's
+    length (``GET /images/{id}``, the token as bearer), as the controller serves its
+    machines (``ImageServer.stream``)."""
+
+    def __init__(self, images: ImageServer, image_id: str, host: str, port: int = 0) -> None:
+        self.images = images
+        self.image_id = images.serve(image_id)
+        self.token = secrets.token_urlsafe(24)
+        self.http = ThreadingHTTPServer((host, port), _feed_handler(self))
+        self.http.daemon_threads = True
+        self.url = f"http://{host}:{self.http.server_port}/images"
+
+    def chunks(self, path: str, auth: str) -> Iterator[bytes] | None:
+        """The image's stream for an authorised GET of its path; None otherwise."""
+        if auth != f"Bearer {self.token}" or path != f"/images/{self.image_id}":
+            return None
+        try:
+            return self.images.stream(self.image_id)
+        except UnknownImage:
+            return None
+
+    def __enter__(self) -> ImageFeed:
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def _feed_handler(feed: ImageFeed) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            chunks = feed.chunks(self.path, self.headers.get("Authorization", ""))
+            if chunks is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-tar")
+            self.end_headers()
+            for chunk in chunks:
+                self.wfile.write(chunk)
+
+    return Handler
