@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -196,15 +198,29 @@ def test_a_stack_that_cannot_be_opened_fails_every_new_machine() -> None:
         provisioner.close()
 
 
-def test_the_tick_records_ids_and_counts_refusals_towards_the_breaker(tmp_path: Path) -> None:
-    app = backend_app("render", "render_job", tmp_path / "log")
-    config = load_config(project(tmp_path, {"render": {"min": 2}}, {"renderer": app}))
-    store = open_store(f"sqlite:///{tmp_path}/state.db")
+@contextmanager
+def _ticking(
+    folder: Path, machines: int
+) -> Iterator[tuple[Controller, PulumiProvisioner, FakeStack]]:
+    """A controller over a FakeStack, its pool wanting ``machines`` machines."""
+    app = backend_app("render", "render_job", folder / "log")
+    config = load_config(project(folder, {"render": {"min": machines}}, {"renderer": app}))
+    store = open_store(f"sqlite:///{folder}/state.db")
     stack = FakeStack()
     provisioner = PulumiProvisioner(lambda: stack)
-    settings = ControllerSettings(secret="s", state_dir=str(tmp_path))
+    settings = ControllerSettings(secret="s", state_dir=str(folder))
     controller = Controller(settings, config, store, provisioner)
     try:
+        yield controller, provisioner, stack
+    finally:
+        provisioner.close()
+        controller.leader_lock.release()
+        store.close()
+
+
+def test_the_tick_records_ids_and_counts_refusals_towards_the_breaker(tmp_path: Path) -> None:
+    with _ticking(tmp_path, 2) as (controller, provisioner, stack):
+        store = controller.store
         tick(controller)  # two machines asked for
         wait_for(provisioner.idle, what="the update")
         tick(controller)  # their ids come back onto the rows
@@ -227,30 +243,15 @@ def test_the_tick_records_ids_and_counts_refusals_towards_the_breaker(tmp_path: 
             if (m.failed_reason or "").startswith("refused")
         ]
         assert len(refused) == 2 and "resource_limit_exceeded" in (refused[0].failed_reason or "")
-    finally:
-        provisioner.close()
-        controller.leader_lock.release()
-        store.close()
 
 
 def test_the_machines_of_one_tick_are_made_by_one_update(tmp_path: Path) -> None:
-    app = backend_app("render", "render_job", tmp_path / "log")
-    config = load_config(project(tmp_path, {"render": {"min": 3}}, {"renderer": app}))
-    store = open_store(f"sqlite:///{tmp_path}/state.db")
-    stack = FakeStack()
-    provisioner = PulumiProvisioner(lambda: stack)
-    settings = ControllerSettings(secret="s", state_dir=str(tmp_path))
-    controller = Controller(settings, config, store, provisioner)
-    try:
+    with _ticking(tmp_path, 3) as (controller, provisioner, stack):
         tick(controller)  # three machines asked for, one after the other
         wait_for(provisioner.idle, what="the update")
-        names = sorted(machine.name for machine in store.machines.live("render"))
+        names = sorted(machine.name for machine in controller.store.machines.live("render"))
         assert len(names) == 3
         assert stack.config == [{"render": names}]
-    finally:
-        provisioner.close()
-        controller.leader_lock.release()
-        store.close()
 
 
 def test_a_restarted_controller_keeps_the_machines_it_already_has() -> None:
