@@ -10,10 +10,12 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from agent.clock import Clock, Monotonic, looks
 from agent.errors import DockerError
 from agent.runtime import free_port
 from agent.tail import TAIL_LINES
@@ -21,6 +23,7 @@ from agent.tail import TAIL_LINES
 DOCKER_SOCKET = "/var/run/docker.sock"
 API_VERSION = "v1.41"  # Docker 20.10 and later
 STOP_GRACE_SECONDS = 5
+PING_TIMEOUT_SECONDS = 5.0  # an engine still starting may hold a request: look again
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -68,6 +71,48 @@ class DockerAPI:
                 message = raw.decode(errors="replace")
             raise DockerError(f"docker {method} {path}: {answer.status}: {message}")
         return raw
+
+
+class EngineWatch:
+    """Whether the machine's Docker engine answers: looked for in a thread of its own from
+    the agent's start, so a VM whose engine is still starting joins meanwhile, and the
+    backend's image is fetched the moment both are done (``clock.looks``' schedule)."""
+
+    def __init__(self, socket_path: str, clock: Clock | None = None) -> None:
+        self.api = DockerAPI(socket_path, timeout=PING_TIMEOUT_SECONDS)
+        self.clock = clock or Monotonic()
+        self.up = threading.Event()
+        self.given_up = threading.Event()
+        self.last_error = "not looked at yet"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._look, name="docker-engine", daemon=True)
+            self._thread.start()
+
+    def _look(self) -> None:
+        for pause in looks():
+            try:
+                self.api.raw("GET", "/_ping")
+            except DockerError as exc:
+                self.last_error = str(exc)
+            else:
+                self.up.set()
+                return
+            if self.clock.wait(self.given_up, pause):
+                return
+
+    def ready(self, deadline: float) -> None:
+        """Once the engine answers; DockerError naming its socket if it did not by then."""
+        self.start()
+        if self.clock.wait(self.up, max(0.0, deadline - self.clock.now())):
+            return
+        self.given_up.set()
+        raise DockerError(
+            f"the Docker engine at {self.api.socket_path} did not answer within the boot "
+            f"timeout ({self.last_error}): is docker.service running?"
+        )
 
 
 def demultiplex(raw: bytes) -> bytes:

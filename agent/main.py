@@ -101,6 +101,7 @@ class Agent:
         self.work.wake.set()
 
     def run(self) -> int:
+        self.backend.prepare()  # the Docker engine is looked for while the join is out
         credential = self.credentials.read()
         how = "rejoin" if credential else "join"
         try:
@@ -114,13 +115,18 @@ class Agent:
         except Unreachable as exc:
             self.log(f"{how}_unreachable", reason=exc, next="exit")
             return UNREACHABLE
-        if joined.credential:
-            self.credentials.save(joined.credential)
+        # The credential is written (and synced) beside the image's fetch, not before it,
+        # and is on disk before the agent says ready or leaves.
+        saving = threading.Thread(target=self.keep, args=(joined.credential,), name="credential")
+        saving.start()
         self.config: AgentSettings = joined.settings
         self.work.lease, self.work.margin = self.config.lease, safety_margin(self.config.lease)
         backend = joined.backend
         self.log(f"{how}ed", pool=joined.pool, backend=backend.name, slots=self.config.slots)
-        problem = self.backend.boot(backend, joined.pool, self.config.boot_timeout)
+        try:
+            problem = self.backend.boot(backend, joined.pool, self.config.boot_timeout)
+        finally:
+            saving.join()
         if problem:
             self.log("boot_failed", reason=problem)
             self.call(lambda: self.remote.ready(False, problem))
@@ -136,6 +142,12 @@ class Agent:
             for run in list(self.work.runs.values()):
                 run.stop("shutdown")
             self.backend.stop()
+
+    def keep(self, credential: str | None) -> None:
+        """The machine credential a first join issued, kept to rejoin with (a rejoin has
+        none to keep)."""
+        if credential:
+            self.credentials.save(credential)
 
     def join(self, credential: str | None = None) -> JoinReply:
         """Join with the one-time token, or rejoin with the machine credential when there is

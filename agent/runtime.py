@@ -15,11 +15,11 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Protocol
 
+from agent.clock import Clock, Monotonic, looks
 from agent.errors import RuntimeError_
 from agent.tail import TAIL_LINE_CHARS, TAIL_LINES, output_summary
 
@@ -204,18 +204,29 @@ def answers(port: int, healthcheck: str | None, timeout: float = 1.0) -> bool:
         conn.close()
 
 
-def wait_ready(runtime: Runtime, healthcheck: str | None, deadline: float) -> str | None:
+def wait_ready(
+    runtime: Runtime,
+    healthcheck: str | None,
+    deadline: float,
+    clock: Clock | None = None,
+    probe: Callable[[int, str | None], bool] = answers,
+) -> str | None:
     """Block until the backend answers (None) or cannot (the reason, with the backend's last
-    lines of output, bounded and redacted)."""
-    delay = 0.02
-    while time.monotonic() < deadline:
+    lines of output, bounded and redacted). It looks at once, then after 50 ms, the pause
+    doubling up to half a second (``clock.looks``): a backend up in a moment is seen in a
+    moment."""
+    clock = clock or Monotonic()
+    never = threading.Event()  # nothing cuts the wait short but the deadline
+    for pause in looks():
         if not runtime.alive():
             why = f"the backend exited before it was ready ({runtime.describe()})"
             return f"{why}; {_output_of(runtime)}"
-        if answers(runtime.port, healthcheck):
+        if probe(runtime.port, healthcheck):
             return None
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
+        left = deadline - clock.now()
+        if left <= 0:
+            break
+        clock.wait(never, min(pause, left))
     what = f"GET {healthcheck} answering 2xx" if healthcheck else "its port accepting connections"
     why = f"the backend was not ready within the boot timeout (waited for {what})"
     return f"{why}; {_output_of(runtime)}"

@@ -4,32 +4,11 @@ cannot delay the watchdog)."""
 
 from __future__ import annotations
 
-import threading
-import time
-from typing import Protocol
-
 from agent.backend import Backend
+from agent.clock import Clock, Monotonic
 from agent.leases import abandon_at, watch_pause
 from agent.logs import Log
 from agent.work import Work
-
-
-class Clock(Protocol):
-    """The watchdog's time: the machine's monotonic clock (``Monotonic``), or a test's."""
-
-    def now(self) -> float: ...
-
-    def wait(self, event: threading.Event, seconds: float) -> bool:
-        """Wait until ``event`` is set or ``seconds`` have passed; whether it is set."""
-        ...
-
-
-class Monotonic:
-    def now(self) -> float:
-        return time.monotonic()
-
-    def wait(self, event: threading.Event, seconds: float) -> bool:
-        return event.wait(seconds)
 
 
 class Watchdog:

@@ -498,8 +498,13 @@ def remove_leftovers(client: docker.DockerClient, cloud: str | None = None) -> i
         all=True, filters={"label": [*selector, f"{ROLE}=server"]}, ignore_removed=True
     )
     for container in containers:
-        with contextlib.suppress(NotFound):
+        try:
             container.remove(force=True, v=True)
+        except NotFound:
+            pass
+        except APIError as exc:  # a server's DELETE is removing it in the background
+            if exc.status_code != 409 or "already in progress" not in str(exc):
+                raise
     for network in client.networks.list(filters={"label": [*selector, f"{ROLE}=network"]}):
         with contextlib.suppress(NotFound):
             network.remove()

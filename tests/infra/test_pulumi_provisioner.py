@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +133,38 @@ def test_a_burst_coalesces_into_one_update_and_only_one_runs_at_a_time() -> None
         provisioner.close()
 
 
+def test_creates_a_moment_apart_go_in_one_update() -> None:
+    """A tick's creates reach the provisioner one by one, a few store writes apart: one
+    update carries them all, not the first alone with the rest waiting for it."""
+    stack = FakeStack()
+    provisioner = PulumiProvisioner(lambda: stack)
+    try:
+        for name in ("render-a", "render-b", "render-c"):
+            provisioner.create(_spec(name))
+            time.sleep(0.03)
+        _drain(provisioner, 3)
+        assert stack.config == [{"render": ["render-a", "render-b", "render-c"]}]
+    finally:
+        provisioner.close()
+
+
+def test_a_steady_trickle_of_creates_holds_the_first_update_back_only_so_long() -> None:
+    stack = FakeStack()
+    provisioner = PulumiProvisioner(lambda: stack)
+    try:
+        started = time.monotonic()
+        names = [f"render-{n:02}" for n in range(30)]
+        for name in names:  # one every 0.1 s for 3 s: never still for SETTLE_SECONDS
+            provisioner.create(_spec(name))
+            time.sleep(0.1)
+        assert stack.config, "no update began while the creates kept coming"
+        assert len(stack.config[0]["render"]) < len(names)
+        assert time.monotonic() - started >= 3.0
+        _drain(provisioner, len(names))
+    finally:
+        provisioner.close()
+
+
 def test_failures_come_back_per_machine() -> None:
     stack = FakeStack()
     stack.fail_with = (
@@ -164,15 +198,29 @@ def test_a_stack_that_cannot_be_opened_fails_every_new_machine() -> None:
         provisioner.close()
 
 
-def test_the_tick_records_ids_and_counts_refusals_towards_the_breaker(tmp_path: Path) -> None:
-    app = backend_app("render", "render_job", tmp_path / "log")
-    config = load_config(project(tmp_path, {"render": {"min": 2}}, {"renderer": app}))
-    store = open_store(f"sqlite:///{tmp_path}/state.db")
+@contextmanager
+def _ticking(
+    folder: Path, machines: int
+) -> Iterator[tuple[Controller, PulumiProvisioner, FakeStack]]:
+    """A controller over a FakeStack, its pool wanting ``machines`` machines."""
+    app = backend_app("render", "render_job", folder / "log")
+    config = load_config(project(folder, {"render": {"min": machines}}, {"renderer": app}))
+    store = open_store(f"sqlite:///{folder}/state.db")
     stack = FakeStack()
     provisioner = PulumiProvisioner(lambda: stack)
-    settings = ControllerSettings(secret="s", state_dir=str(tmp_path))
+    settings = ControllerSettings(secret="s", state_dir=str(folder))
     controller = Controller(settings, config, store, provisioner)
     try:
+        yield controller, provisioner, stack
+    finally:
+        provisioner.close()
+        controller.leader_lock.release()
+        store.close()
+
+
+def test_the_tick_records_ids_and_counts_refusals_towards_the_breaker(tmp_path: Path) -> None:
+    with _ticking(tmp_path, 2) as (controller, provisioner, stack):
+        store = controller.store
         tick(controller)  # two machines asked for
         wait_for(provisioner.idle, what="the update")
         tick(controller)  # their ids come back onto the rows
@@ -195,10 +243,15 @@ def test_the_tick_records_ids_and_counts_refusals_towards_the_breaker(tmp_path: 
             if (m.failed_reason or "").startswith("refused")
         ]
         assert len(refused) == 2 and "resource_limit_exceeded" in (refused[0].failed_reason or "")
-    finally:
-        provisioner.close()
-        controller.leader_lock.release()
-        store.close()
+
+
+def test_the_machines_of_one_tick_are_made_by_one_update(tmp_path: Path) -> None:
+    with _ticking(tmp_path, 3) as (controller, provisioner, stack):
+        tick(controller)  # three machines asked for, one after the other
+        wait_for(provisioner.idle, what="the update")
+        names = sorted(machine.name for machine in controller.store.machines.live("render"))
+        assert len(names) == 3
+        assert stack.config == [{"render": names}]
 
 
 def test_a_restarted_controller_keeps_the_machines_it_already_has() -> None:

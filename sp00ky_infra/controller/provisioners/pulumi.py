@@ -3,7 +3,10 @@
 
 One update runs at a time per stack, in a thread of its own. While it runs, newer desired
 sets wait, and the next update converges to the newest (a burst of creates and destroys
-costs one or two updates, not one each). Each update's outcome comes back per machine:
+costs one or two updates, not one each). An update starts once the desired set has been
+still for SETTLE_SECONDS: a tick's creates reach the provisioner one by one (each machine's
+row is written first), and without the pause the first would go alone and the others wait
+for its whole update before their own. Each update's outcome comes back per machine:
 created (with the server's id) or failed (refused, capacity, quota), which the tick applies
 to the machine rows, so the breaker counts the failures. Update durations are logged and kept.
 
@@ -32,6 +35,10 @@ __all__ = ["Outcome", "PulumiProvisioner", "Stack", "automation_stack"]
 
 LOCK_RETRY_SECONDS = 2.0
 LOCK_RETRY_MAX_SECONDS = 30.0
+# Far longer than the gap between two creates of one tick (a few store writes), far shorter
+# than an update (seconds: the engine and the program start every time).
+SETTLE_SECONDS = 0.25
+SETTLE_MAX_SECONDS = 1.0  # a steady trickle of changes holds an update back no longer
 
 
 class Stack(Protocol):
@@ -92,9 +99,11 @@ class PulumiProvisioner:
         stack_factory: Callable[[], Stack],
         clock: Callable[[], float] = time.monotonic,
         lock_retry: float = LOCK_RETRY_SECONDS,
+        settle: float = SETTLE_SECONDS,
     ) -> None:
         self._stack_factory = stack_factory
         self.lock_retry = lock_retry
+        self.settle = settle
         # since when the stack has been locked by another update (None: it is not)
         self.locked_since: float | None = None
         self.lock_message = ""
@@ -112,6 +121,9 @@ class PulumiProvisioner:
         self._closing = False
         self._busy = False
         self._lock_tries = 0
+        # the first change the next update will carry, and the last (clock readings)
+        self._pending_since: float | None = None
+        self._changed_last = 0.0
         # each resource step of an update as it happens (UpProgress): logged, and kept
         self.progress: deque[str] = deque(maxlen=200)
         self._thread = threading.Thread(target=self._run, name="pulumi-updates", daemon=True)
@@ -124,7 +136,7 @@ class PulumiProvisioner:
             self.desired.setdefault(spec.pool, set()).add(spec.name)
             self.pool_of[spec.name] = spec.pool
             self.revision_of[spec.name] = spec.revision
-            self._changed.notify()
+            self._noted()
         return Provisioned(provider_id="", provider_state="pending")
 
     def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
@@ -132,7 +144,7 @@ class PulumiProvisioner:
             pool = self.pool_of.get(name)
             if pool is not None and name in self.desired.get(pool, set()):
                 self.desired[pool].discard(name)
-                self._changed.notify()
+                self._noted()
 
     def adopt(self, machines: Mapping[str, Mapping[str, str]]) -> None:
         """Start from the machines the store has (this controller starts leading): without
@@ -192,14 +204,35 @@ class PulumiProvisioner:
     def _snapshot(self) -> dict[str, set[str]]:
         return {pool: set(names) for pool, names in self.desired.items()}
 
+    def _noted(self) -> None:
+        """Under the lock: the desired set changed (the update loop is woken)."""
+        self._changed_last = self.clock()
+        if self._pending_since is None:
+            self._pending_since = self._changed_last
+        self._changed.notify()
+
+    def _settled(self) -> None:
+        """Under the lock: wait until the desired set has been still for ``settle`` seconds,
+        or SETTLE_MAX_SECONDS have passed since its first change the update will carry."""
+        while not self._closing:
+            since = self._changed_last if self._pending_since is None else self._pending_since
+            now = self.clock()
+            left = min(self._changed_last + self.settle, since + SETTLE_MAX_SECONDS) - now
+            if left <= 0:
+                return
+            self._changed.wait(left)
+
     def _run(self) -> None:
         while True:
             with self._changed:
                 while not self._closing and self.applied == self._snapshot():
+                    self._pending_since = None  # changes that undid each other carry nothing
                     self._changed.wait()
+                self._settled()
                 if self._closing:
                     return
                 wanted = self._snapshot()  # the newest desired set: bursts coalesce here
+                self._pending_since = None
                 self._busy = True
             try:
                 locked = not self._update(wanted)
