@@ -22,7 +22,7 @@ has the images the snapshot's had, and it boots as a new instance (a new instanc
 Why this is faithful to a Hetzner VM: the same user-data byte for byte, read by the same
 cloud-init (Debian 12's) through the same modules and stages, ordered by the same systemd
 units (so ``runcmd`` runs in ``cloud-final``, and a unit it starts waits for what it says it
-waits for: ``network-online.target``, ``docker.service``); a fresh Docker engine of the
+waits for: ``network-online.target``); a fresh Docker engine of the
 server's own (its storage a volume of its own), empty until the agent fetches the backend's
 image; a machine-id and SSH host keys made at first boot; an address of its own that reaches
 the controller only by dialling out, as a firewalled VM does. What differs: the datasource
@@ -90,6 +90,7 @@ RUN: dict[str, Any] = {  # the host config (``docker run`` options in the module
 UNMASKED: dict[str, list[str]] = {"MaskedPaths": [], "ReadonlyPaths": []}
 STOP_SIGNAL = "SIGRTMIN+3"  # systemd's clean halt
 STOP_SECONDS = 10  # a graceful shutdown's grace before the container is killed
+REMOVAL_SECONDS = 60  # a removal a server's DELETE began: how long its cloud's exit waits
 
 Started = Callable[[int], None]
 Failed = Callable[[int, str], None]
@@ -490,6 +491,18 @@ def _file(container: Container, path: str, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:]) + "\n"
 
 
+def _gone(containers: list[Container], seconds: float) -> None:
+    """Wait (at most ``seconds``) for containers another thread is removing to be gone."""
+    deadline = time.monotonic() + seconds
+    for container in containers:
+        while time.monotonic() < deadline:
+            try:
+                container.reload()
+            except NotFound:
+                break
+            time.sleep(0.2)
+
+
 def remove_leftovers(client: docker.DockerClient, cloud: str | None = None) -> int:
     """Remove the containers and networks of one fake cloud (or, with None, of every
     rehearsal on this engine); how many containers there were."""
@@ -497,6 +510,7 @@ def remove_leftovers(client: docker.DockerClient, cloud: str | None = None) -> i
     containers = client.containers.list(
         all=True, filters={"label": [*selector, f"{ROLE}=server"]}, ignore_removed=True
     )
+    removing = []
     for container in containers:
         try:
             container.remove(force=True, v=True)
@@ -505,6 +519,8 @@ def remove_leftovers(client: docker.DockerClient, cloud: str | None = None) -> i
         except APIError as exc:  # a server's DELETE is removing it in the background
             if exc.status_code != 409 or "already in progress" not in str(exc):
                 raise
+            removing.append(container)
+    _gone(removing, REMOVAL_SECONDS)  # its network goes only once it has
     for network in client.networks.list(filters={"label": [*selector, f"{ROLE}=network"]}):
         with contextlib.suppress(NotFound):
             network.remove()
