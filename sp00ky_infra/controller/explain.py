@@ -26,7 +26,8 @@ def last_failed_boot(controller: Controller, name: str) -> FailedBoot | None:
     backend's last output when it wrote any: see provisioners/output.py)."""
     for machine in controller.store.machines.recent(name, RECENT_LOOKED_AT):
         if machine.failed_reason and machine.ready_at is None:
-            return FailedBoot(machine.name, machine.updated_at, machine.failed_reason)
+            at = machine.failed_at if machine.failed_at is not None else machine.updated_at
+            return FailedBoot(machine.name, at, machine.failed_reason)
     return None
 
 

@@ -21,7 +21,7 @@ from sp00ky_infra.store.model import Conflict, StoreError
 MACHINE_COLUMNS = (
     "name, pool, provider, state, revision, slots, created_at, updated_at, joined_at, ready_at, "
     "last_seen_at, idle_since, drain_reason, drained, failed_reason, destroyed_at, provider_id, "
-    "provider_state, session_hash, credential_hash"
+    "provider_state, session_hash, credential_hash, failed_at"
 )
 IncidentKind = Literal["pool_breaker_open"]
 
@@ -62,6 +62,7 @@ class Machine:
     provider_state: str | None
     session_hash: str | None
     credential_hash: str | None = None  # the machine credential's, issued at its first join
+    failed_at: float | None = None  # when it failed (a destroy moves updated_at on, not this)
 
     def as_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in MACHINE_COLUMNS.replace(" ", "").split(",")}
@@ -142,9 +143,9 @@ def _columns(found: Rule, now: float, change: Change) -> list[tuple[str, Any]]:
     if found.target == "draining":
         return [("drain_reason", reason)]
     if found.target == "failed":
-        return [("failed_reason", reason)]
+        return [("failed_reason", reason), ("failed_at", now)]
     if found.target == "destroyed" and found.reason == Reason.LEFT_BEHIND:
-        return [("destroyed_at", now), ("failed_reason", reason)]
+        return [("destroyed_at", now), ("failed_reason", reason), ("failed_at", now)]
     if found.target == "destroyed":
         return [("destroyed_at", now)]
     return []
@@ -153,7 +154,7 @@ def _columns(found: Rule, now: float, change: Change) -> list[tuple[str, Any]]:
 def _machine(row: Sequence[Any]) -> Machine:
     (name, pool, provider, state, revision, slots, created_at, updated_at, joined_at, ready_at,
      last_seen_at, idle_since, drain_reason, drained, failed_reason, destroyed_at, provider_id,
-     provider_state, session_hash, credential_hash) = row  # fmt: skip
+     provider_state, session_hash, credential_hash, failed_at) = row  # fmt: skip
     return Machine(
         name=name,
         pool=pool,
@@ -175,6 +176,7 @@ def _machine(row: Sequence[Any]) -> Machine:
         provider_state=provider_state,
         session_hash=session_hash,
         credential_hash=credential_hash,
+        failed_at=failed_at,
     )
 
 

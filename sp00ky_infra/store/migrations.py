@@ -410,4 +410,13 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        11,
+        "when a machine failed, kept apart from its last update (which its destroy moves on)",
+        (
+            "ALTER TABLE machines ADD COLUMN failed_at DOUBLE PRECISION",
+            # the rows that failed before: their last update is the best there is
+            "UPDATE machines SET failed_at = updated_at WHERE failed_reason IS NOT NULL",
+        ),
+    ),
 )

@@ -40,6 +40,16 @@ def test_a_machine_moves_through_its_states(store: SqlStore) -> None:
         machines.get("nope")
 
 
+def test_a_failed_boot_keeps_when_it_failed_once_destroyed(store: SqlStore) -> None:
+    machines = store.machines
+    machines.add("render-f1", "render", "local", "rev1", 1, T0)
+    assert machines.move("render-f1", Reason.PROVISIONED, T0 + 1)
+    assert machines.move("render-f1", Reason.BOOT_FAILED, T0 + 2, Change(detail="it exited"))
+    assert machines.move("render-f1", Reason.DESTROYED, T0 + 4)
+    gone = machines.get("render-f1")
+    assert (gone.failed_reason, gone.failed_at, gone.updated_at) == ("it exited", T0 + 2, T0 + 4)
+
+
 def test_live_machines_and_machine_time(store: SqlStore) -> None:
     store.machines.add("a", "render", "local", "r", 1, T0)
     store.machines.add("b", "render", "local", "r", 1, T0 + 100)
