@@ -7,7 +7,7 @@ the clock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -349,11 +349,15 @@ def kept_paid(pool: PoolView, plan: Plan, now: float) -> list[MachineView]:
         return []
     idle_drains = sum(1 for drain in plan.drain if drain.reason == Reason.IDLE_SURPLUS)
     surplus = plan.current - plan.desired - idle_drains
-    kept = sorted(
-        (m for m in pool.machines if idle_past(m, pool, now) and not drainable(m, pool, now)),
-        key=lambda machine: (machine.idle_since, machine.name),
+    kept = _longest_idle_first(
+        m for m in pool.machines if idle_past(m, pool, now) and not drainable(m, pool, now)
     )
     return kept[: max(surplus, 0)]
+
+
+def _longest_idle_first(machines: Iterable[MachineView]) -> list[MachineView]:
+    """The order idle surplus machines go in (the seeds' rule), ties by name."""
+    return sorted(machines, key=lambda machine: (machine.idle_since, machine.name))
 
 
 def _idle_surplus(
@@ -367,10 +371,7 @@ def _idle_surplus(
             f"pool {pool.name}: {surplus} machine(s) too many and {pool.steady_idle} idle "
             "one(s) counted, not listed: list them to choose which to drain"
         )
-    idle = sorted(
-        (machine for machine in serving if drainable(machine, pool, now)),
-        key=lambda machine: (machine.idle_since, machine.name),
-    )
+    idle = _longest_idle_first(machine for machine in serving if drainable(machine, pool, now))
     return [Drain(machine.name, Reason.IDLE_SURPLUS) for machine in idle[:surplus]]
 
 
