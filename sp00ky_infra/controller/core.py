@@ -25,7 +25,7 @@ from sp00ky_infra.controller.state import (
     PoolStates,
     Wake,
 )
-from sp00ky_infra.policy.plan import Plan
+from sp00ky_infra.policy.plan import Plan, PoolView
 from sp00ky_infra.store import Job, SqlStore
 from sp00ky_infra.store.machines import MachineNotFound
 
@@ -67,6 +67,7 @@ class Controller:
         self.heartbeat = Periodic(settings.heartbeat_every)
         self.measures = Measures()
         self.plans: Mapping[str, Plan] = {}  # the last tick's, by pool (what /metrics shows)
+        self.planned_views: Mapping[str, PoolView] = {}  # what each of those was made from
         self.executor = Executor(
             settings, store, provisioner, self.pool_states, self.events, self.wake, self.measures
         )

@@ -21,8 +21,9 @@ Read at scrape time:
   are computed at and where it came from (sp00ky.yml, Hetzner's API as last read, or the
   dated table; ``date`` empty for sp00ky.yml's), for a priced pool only
 - ``sp00ky_pool_idle_paid_machines{pool}``, ``sp00ky_pool_idle_paid_euros{pool}``: the idle
-  surplus machines kept only because their started hour is paid (``policy.plan.kept_paid``),
-  and what the rest of those hours is worth at the pool's price (no sample when unknown)
+  surplus machines the last tick's plan kept only because their started hour is paid
+  (``policy.plan.kept_paid``, over the view that plan was made from), and what the rest of
+  those hours is worth at the pool's price (no sample when unknown)
 - ``sp00ky_breaker_open{pool}``, ``sp00ky_pool_paused{pool}``, ``sp00ky_leader``
 """
 
@@ -40,7 +41,6 @@ from prometheus_client.registry import Collector
 
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.costs import FREE, cached_prices, pool_price
-from sp00ky_infra.controller.reconcile import observe
 from sp00ky_infra.policy.cost import pool_bill
 from sp00ky_infra.policy.machines import LIVE_STATES
 from sp00ky_infra.policy.plan import kept_paid
@@ -239,14 +239,13 @@ class ControllerCollector(Collector):
 
 
 def _kept_paid(controller: Controller, now: float) -> dict[str, list[float]]:
-    """Each pool's machines kept idle for their paid hour, as the share of an hour each has
-    left; none before the first tick's plans, or when no machine is billed."""
+    """Each pool's machines the last tick kept idle for their paid hour (from the view its
+    plan was made from: no read of the store), as the share of an hour each has left; none
+    before the first tick, or when no machine is billed."""
     plans = controller.plans
-    if controller.settings.billing is None or not plans:
-        return {}
     kept: dict[str, list[float]] = {}
-    for view in observe(controller, now):
-        plan = plans.get(view.name)
+    for name, view in controller.planned_views.items():
+        plan = plans.get(name)
         if plan is None or view.billing is None:
             continue
         billing = view.billing

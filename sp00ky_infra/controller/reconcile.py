@@ -167,15 +167,17 @@ def _views(
     return views
 
 
-def plan_of(controller: Controller, view: PoolView, now: float) -> Plan:
-    """The pool's plan; if it has machines to spare and counted idle ones instead of listing
-    them (``policy.plan.Unlisted``), its machines are read again, all listed, to choose."""
+def plan_of(controller: Controller, view: PoolView, now: float) -> tuple[PoolView, Plan]:
+    """The pool's plan and the view it was made from; if the pool has machines to spare and
+    counted idle ones instead of listing them (``policy.plan.Unlisted``), its machines are
+    read again, all listed, to choose (so a surplus's idle machines are always listed)."""
     try:
-        return plan_pool(view, now)
+        return view, plan_pool(view, now)
     except Unlisted:
         terms = [each for each in terms_of(controller) if each.pool == view.name]
         every = _listed(TickReads(controller.store).listed(terms))[view.name]
-        return plan_pool(replace(view, machines=every, steady=0, steady_busy=0, steady_idle=0), now)
+        listed = replace(view, machines=every, steady=0, steady_busy=0, steady_idle=0)
+        return listed, plan_pool(listed, now)
 
 
 def tick(controller: Controller) -> TickReport:
@@ -194,8 +196,10 @@ def tick(controller: Controller) -> TickReport:
     if controller.store.ensure_statistics():  # a new table's first (store.postgres says why)
         log.info("event=analyzed table=jobs")
     scheduled = fire_schedules(controller, now)  # before observe: the plan sees their jobs
-    plans = [plan_of(controller, view, now) for view in observe_for_tick(controller, now)]
+    planned = [plan_of(controller, view, now) for view in observe_for_tick(controller, now)]
+    plans = [plan for _, plan in planned]
     controller.plans = {plan.pool: plan for plan in plans}
+    controller.planned_views = {view.name: view for view, _ in planned}
     errors: list[str] = fenced + scheduled
     for plan in plans:
         errors += executor.apply(plan, controller.deployment, now)
