@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import shutil
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from sp00ky_infra.config import Issue
 from sp00ky_infra.config.loader import lint_document, parse_document
+from tests.helpers import ROOT
 
 BASE: dict[str, Any] = {
     "mode": "cluster",
@@ -61,3 +64,10 @@ def lint_data(data: dict[str, Any]) -> list[Issue]:
 
 def errors(issues: list[Issue]) -> list[Issue]:
     return [issue for issue in issues if issue.severity == "error"]
+
+
+def with_backend_files(folder: Path) -> Path:
+    """``folder`` with the files BASE's backend (and the examples') names, which `lint` checks
+    are there: the example backend's spec and Dockerfile under ./backend/."""
+    shutil.copytree(ROOT / "examples" / "backend", folder / "backend", dirs_exist_ok=True)
+    return folder

@@ -39,7 +39,7 @@ def lint(file: str | None, as_json: bool) -> None:
             click.echo(json.dumps([unreadable(message)], indent=2))
         click.echo(f"error: {message}", err=True)
         sys.exit(EXIT_UNREADABLE)
-    issues = lint_document(doc)
+    issues = lint_document(doc, files=True)
     errors = [issue for issue in issues if issue.severity == "error"]
     if as_json:
         click.echo(json.dumps([issue.as_json() for issue in issues], indent=2))

@@ -1,7 +1,8 @@
 """Reading sp00ky.yml: YAML -> JSON Schema -> lint rules -> typed, frozen Config.
 
 load_config("sp00ky.yml")      # Config, or raises ConfigInvalid listing every problem
-lint_file("sp00ky.yml")        # every Issue (errors and warnings), sorted by line
+lint_file("sp00ky.yml")        # every Issue (errors and warnings), sorted by line, with the
+                               # files a pool backend names checked too (config/files.py)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sp00ky_infra.config.document import (
     render_path,
 )
 from sp00ky_infra.config.errors import ConfigInvalid, Issue
+from sp00ky_infra.config.files import FILE_CODE, file_findings
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE, Config, build_config
 from sp00ky_infra.config.routes import ROUTE_CODE, schedule_route_findings
 from sp00ky_infra.config.rules import run_rules
@@ -30,8 +32,9 @@ def config_path(explicit: str | None = None) -> Path:
     return Path(explicit or os.environ.get("SPKY_CONFIG") or DEFAULT_CONFIG_FILE)
 
 
-def lint_document(doc: Document) -> list[Issue]:
-    """Every problem in ``doc``: duplicate keys, schema breaks and lint rules, by line."""
+def lint_document(doc: Document, *, files: bool = False) -> list[Issue]:
+    """Every problem in ``doc``: duplicate keys, schema breaks and lint rules, by line; with
+    ``files``, also each file a pool backend names that is missing (``doc`` read from a file)."""
     issues = [
         Issue(
             render_path(path),
@@ -50,6 +53,11 @@ def lint_document(doc: Document) -> list[Issue]:
         )
     for found_path, message in schedule_route_findings(doc):  # reads the backends' specs
         issues.append(Issue(render_path(found_path), ROUTE_CODE, message, doc.line_of(found_path)))
+    if files and doc.source is not None:
+        for found_path, message in file_findings(doc.data, doc.source.parent):
+            issues.append(
+                Issue(render_path(found_path), FILE_CODE, message, doc.line_of(found_path))
+            )
     for found_path, message, about_value in schema_findings(doc.data):
         path = render_path(found_path)
         if not (about_value and path in ruled):  # a rule's message about that value says more
@@ -59,7 +67,7 @@ def lint_document(doc: Document) -> list[Issue]:
 
 def lint_file(path: str | Path) -> list[Issue]:
     """Lint a file; raises ConfigFileError when it cannot be read or is not YAML."""
-    return lint_document(read_document(path))
+    return lint_document(read_document(path), files=True)
 
 
 def load_config(path: str | Path | None = None) -> Config:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sp00ky_infra.config.document import DUPLICATE_KEY_CODE
+from sp00ky_infra.config.files import FILE_CODE, FILE_SUMMARY
 from sp00ky_infra.config.routes import ROUTE_CODE, ROUTE_SUMMARY
 from sp00ky_infra.config.rules import RULES
 from sp00ky_infra.config.schema import SCHEMA_CODE, load_schema
@@ -86,5 +87,6 @@ def markdown() -> str:
     lines.append(f"| {DUPLICATE_KEY_CODE} | no key appears twice in one mapping | error |")
     lines += [f"| {each.code} | {each.summary} | {each.severity} |" for each in RULES]
     lines.append(f"| {ROUTE_CODE} | {ROUTE_SUMMARY} | error |")  # config/routes.py (reads specs)
+    lines.append(f"| {FILE_CODE} | {FILE_SUMMARY} | error |")  # config/files.py (lint only)
     lines += ["", END]
     return "\n".join(lines)

@@ -815,6 +815,71 @@ def schedule_has_no_for_each(data: Mapping[str, Any]) -> Iterator[Finding]:
             )
 
 
+# --- a file shared with the wider platform -------------------------------------------------------
+# sp00ky.yml also configures the wider platform, so what this project does not read is named
+# (a warning: the file is shared), never dropped in silence. Files a pool backend names are
+# checked by config/files.py (it reads the file system), which `lint` runs with these.
+
+# The top-level keys this project reads; the schema describes each (tests/config keep the two
+# lists and the schema's top-level properties the same).
+READ_KEYS = ("mode", "pools", "apps", "retention", "schedules", "prices")
+# Top-level keys the platform's docs give sp00ky.yml and nothing here reads.
+PLATFORM_KEYS = ("jobs", "state", "workflows", "slug")
+# What to do about a backend without `spec`: lint's warning and `run`'s end with it.
+SPEC_FIX = (
+    "give the backend `spec: PATH` (its OpenAPI document, relative to sp00ky.yml) so that a "
+    "payload is checked before its job is written"
+)
+
+
+@rule(
+    "SP170",
+    "top-level-unused",
+    "a top-level key sp00ky-infra does not read is named, once",
+    severity="warning",
+)
+def top_level_keys_unused(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for key in data:
+        name = str(key)
+        if name in READ_KEYS:
+            continue
+        if name in PLATFORM_KEYS:
+            yield Finding(
+                (name,),
+                f"`{name}` is not used by sp00ky-infra: the wider platform reads it, and it is "
+                "ignored here; keep it if the platform reads this file too",
+            )
+            continue
+        close = difflib.get_close_matches(name, READ_KEYS, n=1)
+        hint = (
+            f"did you mean {close[0]!r}?"
+            if close
+            else f"remove it, or use a key read here: {', '.join(READ_KEYS)}"
+        )
+        yield Finding(
+            (name,),
+            f"`{name}` is not used by sp00ky-infra, nor a key the platform documents, so it is "
+            f"ignored; {hint}",
+        )
+
+
+@rule(
+    "SP172",
+    "pool-backend-spec",
+    "a pool backend without a spec has its payloads unchecked",
+    severity="warning",
+)
+def pool_backend_has_spec(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, backend in _pool_backends(data):
+        if not backend.get("spec"):  # as `run` reads it: an empty spec checks nothing either
+            yield Finding(
+                ("apps", name, "spec"),
+                f"backend {name!r} has no `spec`, so its jobs' payloads go unchecked: `run`, "
+                "schedules and the admin API write any JSON payload, and only the backend finds "
+                f"a wrong one, on a machine; {SPEC_FIX}",
+            )
+
+
 def run_rules(data: Any) -> Iterator[tuple[Rule, Finding]]:
     """Every finding of every rule, in rule order."""
     mapping = _mapping(data)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.configs import DELETE, varied
+from tests.configs import DELETE, varied, with_backend_files
 from tests.helpers import ROOT, cli
 
 LINE = re.compile(
@@ -42,6 +42,7 @@ def test_several_problems_print_one_line_each_and_exit_1(tmp_path: Path) -> None
         "    method: { type: outbox, table: render_job }\n"
         "    deploy: { dockerfile: Dockerfile, healthcheck: /health }\n"
     )
+    (tmp_path / "Dockerfile").write_text("FROM python:3.12-slim\n")
     done = cli("lint", str(path))
     assert done.returncode == 1
     parsed = [LINE.match(line) for line in done.stdout.splitlines()]
@@ -50,13 +51,14 @@ def test_several_problems_print_one_line_each_and_exit_1(tmp_path: Path) -> None
         ("pools.render.machine.type", "SP131", 4),
         ("pools.render.buffer", "SP112", 7),
         ("pools.render.lease", "SP121", 8),
+        ("apps.renderer.spec", "SP172", 10),  # a warning: not one of the problems counted
         ("apps.renderer.deploy.port", "SP105", 14),
     ]
     assert f"{path}: 4 problem(s)" in done.stderr
 
 
 def test_json_output(tmp_path: Path) -> None:
-    path = tmp_path / "pools.yml"
+    path = with_backend_files(tmp_path) / "pools.yml"
     path.write_text(yaml.safe_dump(varied(("pools.render.min", 7))))
     done = cli("lint", str(path), "--json")
     assert done.returncode == 1
@@ -67,7 +69,7 @@ def test_json_output(tmp_path: Path) -> None:
 
 
 def test_warnings_alone_exit_0(tmp_path: Path) -> None:
-    path = tmp_path / "sp00ky.yml"
+    path = with_backend_files(tmp_path) / "sp00ky.yml"
     path.write_text(yaml.safe_dump(varied(("apps.renderer.deploy.healthcheck", DELETE))))
     done = cli("lint", str(path))
     assert done.returncode == 0
@@ -76,7 +78,7 @@ def test_warnings_alone_exit_0(tmp_path: Path) -> None:
 
 
 def test_default_file_is_sp00ky_yml_in_the_working_directory(tmp_path: Path) -> None:
-    (tmp_path / "sp00ky.yml").write_text(yaml.safe_dump(varied()))
+    (with_backend_files(tmp_path) / "sp00ky.yml").write_text(yaml.safe_dump(varied()))
     assert cli("lint", cwd=tmp_path, env={"SPKY_CONFIG": ""}).returncode == 0
     missing = cli("lint", cwd=tmp_path / "..", env={"SPKY_CONFIG": ""})
     assert missing.returncode == 2
@@ -138,9 +140,15 @@ def test_typos_under_apps_are_named_with_the_key_meant(tmp_path: Path) -> None:
         "      healthCheck: /health\n"
         "      helthcheck_interval: 5\n"
     )
+    (tmp_path / "Dockerfile").write_text("FROM python:3.12-slim\n")
     done = cli("lint", str(path))
     assert done.returncode == 1
     assert done.stdout.splitlines() == [
+        "apps.renderer.spec: warning: backend 'renderer' has no `spec`, so its jobs' payloads go "
+        "unchecked: `run`, schedules and the admin API write any JSON payload, and only the "
+        "backend finds a wrong one, on a machine; give the backend `spec: PATH` (its OpenAPI "
+        "document, relative to sp00ky.yml) so that a payload is checked before its job is "
+        "written [SP172] (line 6)",
         "apps.renderer.baseUrl: warning: `baseUrl` is allowed by the docs but ignored on a pool "
         "backend: the agent calls the backend on 127.0.0.1 at `deploy.port` [SP109] (line 9)",
         "apps.renderer.method.concurency: unknown key 'concurency'; did you mean 'concurrency'? "
@@ -161,7 +169,8 @@ def test_typos_under_apps_are_named_with_the_key_meant(tmp_path: Path) -> None:
     assert {tuple(sorted(issue)) for issue in issues} == {
         ("code", "line", "message", "path", "severity")
     }
-    assert [(i["path"], i["severity"]) for i in issues][:3] == [
+    assert [(i["path"], i["severity"]) for i in issues][:4] == [
+        ("apps.renderer.spec", "warning"),
         ("apps.renderer.baseUrl", "warning"),
         ("apps.renderer.method.concurency", "error"),
         ("apps.renderer.enviroment", "error"),

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from sp00ky_infra.store import open_store
+from tests.configs import with_backend_files
 from tests.helpers import ROOT, cli, drain_pty
 
 
@@ -108,7 +109,7 @@ def test_run_without_a_payload_says_one_is_required(project: tuple[Path, dict[st
 def test_autoscale_yes_please_is_one_error(tmp_path: Path) -> None:
     config = yaml.safe_load((ROOT / "examples" / "sp00ky.yml").read_text())
     config["pools"]["render"]["autoscale"] = "yes please"
-    (tmp_path / "sp00ky.yml").write_text(yaml.safe_dump(config))
+    (with_backend_files(tmp_path) / "sp00ky.yml").write_text(yaml.safe_dump(config))
     done = cli("lint", "sp00ky.yml", "--json", cwd=tmp_path)
     errors = [issue for issue in json.loads(done.stdout) if issue["severity"] == "error"]
     assert [(e["path"], e["code"]) for e in errors] == [("pools.render.autoscale", "SP001")]

@@ -16,6 +16,7 @@ from tests.configs import BASE, DELETE, errors, lint_data, varied
 SECOND_BACKEND = {
     "type": "backend",
     "runOn": {"pool": "render"},
+    "spec": "./backend/openapi.yml",
     "method": {"type": "outbox", "table": "other_job"},
     "deploy": {"dockerfile": "./Dockerfile", "port": 8080, "healthcheck": "/health"},
 }
@@ -306,6 +307,47 @@ FAILING: list[tuple[str, tuple[tuple[str, Any], ...], str, str]] = [
         "pools.render.recycle",
         "recycle 'always' is not known; use `job`",
     ),
+    (
+        "SP170",
+        (("workflows", {"nightly": {"steps": []}}),),
+        "workflows",
+        "`workflows` is not used by sp00ky-infra: the wider platform reads it, and it is "
+        "ignored here; keep it if the platform reads this file too",
+    ),
+    (
+        "SP170",
+        (("jobs", [{"name": "export", "command": "python export.py", "pool": "warehouse"}]),),
+        "jobs",
+        "`jobs` is not used by sp00ky-infra: the wider platform reads it",
+    ),
+    (
+        "SP170",
+        (("pool", {"render": {"max": 3}}),),
+        "pool",
+        "`pool` is not used by sp00ky-infra, nor a key the platform documents, so it is "
+        "ignored; did you mean 'pools'?",
+    ),
+    (
+        "SP170",
+        (("x-anchors", {"common": 1}),),
+        "x-anchors",
+        "so it is ignored; remove it, or use a key read here: mode, pools, apps, retention, "
+        "schedules, prices",
+    ),
+    (
+        "SP172",
+        (("apps.renderer.spec", DELETE),),
+        "apps.renderer.spec",
+        "backend 'renderer' has no `spec`, so its jobs' payloads go unchecked: `run`, schedules "
+        "and the admin API write any JSON payload, and only the backend finds a wrong one, on a "
+        "machine; give the backend `spec: PATH` (its OpenAPI document, relative to sp00ky.yml)",
+    ),
+    (
+        "SP172",
+        (("apps.renderer.spec", ""),),
+        "apps.renderer.spec",
+        "backend 'renderer' has no `spec`, so its jobs' payloads go unchecked",
+    ),
 ]
 
 # (code, changes) that are valid: the rule must stay quiet and nothing else may fail either.
@@ -388,6 +430,19 @@ PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ),
     ("SP133", (("pools.render.provider", "docker"),)),
     ("SP134", (("pools.render.recycle", "never"),)),
+    (  # every key this project reads, and nothing else
+        "SP170",
+        (
+            ("retention", {"success": "6h"}),
+            (
+                "schedules",
+                {"nightly": {"cron": "0 3 * * *", "backend": "renderer", "route": "/render"}},
+            ),
+            ("prices", {"cx33": {"hourly": 0.01, "monthly": 6.49}}),
+        ),
+    ),
+    # a backend on no pool runs no job here: its spec is the platform's business
+    ("SP172", (("apps.api", {"type": "backend", "method": {"type": "outbox", "table": "t"}}),)),
     ("SP138", (("pools.render.machine.image", "sp00ky/agent=abc,os in (debian, ubuntu)"),)),
     ("SP138", (("pools.render.machine.image", "123456789"),)),
     ("SP139", (("pools.render.machine.image", "docker-ce"),)),
@@ -453,6 +508,7 @@ apps:
 """
     found = {(issue.path, issue.code, issue.line) for issue in lint(parse_document(text))}
     assert found == {
+        ("apps.renderer.spec", "SP172", 11),  # missing: the line of its parent
         ("pools.render.min", "SP111", 4),
         ("pools.render.lease", "SP121", 7),
         ("pools.render.machine.locations[1]", "SP132", 9),
