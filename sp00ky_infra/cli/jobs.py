@@ -20,6 +20,7 @@ from sp00ky_infra.client import Client, either, payload_from_text
 from sp00ky_infra.config import Config, ConfigError
 from sp00ky_infra.config.loader import config_path, load_config
 from sp00ky_infra.config.project import default_store_url
+from sp00ky_infra.config.rules import SPEC_FIX
 from sp00ky_infra.policy import jobs as limits
 from sp00ky_infra.simulate.workload import Arrival, write_trace
 from sp00ky_infra.store import STATUSES, SqlStore, StoreError, open_store
@@ -209,9 +210,24 @@ def run(
                 queue_timeout=queue_timeout,
             )
             hint = no_controller_hint(client.store, url, config_file)
+            unchecked = unchecked_note(client.config, backend)
     click.echo(json.dumps(job.as_json()) if as_json else job.id)
+    if unchecked:
+        click.echo(unchecked, err=True)
     if hint:
         click.echo(f"queued; {hint}", err=True)
+
+
+def unchecked_note(config: Config, backend: str) -> str | None:
+    """What ``run`` says once it queued a job whose backend has no spec (lint's SP172): the
+    payload was written unchecked. A note, not a refusal: the job is queued."""
+    target = config.backends.get(backend)
+    if target is None or target.spec:
+        return None
+    return (
+        f"warning: backend {backend!r} has no `spec`, so this job's payload was written "
+        f"unchecked; {SPEC_FIX}"
+    )
 
 
 # --- jobs --------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sp00ky_infra.store import open_store
-from tests.helpers import ROOT, cli
+from tests.helpers import ROOT, cli, cli_process
 
 
 @pytest.fixture
@@ -299,3 +299,43 @@ def test_the_dashboard_refreshes_until_ctrl_c(project: tuple[Path, dict[str, str
     text = seen.decode(errors="replace")
     assert "jobs by status" in text and "pending" in text and "render_job:" in text
     assert "Traceback" not in text
+
+
+UNCHECKED = (
+    "warning: backend 'renderer' has no `spec`, so this job's payload was written unchecked; "
+    "give the backend `spec: PATH` (its OpenAPI document, relative to sp00ky.yml) so that a "
+    "payload is checked before its job is written"
+)
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_run_for_a_backend_without_a_spec_queues_and_says_the_payload_went_unchecked(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    folder, env = project
+    checked = cli_process(
+        "run", "renderer", "/render", "--payload", '{"gameId": "g1"}', "--json",
+        cwd=folder, env=env,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    assert "spec" not in checked.stderr
+    config = folder / "sp00ky.yml"
+    config.write_text(config.read_text().replace("    spec: ./backend/openapi.yml\n", ""))
+
+    done = cli_process(
+        "run", "renderer", "/render", "--payload", '{"not": "in the spec"}', cwd=folder, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("render_job:") and "\n" not in done.stdout.strip()
+    assert done.stderr.splitlines().count(UNCHECKED) == 1, done.stderr
+    assert "has no `spec`" not in done.stderr.replace(UNCHECKED, "")
+
+    as_json = cli_process(
+        "run", "renderer", "/render", "--payload", '{"not": "in the spec"}', "--json",
+        cwd=folder, env=env,
+    )  # fmt: skip
+    assert as_json.returncode == 0, as_json.stderr
+    job = json.loads(as_json.stdout)  # stdout is the job alone, as for a checked payload
+    assert set(job) == set(json.loads(checked.stdout))
+    assert job["payload"] == {"not": "in the spec"} and job["status"] == "pending"
+    assert as_json.stderr.splitlines().count(UNCHECKED) == 1, as_json.stderr

@@ -175,3 +175,71 @@ def test_typos_under_apps_are_named_with_the_key_meant(tmp_path: Path) -> None:
         ("apps.renderer.method.concurency", "error"),
         ("apps.renderer.enviroment", "error"),
     ]
+
+
+def test_keys_this_project_does_not_read_are_warnings_and_exit_0(tmp_path: Path) -> None:
+    path = with_backend_files(tmp_path) / "sp00ky.yml"
+    path.write_text(
+        (ROOT / "examples" / "sp00ky.yml").read_text()
+        + "state:\n  path: ./state\njobs:\n  - name: export\n    command: python export.py\n"
+    )
+    lines = len((ROOT / "examples" / "sp00ky.yml").read_text().splitlines())
+    done = cli("lint", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        f"state: warning: `state` is not used by sp00ky-infra: the wider platform reads it, and "
+        f"it is ignored here; keep it if the platform reads this file too [SP170] "
+        f"(line {lines + 1})"
+    ) in done.stdout.splitlines()
+    assert "jobs: warning: `jobs` is not used by sp00ky-infra" in done.stdout
+    assert "4 warning(s)" in done.stdout  # with the example's two SP109 warnings
+    as_json = cli("lint", str(path), "--json")
+    assert as_json.returncode == 0
+    ours = [i for i in json.loads(as_json.stdout) if i["code"] == "SP170"]
+    assert [(i["path"], i["line"], i["severity"]) for i in ours] == [
+        ("state", lines + 1, "warning"),
+        ("jobs", lines + 3, "warning"),
+    ]
+
+
+def test_a_pool_backend_without_a_spec_is_a_warning_and_exits_0(tmp_path: Path) -> None:
+    path = with_backend_files(tmp_path) / "sp00ky.yml"
+    path.write_text(yaml.safe_dump(varied(("apps.renderer.spec", DELETE))))
+    done = cli("lint", str(path), "--json")
+    assert done.returncode == 0
+    (issue,) = json.loads(done.stdout)
+    assert (issue["path"], issue["code"], issue["severity"]) == (
+        "apps.renderer.spec",
+        "SP172",
+        "warning",
+    )
+    assert "its jobs' payloads go unchecked" in issue["message"]
+
+
+def test_a_file_a_pool_backend_names_that_is_not_there_is_a_problem_and_exits_1(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "sp00ky.yml"
+    text = yaml.safe_dump(varied(), sort_keys=False)  # names ./backend/openapi.yml, Dockerfile
+    path.write_text(text)
+    spec, dockerfile = (
+        1 + next(n for n, line in enumerate(text.splitlines()) if line.strip().startswith(key))
+        for key in ("spec:", "dockerfile:")
+    )
+    done = cli("lint", str(path))
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        f"apps.renderer.spec: `spec` names './backend/openapi.yml', but there is no file at "
+        f"{tmp_path}/backend/openapi.yml (a relative path starts at the directory of "
+        f"sp00ky.yml, {tmp_path}); fix the path, or add the file there [SP171] (line {spec})",
+        f"apps.renderer.deploy.dockerfile: `deploy.dockerfile` names './backend/Dockerfile', "
+        f"but there is no file at {tmp_path}/backend/Dockerfile (a relative path starts at the "
+        f"directory of sp00ky.yml, {tmp_path}); fix the path, or add the file there [SP171] "
+        f"(line {dockerfile})",
+    ]
+    assert f"{path}: 2 problem(s)" in done.stderr
+    as_json = cli("lint", str(path), "--json")
+    assert as_json.returncode == 1
+    assert {(i["code"], i["severity"]) for i in json.loads(as_json.stdout)} == {("SP171", "error")}
+    with_backend_files(tmp_path)
+    assert cli("lint", str(path)).returncode == 0
