@@ -8,7 +8,7 @@ elsewhere (``jobs list`` on a laptop) reads none of these files.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +25,32 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _named(backend: Mapping[str, Any]) -> Iterator[tuple[DocPath, str, bool]]:
-    """(field, the path written, whether it is an env source) for every file ``backend`` names:
-    the controller reads env sources with ``~`` expanded, the spec and the dockerfile as written."""
-    yield ("spec",), backend.get("spec"), False
-    yield ("deploy", "dockerfile"), _mapping(backend.get("deploy")).get("dockerfile"), False
+def _as_written(root: Path, written: str) -> Path:
+    """A spec or a dockerfile: as the controller opens it (``Config.resolve``, no ``~``)."""
+    return Path(Config(root=str(root)).resolve(written))
+
+
+def _env_source(root: Path, written: str) -> Path:
+    """An env file or ``fromFile``: as the controller reads it at deploy, ``~`` expanded."""
+    return env_source_path(str(root), written)
+
+
+Resolve = Callable[[Path, str], Path]
+
+
+def _named(backend: Mapping[str, Any]) -> Iterator[tuple[DocPath, Any, Resolve]]:
+    """(field, the value written, how the controller resolves it) for every file ``backend``
+    names; a value that is no path is the schema's to report."""
+    yield ("spec",), backend.get("spec"), _as_written
+    yield ("deploy", "dockerfile"), _mapping(backend.get("deploy")).get("dockerfile"), _as_written
     env_files = backend.get("envFile")
     if isinstance(env_files, list):
         for index, value in enumerate(env_files):
-            yield ("envFile", index), value, True
+            yield ("envFile", index), value, _env_source
     else:
-        yield ("envFile",), env_files, True
+        yield ("envFile",), env_files, _env_source
     for key, value in _mapping(backend.get("env")).items():
-        yield ("env", str(key), "fromFile"), _mapping(value).get("fromFile"), True
+        yield ("env", str(key), "fromFile"), _mapping(value).get("fromFile"), _env_source
 
 
 def _problem(field: str, written: str, looked: Path, root: Path) -> str | None:
@@ -52,18 +65,16 @@ def _problem(field: str, written: str, looked: Path, root: Path) -> str | None:
 
 
 def file_findings(data: Any, root: Path) -> Iterator[tuple[DocPath, str]]:
-    """(path, message) for each file a pool backend names that is not a file under ``root``."""
+    """(path, message) for each file a pool backend names that is not a file where the
+    controller looks for it, ``root`` being sp00ky.yml's directory. A dockerfile is checked
+    beside a ``deploy.image`` too: the local stack builds its machines from it."""
     for name, backend in backends(_mapping(data)):
         if pool_of(backend) is None:
             continue
-        for field, written, env_source in _named(backend):
+        for field, written, resolve in _named(backend):
             if not isinstance(written, str) or not written:
                 continue  # absent, or the schema's to report
-            resolved = (
-                env_source_path(str(root), written)
-                if env_source
-                else Path(Config(root=str(root)).resolve(written))
-            )
-            problem = _problem(render_path(field), written, resolved.absolute(), root.absolute())
+            looked = resolve(root, written).absolute()
+            problem = _problem(render_path(field), written, looked, root.absolute())
             if problem is not None:
                 yield ("apps", name, *field), problem
