@@ -36,14 +36,16 @@ def test_the_keys_read_are_the_ones_the_typed_config_is_built_from() -> None:
     """Each key the rule calls read changes the typed config, and a platform key does not (so
     no key is called read while it is ignored, nor ignored while it is read)."""
     plain = build_config(BASE)
-    for key, value in {
+    other = {
         "mode": "single",
         "pools": {},
         "apps": {},
         "retention": {"success": "1h"},
         "schedules": {"n": {"cron": "0 3 * * *", "backend": "renderer", "route": "/render"}},
         "prices": {"cx33": {"hourly": 1, "monthly": 2}},
-    }.items():
+    }
+    assert sorted(other) == sorted(READ_KEYS)
+    for key, value in other.items():
         assert build_config({**BASE, key: value}) != plain, key
     for key in PLATFORM_KEYS:
         assert build_config({**BASE, key: {"anything": 1}}) == plain, key
