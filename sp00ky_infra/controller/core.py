@@ -65,6 +65,7 @@ class Controller:
         self.pool_states = PoolStates(store)
         self.prune = Periodic(settings.prune_every)
         self.heartbeat = Periodic(settings.heartbeat_every)
+        self.orphans = Periodic(settings.orphans_every)  # controller/orphans.py
         self.measures = Measures()
         self.plans: Mapping[str, Plan] = {}  # the last tick's, by pool (what /metrics shows)
         self.planned_views: Mapping[str, PoolView] = {}  # what each of those was made from

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from sp00ky_infra.config.model import Pool
 from sp00ky_infra.controller.core import Controller, last_code
+from sp00ky_infra.controller.orphans import maybe_cancel_orphaned
 from sp00ky_infra.controller.pricing import maybe_refresh_prices
 from sp00ky_infra.controller.schedules import fire_schedules
 from sp00ky_infra.controller.state import Deployment
@@ -195,6 +196,7 @@ def tick(controller: Controller) -> TickReport:
     count_swept(controller, swept)
     if controller.store.ensure_statistics():  # a new table's first (store.postgres says why)
         log.info("event=analyzed table=jobs")
+    maybe_cancel_orphaned(controller, now)  # before observe: the plan counts no orphan
     scheduled = fire_schedules(controller, now)  # before observe: the plan sees their jobs
     planned = [plan_of(controller, view, now) for view in observe_for_tick(controller, now)]
     plans = [plan for _, plan in planned]
