@@ -190,6 +190,7 @@ def tick(controller: Controller) -> TickReport:
     executor = controller.executor
     executor.record_outcomes(now)  # servers an asynchronous provisioner reported gone count
     fenced = fence(controller, now)
+    controller.read_policies()  # a live retune counts from this tick
     swept = controller.store.sweep(now)
     for job_id in swept.lease_expired:
         log.info("event=lease_expired job=%s", job_id)
