@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -32,6 +33,13 @@ from sp00ky_infra.policy.jobs import (
     json_problem,
 )
 from sp00ky_infra.store import InvalidJob, Job, NewJob, SqlStore, open_store, store_url
+from sp00ky_infra.store.policies import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_STRATEGY,
+    TablePolicy,
+)
+
+POLICY_SECONDS = 2.0  # one tick: how stale a client's view of the tables' policies may be
 
 
 class PayloadTooLarge(InvalidJob):
@@ -51,9 +59,20 @@ class Client:
         beside = Path(self.config.root) / DEFAULT_CONFIG_FILE
         self.store = store if isinstance(store, SqlStore) else open_store(store_url(store, beside))
         self._specs: dict[tuple[str, str], str] = {}  # (root, spec): its path (_spec)
+        self._policies: dict[str, TablePolicy] = {}
+        self._policies_at = -math.inf
 
     def close(self) -> None:
         self.store.close()
+
+    def _policy(self, table: str) -> TablePolicy:
+        """The table's kept policy, read at most every POLICY_SECONDS (a retune reaches new
+        jobs within that)."""
+        now = time.monotonic()
+        if now - self._policies_at > POLICY_SECONDS:
+            self._policies = {t: kept.policy for t, kept in self.store.policies.read().items()}
+            self._policies_at = now
+        return self._policies.get(table) or TablePolicy()
 
     def __enter__(self) -> Client:
         return self
@@ -67,8 +86,8 @@ class Client:
         path: str,
         payload: Any = None,
         *,
-        max_retries: int = 3,
-        retry_strategy: RetryStrategy = "linear",
+        max_retries: int | None = None,
+        retry_strategy: RetryStrategy | None = None,
         timeout: float | None = None,
         delay: int = 0,
         priority: int | None = None,
@@ -88,7 +107,7 @@ class Client:
         ``poolSlots``) for ``priority`` (default 0) and ``slots`` (default 1): give either.
         """
         priority, slots = _checked_options(
-            max_retries=max_retries,
+            max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
             delay=delay,
             timeout=timeout,
             priority=priority,
@@ -99,6 +118,11 @@ class Client:
         _check_json(payload)
         own_wait = None if queue_timeout is None else job_queue_timeout(queue_timeout)
         table, pool = self._destination(backend, path, payload, timeout, slots)
+        kept = self._policy(table)
+        if max_retries is None:
+            max_retries = DEFAULT_MAX_RETRIES if kept.max_retries is None else kept.max_retries
+        if retry_strategy is None:
+            retry_strategy = kept.retry_strategy or DEFAULT_RETRY_STRATEGY
         pool_wait = pool.queue_timeout if pool else None  # the job's own wins
         new = NewJob(
             backend=backend,

@@ -22,9 +22,15 @@ from sp00ky_infra.config.loader import config_path, load_config
 from sp00ky_infra.config.project import default_store_url
 from sp00ky_infra.config.rules import SPEC_FIX
 from sp00ky_infra.policy import jobs as limits
+from sp00ky_infra.policy.jobs import RetryStrategy
 from sp00ky_infra.simulate.workload import Arrival, write_trace
 from sp00ky_infra.store import STATUSES, SqlStore, StoreError, open_store
 from sp00ky_infra.store import store_url as resolve_store_url
+from sp00ky_infra.store.policies import (
+    TablePolicy,
+    declared_policies,
+    policy_json,
+)
 from sp00ky_infra.store.postgres import redact
 from sp00ky_infra.store.retention import counters_json, since_time
 
@@ -130,13 +136,14 @@ def _finite(param: click.Parameter, value: float | None) -> float | None:
 @click.argument("path")
 @click.option("--payload", help="The job's payload as JSON (checked against the backend's spec).")
 @click.option(
-    "--max-retries", type=click.IntRange(0, limits.MAX_RETRIES), default=3, show_default=True
+    "--max-retries",
+    type=click.IntRange(0, limits.MAX_RETRIES),
+    help="Retries after a failed attempt. [default: the table's policy, 3 unless retuned]",
 )
 @click.option(
     "--retry-strategy",
     type=click.Choice(["linear", "exponential"]),
-    default="linear",
-    show_default=True,
+    help="Backoff between retries. [default: the table's policy, linear unless retuned]",
 )
 @click.option(
     "--timeout",
@@ -175,8 +182,8 @@ def run(
     backend: str,
     path: str,
     payload: str | None,
-    max_retries: int,
-    retry_strategy: str,
+    max_retries: int | None,
+    retry_strategy: str | None,
     timeout: float | None,
     delay: int,
     priority: int | None,
@@ -201,7 +208,7 @@ def run(
                 path,
                 body,
                 max_retries=max_retries,
-                retry_strategy="exponential" if retry_strategy == "exponential" else "linear",
+                retry_strategy=_strategy(retry_strategy),
                 timeout=timeout,
                 delay=delay,
                 priority=priority,
@@ -525,3 +532,87 @@ def export(
     else:
         count = write_trace(arrivals, sys.stdout, fmt)
     click.echo(f"{count} jobs exported ({len(found) - count} left out)", err=True)
+
+
+def _strategy(name: str | None) -> RetryStrategy | None:
+    return None if name is None else "exponential" if name == "exponential" else "linear"
+
+
+@jobs.command()
+@click.argument("table", required=False)
+@click.option(
+    "--concurrency",
+    help="At most this many of the table's jobs at once (a whole number), or `none`: no cap.",
+)
+@click.option("--max-retries", type=click.IntRange(0, limits.MAX_RETRIES))
+@click.option("--retry-strategy", type=click.Choice(["linear", "exponential"]))
+@json_option
+@config_option
+@store_option
+def policy(
+    table: str | None,
+    concurrency: str | None,
+    max_retries: int | None,
+    retry_strategy: str | None,
+    as_json: bool,
+    config_file: str | None,
+    store_url: str | None,
+) -> None:
+    """Show each outbox table's job policy, or retune one live: `jobs policy job
+    --concurrency 20`. The next tick admits by it; a deploy writes sp00ky.yml's again only
+    when the file's lines for the table changed."""
+    with refusals():
+        tables = declared_tables(load_config(config_path(config_file)))
+    changes = _policy_changes(concurrency, max_retries, retry_strategy)
+    if changes and table is None:
+        raise click.UsageError("name the TABLE to retune (tables: " + ", ".join(tables) + ")")
+    if table is not None and table not in tables:
+        raise click.BadParameter(
+            f"no outbox table {table!r} of a pool backend in sp00ky.yml "
+            f"(tables: {', '.join(tables) or 'none'})",
+            param_hint="TABLE",
+        )
+    with opened(store_url, config_file) as store, refusals():
+        if changes:
+            assert table is not None
+            store.policies.retune(table, changes, time.time(), "jobs policy")
+        kept = store.policies.read()
+    shown = [policy_json(name, kept.get(name), tables[name]) for name in (table,) if name] or [
+        policy_json(name, kept.get(name), declared) for name, declared in tables.items()
+    ]
+    if as_json:
+        click.echo(json.dumps(shown if table is None else shown[0], indent=2))
+        return
+    for row in shown:
+        cap = row["concurrency"] if row["concurrency"] is not None else "no cap"
+        click.echo(
+            f"{row['table']}: concurrency {cap}, retries {row['max_retries']} "
+            f"({row['retry_strategy']}); set by {row['updated_by']}"
+        )
+    if changes:
+        click.echo("the controller admits by it from its next tick (within 2 s)")
+
+
+def declared_tables(config: Config) -> dict[str, TablePolicy]:
+    """Each pool backend's outbox table, with sp00ky.yml's policy for it."""
+    return dict(sorted(declared_policies(config).items()))
+
+
+def _policy_changes(
+    concurrency: str | None, max_retries: int | None, retry_strategy: str | None
+) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    if concurrency is not None:
+        if concurrency.lower() == "none":
+            changes["concurrency"] = None
+        elif concurrency.isdigit() and int(concurrency) >= 1:
+            changes["concurrency"] = int(concurrency)
+        else:
+            raise click.BadParameter(
+                f"{concurrency!r}: a whole number of 1 or more, or none", param_hint="--concurrency"
+            )
+    if max_retries is not None:
+        changes["max_retries"] = max_retries
+    if retry_strategy is not None:
+        changes["retry_strategy"] = retry_strategy
+    return changes

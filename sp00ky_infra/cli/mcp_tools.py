@@ -20,6 +20,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from sp00ky_infra import __version__
 from sp00ky_infra.cli.pools import AdminError, admin_request
 from sp00ky_infra.store import SqlStore, StoreError, open_store, store_url
+from sp00ky_infra.store.policies import TablePolicy, policy_json
 
 T = TypeVar("T")
 Status = Literal["pending", "processing", "success", "failed"]
@@ -97,6 +98,24 @@ def build(store: str | None = None) -> MCPServer:
         )
 
     @server.tool()
+    def jobs_policy(
+        table: str,
+        concurrency: int | None = None,
+        max_retries: int | None = None,
+        retry_strategy: Literal["linear", "exponential"] | None = None,
+        no_cap: bool = False,
+    ) -> dict[str, Any]:
+        """A table's job policy; given a value, retune it live (the next tick admits by it):
+        concurrency (at most this many at once; no_cap=true lifts the cap), max_retries and
+        retry_strategy of new jobs that set none."""
+        changes: dict[str, Any] = {"concurrency": None} if no_cap else {}
+        given = {"max_retries": max_retries, "retry_strategy": retry_strategy}
+        changes.update({k: v for k, v in given.items() if v is not None})
+        if concurrency is not None:
+            changes["concurrency"] = concurrency
+        return with_store(lambda store: _retune(store, table, changes))
+
+    @server.tool()
     def jobs_get(job_id: str) -> dict[str, Any]:
         """One job with every field: payload, result, errors, attempts."""
         return with_store(lambda store: store.get(job_id).as_json())
@@ -125,3 +144,14 @@ def build(store: str | None = None) -> MCPServer:
         return found
 
     return server
+
+
+def _retune(store: SqlStore, table: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """A table a controller wrote the policy of, retuned (when ``changes``); its policy."""
+    kept = store.policies.read()
+    if table not in kept:
+        known = ", ".join(kept) or "none yet: a controller writes them when it starts"
+        raise ToolError(f"no job policy for table {table!r} (tables: {known})")
+    if changes:
+        store.policies.retune(table, changes, time.time(), "MCP")
+    return policy_json(table, store.policies.read()[table], TablePolicy())

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from sp00ky_infra.config.durations import DurationError, format_duration, parse_duration
 from sp00ky_infra.policy.cost import Price
+from sp00ky_infra.policy.jobs import RetryStrategy
 from sp00ky_infra.policy.schedules import (
     DEFAULT_POLICY,
     Cadence,
@@ -132,6 +133,8 @@ class OutboxMethod:
     table: str
     schema: str | None = None
     concurrency: int | None = None  # None: only the pool's capacity caps it
+    max_retries: int | None = None  # a new job's that sets none; None: the store's default, 3
+    retry_strategy: RetryStrategy | None = None  # likewise; None: linear
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +348,8 @@ def _backend(name: str, raw: Mapping[str, Any]) -> Backend:
                 table=method["table"],
                 schema=method.get("schema"),
                 concurrency=method.get("concurrency"),
+                max_retries=method.get("maxRetries"),
+                retry_strategy=method.get("retryStrategy"),
             )
             if method.get("type") == "outbox" and method.get("table")
             else None

@@ -401,7 +401,6 @@ class Agents:
         standing = Standing(busy, machine.idle_since, free)
         if self.line is not None and not self.line.may_claim(machine.pool, machine.name, standing):
             return Later.ready([])
-        backend = self.controller.backends[machine.pool]
         claimed = self.store.send_start(
             self.controller.table_of(machine.pool),
             free,
@@ -409,7 +408,7 @@ class Agents:
             sight.now,
             pool.lease,
             machine=machine.name,
-            concurrency=backend.method.concurrency if backend.method else None,
+            concurrency=self.controller.concurrency_of(machine.pool),
         )
         # An idle machine that takes work: its busy period opens in this transaction (the
         # claim read before the COMMIT). A ready machine with its idle clock stopped is busy

@@ -52,8 +52,12 @@ class StartJob(BaseModel):
     queuePriority: int | None = _priority()  # the docs' spelling
     slots: int | None = _slots()
     poolSlots: int | None = _slots()  # the docs' spelling
-    max_retries: int = Field(default=3, ge=0, le=limits.MAX_RETRIES)
-    retry_strategy: Literal["linear", "exponential"] = "linear"
+    max_retries: int | None = Field(
+        default=None, ge=0, le=limits.MAX_RETRIES, description="default: the table's policy (3)"
+    )
+    retry_strategy: Literal["linear", "exponential"] | None = Field(
+        default=None, description="default: the table's policy (linear)"
+    )
     delay: int = Field(default=0, ge=0, le=limits.MAX_DELAY_MS, description="milliseconds")
     timeout: float | None = Field(
         default=None, gt=0, le=limits.MAX_TIMEOUT_SECONDS, description="seconds"
@@ -61,6 +65,17 @@ class StartJob(BaseModel):
     assigned_to: str | None = None
     # seconds or a duration (30m), checked by Client.run like `run --queue-timeout`
     queueTimeout: int | float | str | None = None  # 1800 stays 1800 in messages
+
+
+class PolicyChange(BaseModel):
+    """A live change of a table's job policy: the fields given change, a null clears one
+    (concurrency: no cap; retries: the default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int | None = Field(default=None, ge=1)
+    max_retries: int | None = Field(default=None, ge=0, le=limits.MAX_RETRIES)
+    retry_strategy: Literal["linear", "exponential"] | None = None
 
 
 def admin_app(controller: Controller) -> FastAPI:
@@ -122,6 +137,16 @@ def admin_app(controller: Controller) -> FastAPI:
     def start(name: str, body: StartJob) -> dict[str, Any]:
         job = admin.start_job(controller, name, body.model_dump())
         return {"queued": True, "queueId": job.id, "pool": name}
+
+    @app.get("/jobs/policies")
+    def job_policies() -> list[dict[str, Any]]:
+        """Each outbox table's job policy (`jobs policy`)."""
+        return admin.job_policies(controller)
+
+    @app.patch("/jobs/policies/{table}")
+    def retune(table: str, body: PolicyChange) -> dict[str, Any]:
+        """Retune a table's job policy live: the next tick admits by it."""
+        return admin.retune(controller, table, body.model_dump(exclude_unset=True))
 
     @app.get("/metrics", response_class=Response)
     def metrics() -> Response:

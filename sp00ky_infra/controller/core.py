@@ -28,6 +28,7 @@ from sp00ky_infra.controller.state import (
 from sp00ky_infra.policy.plan import Plan, PoolView
 from sp00ky_infra.store import Job, SqlStore
 from sp00ky_infra.store.machines import MachineNotFound
+from sp00ky_infra.store.policies import TablePolicy, declared_policies
 
 log = logging.getLogger("sp00ky.controller")
 
@@ -65,9 +66,11 @@ class Controller:
         self.pool_states = PoolStates(store)
         self.prune = Periodic(settings.prune_every)
         self.heartbeat = Periodic(settings.heartbeat_every)
+        self.orphans = Periodic(settings.orphans_every)  # controller/orphans.py
         self.measures = Measures()
         self.plans: Mapping[str, Plan] = {}  # the last tick's, by pool (what /metrics shows)
         self.planned_views: Mapping[str, PoolView] = {}  # what each of those was made from
+        self.policies: Mapping[str, TablePolicy] = {}  # by table, as read at the last tick
         self.executor = Executor(
             settings, store, provisioner, self.pool_states, self.events, self.wake, self.measures
         )
@@ -78,6 +81,23 @@ class Controller:
         revisions). Pause flags live in the store: a deploy never un-pauses."""
         self.deployment = Deployment.of(config, self.settings.pool, images)
         self.pool_states.reload(self.deployment.pools)
+        written = self.store.policies.declare(declared_policies(config), self.clock())
+        if written:
+            log.info("event=job_policy tables=%s written from sp00ky.yml", ",".join(written))
+        self.read_policies()
+
+    def read_policies(self) -> None:
+        """Each table's job policy as kept in the store (every tick: a live retune counts
+        from the next one)."""
+        self.policies = {table: kept.policy for table, kept in self.store.policies.read().items()}
+
+    def concurrency_of(self, pool: str) -> int | None:
+        """How many of the pool's table's jobs may run at once: the kept policy's."""
+        kept = self.policies.get(self.table_of(pool))
+        if kept is not None:
+            return kept.concurrency
+        method = self.backends[pool].method
+        return method.concurrency if method else None
 
     @property
     def config(self) -> Config:

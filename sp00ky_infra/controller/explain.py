@@ -52,7 +52,6 @@ def job(controller: Controller, job_id: str) -> dict[str, Any]:
     table = controller.table_of(name)
     store = controller.store
     head = store.queue(table, now, 1)
-    backend = controller.backends[name]
     waiting = Waiting(
         id=found.id,
         run_after=found.run_after,
@@ -61,7 +60,7 @@ def job(controller: Controller, job_id: str) -> dict[str, Any]:
         head_id=head[0].id if head else None,
         head_slots=head[0].slots if head else 0,
         in_flight=store.queue_stats(table, now).processing,
-        concurrency=backend.method.concurrency if backend.method else None,
+        concurrency=controller.concurrency_of(name),
     )
     view, plan = _planned(controller, name, now)
     last = last_failed_boot(controller, name) if view.breaker.is_open(now) else None

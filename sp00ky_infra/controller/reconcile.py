@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from sp00ky_infra.config.model import Pool
 from sp00ky_infra.controller.core import Controller, last_code
+from sp00ky_infra.controller.orphans import maybe_cancel_orphaned
 from sp00ky_infra.controller.pricing import maybe_refresh_prices
 from sp00ky_infra.controller.schedules import fire_schedules
 from sp00ky_infra.controller.state import Deployment
@@ -189,12 +190,14 @@ def tick(controller: Controller) -> TickReport:
     executor = controller.executor
     executor.record_outcomes(now)  # servers an asynchronous provisioner reported gone count
     fenced = fence(controller, now)
+    controller.read_policies()  # a live retune counts from this tick
     swept = controller.store.sweep(now)
     for job_id in swept.lease_expired:
         log.info("event=lease_expired job=%s", job_id)
     count_swept(controller, swept)
     if controller.store.ensure_statistics():  # a new table's first (store.postgres says why)
         log.info("event=analyzed table=jobs")
+    maybe_cancel_orphaned(controller, now)  # before observe: the plan counts no orphan
     scheduled = fire_schedules(controller, now)  # before observe: the plan sees their jobs
     planned = [plan_of(controller, view, now) for view in observe_for_tick(controller, now)]
     plans = [plan for _, plan in planned]

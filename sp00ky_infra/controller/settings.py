@@ -29,6 +29,7 @@ DEFAULT_ADMIN_PORT = 9670
 DEFAULT_TICK_SECONDS = 2.0  # Machine pools docs: "evaluated every two seconds"
 MAX_POLL_WAIT_SECONDS = 20.0  # a long-poll waits up to ~20 s for work
 PRUNE_EVERY_SECONDS = 60.0
+ORPHANS_EVERY_SECONDS = 300.0  # controller/orphans.py: waiting jobs no pool takes
 TIMING_KEYS = {
     "lease": "lease",
     "idleTimeout": "idle_timeout",
@@ -96,6 +97,7 @@ class ControllerSettings:
     breaker_max_pause: float = MAX_PAUSE_SECONDS  # ... up to SPKY_BREAKER_MAX_PAUSE
     join_ttl: float = JOIN_TTL_SECONDS
     prune_every: float = PRUNE_EVERY_SECONDS
+    orphans_every: float = ORPHANS_EVERY_SECONDS
     timings: Timings = field(default_factory=Timings)
     controller_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     state_dir: str = ".sp00ky"  # from_env: .sp00ky next to config_path (config/project.py)

@@ -6,7 +6,7 @@ Nothing here does I/O or reads the clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -187,3 +187,35 @@ def json_problem(value: object, where: str, max_depth: int = MAX_JSON_DEPTH) -> 
         elif not (item is None or isinstance(item, str | int | bool)):
             return f"{label}: a {type(item).__name__} is not JSON"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a backend's pooled jobs wait now: its outbox table and the pool it runs on."""
+
+    table: str | None
+    pool: str | None
+
+
+def orphaned(
+    waiting: Iterable[tuple[str, str, str]], routes: Mapping[str, Route]
+) -> dict[tuple[str, str, str], str]:
+    """The (backend, table, pool) groups of waiting pooled jobs that no pool will ever take,
+    each with why: the backend is gone from sp00ky.yml, or runs on another pool or none, or
+    reads another table (the Resource pools docs: a changed, disabled or removed job cancels
+    its waiting entries). ``routes``: each backend the configuration declares."""
+    found = {}
+    for backend, table, pool in waiting:
+        route = routes.get(backend)
+        if route is None:
+            found[backend, table, pool] = f"backend {backend} was removed from sp00ky.yml"
+        elif route.pool != pool:
+            now_on = f"pool {route.pool}" if route.pool else "no pool"
+            found[backend, table, pool] = (
+                f"backend {backend} no longer runs on pool {pool} (it runs on {now_on} now)"
+            )
+        elif route.table != table:
+            found[backend, table, pool] = (
+                f"backend {backend} now reads outbox table {route.table}, not {table}"
+            )
+    return found

@@ -6,6 +6,7 @@ retry, recovery and the runner can never leave a job in states they disagree abo
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -352,6 +353,33 @@ class JobTable:
 
         return self.transition(job_id, change)
 
+    def cancel_waiting(
+        self, backend: str, table: str, pool: str, reason: str, now: float, batch: int
+    ) -> list[str]:
+        """Up to ``batch`` waiting jobs of (backend, table, pool) fail with ``cancelled`` and
+        ``reason``; the ids. Each is its own compare-and-set: one claimed meanwhile runs on."""
+        with self._db.read() as sql:
+            sql.execute(
+                "SELECT id FROM jobs WHERE tbl = ? AND status = 'pending' AND backend = ? "
+                "AND pool = ? LIMIT ?",
+                (table, backend, pool, batch),
+            )
+            listed = [row[0] for row in sql.fetchall()]
+
+        cancelled: dict[str, bool] = {}  # the last verdict: a lost compare-and-set asks again
+
+        def change(job: Job) -> Job | None:
+            cancelled[job.id] = job.status == "pending"  # else claimed, killed or timed out
+            if not cancelled[job.id]:
+                return None
+            error = error_entry(CANCELLED, f"{reason}; cancelled while waiting", job, now)
+            return finish(job, "failed", now, error=error)
+
+        for job_id in listed:
+            with contextlib.suppress(JobNotFound):  # pruned meanwhile
+                self.transition(job_id, change)
+        return [job_id for job_id, done in cancelled.items() if done]
+
     # --- reading -------------------------------------------------------------------------------
 
     def get(self, job_id: str) -> Job:
@@ -405,6 +433,15 @@ class JobTable:
             key=lambda job: (job.run_after, *admission_key(job.priority, job.created_at, job.id))
         )
         return found
+
+    def waiting_routes(self) -> list[tuple[str, str, str]]:
+        """Each (backend, table, pool) that pooled jobs wait under: read off jobs_pending_due."""
+        with self._db.read() as sql:
+            sql.execute(
+                "SELECT DISTINCT backend, tbl, pool FROM jobs WHERE status = 'pending' "
+                "AND pool IS NOT NULL"
+            )
+            return [(row[0], row[1], row[2]) for row in sql.fetchall()]
 
     def counts(self, table: str | None = None, pool: str | None = None) -> dict[str, int]:
         """Jobs by status (every status present, zero or not). One table's: each status a

@@ -419,4 +419,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "UPDATE machines SET failed_at = updated_at WHERE failed_reason IS NOT NULL",
         ),
     ),
+    Migration(
+        12,
+        "each outbox table's job policy, retuned live (store/policies.py)",
+        (
+            """
+            CREATE TABLE job_policies (
+                tbl TEXT PRIMARY KEY,
+                concurrency INTEGER CHECK (concurrency IS NULL OR concurrency >= 1),
+                max_retries INTEGER CHECK (max_retries IS NULL OR max_retries >= 0),
+                retry_strategy TEXT
+                    CHECK (retry_strategy IS NULL OR retry_strategy IN ('linear', 'exponential')),
+                declared TEXT,
+                updated_at DOUBLE PRECISION NOT NULL,
+                updated_by TEXT NOT NULL
+            )
+            """,
+        ),
+    ),
 )

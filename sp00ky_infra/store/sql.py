@@ -16,6 +16,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from sp00ky_infra.store.dialect import Dialect
 from sp00ky_infra.store.jobs import JobTable
 from sp00ky_infra.store.machines import MachineTable, PoolTable
+from sp00ky_infra.store.policies import PolicyTable
 from sp00ky_infra.store.retention import Retention
 from sp00ky_infra.store.sweep import Sweeper
 
@@ -82,6 +83,10 @@ class SqlStore(Dialect):
     @functools.cached_property
     def pools(self) -> PoolTable:
         return PoolTable(self)
+
+    @functools.cached_property
+    def policies(self) -> PolicyTable:
+        return PolicyTable(self)
 
     # --- the tables' calls the store answers too (callers name the store, not the table) --
 

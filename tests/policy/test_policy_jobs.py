@@ -82,3 +82,37 @@ def test_head_of_line_blocking_example() -> None:
     assert admit(queue, 2) == []
     assert admit(queue, 3) == ["big"]
     assert admit(queue, 4) == ["big", "small"]
+
+
+# --- waiting jobs no pool will take ---------------------------------------------------------------
+
+
+def test_orphaned_names_each_group_no_pool_takes_and_why() -> None:
+    from sp00ky_infra.policy.jobs import Route, orphaned
+
+    routes = {
+        "renderer": Route("render_job", "render"),
+        "thumbs": Route("thumb_job", "gpu"),
+        "mailer": Route("mail_job", None),
+        "resizer": Route("resize_v2", "render"),
+    }
+    waiting = [
+        ("renderer", "render_job", "render"),  # as declared: kept
+        ("gone", "gone_job", "render"),
+        ("thumbs", "thumb_job", "thumb"),
+        ("mailer", "mail_job", "render"),
+        ("resizer", "resize_job", "render"),
+    ]
+    assert orphaned(waiting, routes) == {
+        ("gone", "gone_job", "render"): "backend gone was removed from sp00ky.yml",
+        ("thumbs", "thumb_job", "thumb"): (
+            "backend thumbs no longer runs on pool thumb (it runs on pool gpu now)"
+        ),
+        ("mailer", "mail_job", "render"): (
+            "backend mailer no longer runs on pool render (it runs on no pool now)"
+        ),
+        ("resizer", "resize_job", "render"): (
+            "backend resizer now reads outbox table resize_v2, not resize_job"
+        ),
+    }
+    assert orphaned([], routes) == {}
