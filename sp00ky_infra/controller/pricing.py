@@ -6,9 +6,16 @@ the tick's thread: a slow or failing API never holds the tick up. A reading is k
 store (``store/prices.py``) with the day it was read, so a controller restarted without the
 API prices its pools as of the last reading; ``costs.py`` says which price wins.
 
+The same pass lists the project's snapshots (one GET /images: type snapshot, the project's
+``sp00ky/role=snapshot`` label) and keeps each one's pool, size and creation with the price
+of a GB a month the prices were read with (``store/snapshots.py``): what each pool's
+snapshots cost. ``refresh_snapshots`` does that alone, for a bake that just made or deleted
+one.
+
 A failed reading (the API down or refusing, an answer in another currency) keeps the last
-prices, is logged as a warning and is tried again an hour later. It is tried once each time
-(the client's retries would only hold a thread while the last prices serve).
+prices, or the last snapshots, is logged as a warning and is tried again an hour later. It
+is tried once each time (the client's retries would only hold a thread while the last
+reading serves).
 """
 
 from __future__ import annotations
@@ -20,11 +27,15 @@ import weakref
 
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.hetzner import HetznerAPI
-from sp00ky_infra.hetzner.domain import Pricing
+from sp00ky_infra.hetzner.domain import PRICING_SOURCE, Image, Pricing
+from sp00ky_infra.shared import labels
+from sp00ky_infra.store.dialect import Dialect
 from sp00ky_infra.store.prices import PriceReading, PriceTable
+from sp00ky_infra.store.snapshots import Snapshot, SnapshotReading, SnapshotTable
 
 log = logging.getLogger("sp00ky.controller")
 
+DEFAULT_PROJECT = "dev"  # the project whose labels an unnamed one's resources carry
 READ_EVERY = 24 * 3600.0  # Hetzner changes prices rarely, and announces it weeks ahead
 RETRY_AFTER = 3600.0  # after a failed reading
 CURRENCY = "EUR"  # what the costs are shown in
@@ -55,21 +66,92 @@ def price_refresh(controller: Controller) -> PriceRefresh:
     return _REFRESH.setdefault(controller, PriceRefresh())
 
 
-def reading_of(pricing: Pricing, now: float) -> PriceReading:
-    """What the store keeps of GET /pricing's answer; ValueError for an answer that would
-    price nothing or price in another currency than the costs'."""
+def _in_euros(pricing: Pricing) -> Pricing:
+    """``pricing``, or ValueError when its prices are in another currency than the costs'."""
     if pricing.currency != CURRENCY:
         raise ValueError(
             f"GET /pricing answered prices in {pricing.currency}, not {CURRENCY}: "
             "give prices in EUR under `prices:` in sp00ky.yml"
         )
+    return pricing
+
+
+def reading_of(pricing: Pricing, now: float) -> PriceReading:
+    """What the store keeps of GET /pricing's answer; ValueError for an answer that would
+    price nothing or price in another currency than the costs'."""
+    _in_euros(pricing)
     if not pricing.server_types:
         raise ValueError("GET /pricing answered no server type's price")
     return PriceReading(now, pricing.server_types, pricing.primary_ipv4)
 
 
+def snapshots_selector(project: str) -> str:
+    """The label selector of every snapshot of the project, whatever its pool."""
+    return labels.selector({labels.PROJECT: project, labels.ROLE: "snapshot"})
+
+
+def snapshot_reading(images: list[Image], pricing: Pricing, now: float) -> SnapshotReading:
+    """What the store keeps of the project's snapshots (``images``, GET /images' answer) at
+    ``pricing``'s price of a GB a month; a snapshot with no pool label is no pool's."""
+    snapshots = tuple(
+        Snapshot(image.id, image.labels[labels.POOL], image.image_size, image.created)
+        for image in images
+        if image.type == "snapshot" and image.labels.get(labels.POOL)
+    )
+    price = _in_euros(pricing).image_per_gb_month
+    return SnapshotReading(now, pricing.date, price, PRICING_SOURCE, snapshots)
+
+
+def refresh_snapshots(store: Dialect, api: HetznerAPI, project: str, now: float) -> SnapshotReading:
+    """List the project's snapshots and keep them, with GET /pricing's price of a GB a month:
+    for the bake, right after it made or deleted one. Raises what the API raised (the last
+    reading then stays)."""
+    pricing = api.pricing()
+    images = api.images(snapshots_selector(project), type="snapshot")
+    reading = snapshot_reading(images, pricing, now)
+    SnapshotTable(store).save(reading)
+    return reading
+
+
+def _read_prices(controller: Controller, api: HetznerAPI, now: float) -> Pricing | None:
+    """GET /pricing, kept; None (logged) when it failed and the last prices stay."""
+    try:
+        pricing = api.pricing()
+        reading = reading_of(pricing, now)
+        PriceTable(controller.store).save(reading)
+    except Exception as exc:  # logged; the last prices stay, and an hour later, again
+        log.warning(
+            "reading Hetzner's prices (GET /pricing) failed; the last prices stay, and it "
+            "is tried again in an hour: %s",
+            exc,
+        )
+        return None
+    log.info("event=prices_read server_types=%d", len(reading.server_types))
+    return pricing
+
+
+def _read_snapshots(controller: Controller, api: HetznerAPI, pricing: Pricing, now: float) -> bool:
+    """The project's snapshots, kept; False (logged) when listing them failed."""
+    project = controller.settings.project or DEFAULT_PROJECT
+    try:
+        images = api.images(snapshots_selector(project), type="snapshot")
+        reading = snapshot_reading(images, pricing, now)
+        SnapshotTable(controller.store).save(reading)
+    except Exception as exc:  # logged; the last reading stays, and an hour later, again
+        log.warning(
+            "listing project %s's snapshots (GET /images) failed; the last reading stays, "
+            "and it is tried again in an hour: %s",
+            project,
+            exc,
+        )
+        return False
+    log.info("event=snapshots_read snapshots=%d", len(reading.snapshots))
+    return True
+
+
 def maybe_refresh_prices(controller: Controller, now: float) -> None:
-    """Start a reading of Hetzner's prices in a thread of its own, when one is due."""
+    """Start a reading of Hetzner's prices and of the project's snapshots in a thread of its
+    own, when one is due."""
     if not os.environ.get("HCLOUD_TOKEN"):
         return
     refresh = price_refresh(controller)
@@ -77,20 +159,11 @@ def maybe_refresh_prices(controller: Controller, now: float) -> None:
         return
 
     def read() -> None:
-        try:
-            api = HetznerAPI.from_env(clock=controller.clock, max_tries=1)
-            reading = reading_of(api.pricing(), now)
-            PriceTable(controller.store).save(reading)
-        except Exception as exc:  # logged; the last prices stay, and an hour later, again
-            refresh.next_at = now + RETRY_AFTER
-            log.warning(
-                "reading Hetzner's prices (GET /pricing) failed; the last prices stay, and it "
-                "is tried again in an hour: %s",
-                exc,
-            )
-            return
-        refresh.next_at = now + READ_EVERY
-        log.info("event=prices_read server_types=%d", len(reading.server_types))
+        refresh.next_at = now + RETRY_AFTER  # unless both readings are kept
+        api = HetznerAPI.from_env(clock=controller.clock, max_tries=1)
+        pricing = _read_prices(controller, api, now)
+        if pricing is not None and _read_snapshots(controller, api, pricing, now):
+            refresh.next_at = now + READ_EVERY
 
     refresh.thread = threading.Thread(target=read, name="prices", daemon=True)
     refresh.thread.start()
