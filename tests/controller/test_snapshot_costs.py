@@ -63,7 +63,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake]:
         "image": {"price_per_gb_month": {"net": "0.0200", "gross": "0.0238"}},
     }
     monkeypatch.setattr(cloud_module, "pricing_json", lambda: priced)
-    with Fake() as api:
+    api = Fake()
+    with api:
         monkeypatch.setenv("HCLOUD_TOKEN", TOKEN)
         monkeypatch.setenv("HCLOUD_ENDPOINT", api.url)
         yield api
