@@ -24,6 +24,8 @@ import logging
 import os
 import threading
 import weakref
+from collections.abc import Callable
+from typing import TypeVar
 
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.hetzner import HetznerAPI
@@ -39,6 +41,7 @@ DEFAULT_PROJECT = "dev"  # the project whose labels an unnamed one's resources c
 READ_EVERY = 24 * 3600.0  # Hetzner changes prices rarely, and announces it weeks ahead
 RETRY_AFTER = 3600.0  # after a failed reading
 CURRENCY = "EUR"  # what the costs are shown in
+T = TypeVar("T")
 
 
 class PriceRefresh:
@@ -102,50 +105,55 @@ def snapshot_reading(images: list[Image], pricing: Pricing, now: float) -> Snaps
     return SnapshotReading(now, pricing.date, price, PRICING_SOURCE, snapshots)
 
 
-def refresh_snapshots(store: Dialect, api: HetznerAPI, project: str, now: float) -> SnapshotReading:
-    """List the project's snapshots and keep them, with GET /pricing's price of a GB a month:
-    for the bake, right after it made or deleted one. Raises what the API raised (the last
-    reading then stays)."""
-    pricing = api.pricing()
+def keep_snapshots(
+    store: Dialect, api: HetznerAPI, project: str, pricing: Pricing, now: float
+) -> SnapshotReading:
+    """List the project's snapshots and keep them at ``pricing``'s price of a GB a month."""
     images = api.images(snapshots_selector(project), type="snapshot")
     reading = snapshot_reading(images, pricing, now)
     SnapshotTable(store).save(reading)
     return reading
 
 
-def _read_prices(controller: Controller, api: HetznerAPI, now: float) -> Pricing | None:
-    """GET /pricing, kept; None (logged) when it failed and the last prices stay."""
-    try:
-        pricing = api.pricing()
-        reading = reading_of(pricing, now)
-        PriceTable(controller.store).save(reading)
-    except Exception as exc:  # logged; the last prices stay, and an hour later, again
-        log.warning(
-            "reading Hetzner's prices (GET /pricing) failed; the last prices stay, and it "
-            "is tried again in an hour: %s",
-            exc,
-        )
-        return None
-    log.info("event=prices_read server_types=%d", len(reading.server_types))
-    return pricing
+def refresh_snapshots(store: Dialect, api: HetznerAPI, project: str, now: float) -> SnapshotReading:
+    """List the project's snapshots and keep them, with GET /pricing's price of a GB a month:
+    for the bake, right after it made or deleted one. Raises what the API raised (the last
+    reading then stays)."""
+    return keep_snapshots(store, api, project, api.pricing(), now)
 
 
-def _read_snapshots(controller: Controller, api: HetznerAPI, pricing: Pricing, now: float) -> bool:
-    """The project's snapshots, kept; False (logged) when listing them failed."""
-    project = controller.settings.project or DEFAULT_PROJECT
+def _attempt(read: Callable[[], T], failed: str) -> T | None:
+    """``read()``'s answer; None when it raised, logged as ``failed`` (the last reading stays,
+    and the pass is tried again an hour later)."""
     try:
-        images = api.images(snapshots_selector(project), type="snapshot")
-        reading = snapshot_reading(images, pricing, now)
-        SnapshotTable(controller.store).save(reading)
+        return read()
     except Exception as exc:  # logged; the last reading stays, and an hour later, again
-        log.warning(
-            "listing project %s's snapshots (GET /images) failed; the last reading stays, "
-            "and it is tried again in an hour: %s",
-            project,
-            exc,
-        )
+        log.warning("%s, and it is tried again in an hour: %s", failed, exc)
+        return None
+
+
+def _read(controller: Controller, now: float) -> bool:
+    """GET /pricing and the project's snapshots, each kept; False when either failed."""
+    api = HetznerAPI.from_env(clock=controller.clock, max_tries=1)
+    store, project = controller.store, controller.settings.project or DEFAULT_PROJECT
+
+    def prices() -> Pricing:
+        pricing = api.pricing()
+        PriceTable(store).save(reading_of(pricing, now))
+        return pricing
+
+    pricing = _attempt(prices, "reading Hetzner's prices (GET /pricing) failed; the last "
+                               "prices stay")  # fmt: skip
+    if pricing is None:
         return False
-    log.info("event=snapshots_read snapshots=%d", len(reading.snapshots))
+    log.info("event=prices_read server_types=%d", len(pricing.server_types))
+    listed = _attempt(
+        lambda: keep_snapshots(store, api, project, pricing, now),
+        f"listing project {project}'s snapshots (GET /images) failed; the last reading stays",
+    )
+    if listed is None:
+        return False
+    log.info("event=snapshots_read snapshots=%d", len(listed.snapshots))
     return True
 
 
@@ -159,11 +167,7 @@ def maybe_refresh_prices(controller: Controller, now: float) -> None:
         return
 
     def read() -> None:
-        refresh.next_at = now + RETRY_AFTER  # unless both readings are kept
-        api = HetznerAPI.from_env(clock=controller.clock, max_tries=1)
-        pricing = _read_prices(controller, api, now)
-        if pricing is not None and _read_snapshots(controller, api, pricing, now):
-            refresh.next_at = now + READ_EVERY
+        refresh.next_at = now + (READ_EVERY if _read(controller, now) else RETRY_AFTER)
 
     refresh.thread = threading.Thread(target=read, name="prices", daemon=True)
     refresh.thread.start()

@@ -6,7 +6,6 @@ show each pool's; a failed listing keeps the last one; never listed is unknown, 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -30,12 +29,12 @@ from tests.controller.test_pricing import (
     HOUR,
     T0,
     controller_at,
+    cost_once,
+    running_project,
     samples,
     tick_and_read,
-    write_project,
 )
 from tests.controller.test_schedules_controller import Clock
-from tests.controllers import ADMIN_TOKEN, running_controller, wait_for
 from tests.helpers import cli
 
 PER_GB = 0.02  # the fake's price of a GB of snapshot a month (the catalog has none)
@@ -182,19 +181,11 @@ def test_pools_get_shows_a_pools_snapshots_and_the_total_and_none_for_a_pool_wit
 ) -> None:
     made = datetime.now(UTC).timestamp() - DAY
     two_pools(fake, made)
-    config = write_project(tmp_path)
-    store_url = f"sqlite:///{tmp_path}/state.db"
     today = datetime.now(UTC).strftime("%Y-%m-%d")
-    with running_controller(tmp_path / "controller", config, store_url) as controller:
-        env = {"SPKY_ADMIN_URL": controller.admin_url, "SPKY_ADMIN_TOKEN": ADMIN_TOKEN}
-
-        def listed() -> dict[str, Any] | None:
-            """``pools get render --json``'s cost, once the snapshots are listed."""
-            shown = json.loads(cli("pools", "get", "render", "--json", env=env).stdout)["cost"]
-            found: dict[str, Any] | None = shown if shown["snapshots"] else None
-            return found
-
-        cost = wait_for(listed, what="the pool's snapshots listed")
+    with running_project(tmp_path) as (controller, env):
+        cost = cost_once(
+            env, "render", lambda shown: bool(shown["snapshots"]), "the pool's snapshots listed"
+        )
         text = cli("pools", "get", "render", env=env).stdout
         legacy = cli("pools", "get", "legacy", env=env).stdout
         metrics = controller.admin("GET", "/metrics").text

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from sp00ky_infra.policy.cost import snapshot_euros
-from sp00ky_infra.store import SqlStore, open_store
+from sp00ky_infra.store import SqlStore
 from sp00ky_infra.store.snapshots import Snapshot, SnapshotReading, SnapshotTable
+from tests.helpers import across_a_restart
 
 SOURCE = "Hetzner Pricing API (GET /pricing)"
 READ_AT = 1_796_500_000.0  # 2026-12-05, UTC
@@ -70,14 +71,9 @@ def test_a_save_that_fails_leaves_the_last_listing(store: SqlStore) -> None:
 
 
 def test_a_listing_survives_a_restart(store_url: str) -> None:
-    first = open_store(store_url)
-    try:
-        SnapshotTable(first).save(listing(Snapshot(41, "render", 1.25, READ_AT)))
-    finally:
-        first.close()
-    again = open_store(store_url)
-    try:
-        kept = SnapshotTable(again).read()
-    finally:
-        again.close()
+    kept = across_a_restart(
+        store_url,
+        lambda store: SnapshotTable(store).save(listing(Snapshot(41, "render", 1.25, READ_AT))),
+        lambda store: SnapshotTable(store).read(),
+    )
     assert kept == listing(Snapshot(41, "render", 1.25, READ_AT))
