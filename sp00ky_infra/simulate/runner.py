@@ -76,6 +76,10 @@ def _gigabytes(text: str) -> float:
     return size
 
 
+def _given(gigabytes: float) -> str:
+    return f"{SNAPSHOT_GB}={gigabytes:g}"
+
+
 def boots_snapshot(image: str) -> bool:
     """Whether ``machine.image`` names a snapshot: an id, a label selector, or ``baked``."""
     return image == BAKED or image_kind(image) in ("id", "selector")
@@ -88,7 +92,7 @@ def booted_snapshot(pool: Pool, provider: str, gigabytes: float | None) -> Snaps
         return None
     price = SNAPSHOT_GB_MONTHLY.monthly
     if gigabytes is not None:
-        return Snapshot(gigabytes, price, f"{SNAPSHOT_GB}={gigabytes:g}")
+        return Snapshot(gigabytes, price, _given(gigabytes))
     kind = SERVER_TYPES.get(pool.machine.type)
     if kind is None or not kind.disk:
         raise SettingError(
@@ -130,7 +134,7 @@ class Run:
         gigabytes = changes.get(SNAPSHOT_FIELD)
         if gigabytes is None or run.snapshot is None:
             return run
-        given = replace(run.snapshot, gigabytes=gigabytes, source=f"{SNAPSHOT_GB}={gigabytes:g}")
+        given = replace(run.snapshot, gigabytes=gigabytes, source=_given(gigabytes))
         return replace(run, snapshot=given)
 
     def outcome(self) -> Outcome:
