@@ -7,7 +7,11 @@ import os
 import select
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = bool(os.environ.get("CI"))  # CI draws every Hypothesis example (tests/conftest.py)
@@ -69,3 +73,20 @@ def drain_pty(fd: int, wait: float = 0.1) -> bytes:
             break
         got += chunk
     return got
+
+
+def across_a_restart(store_url: str, write: Callable[[Any], object], read: Callable[[Any], T]) -> T:
+    """``write`` into the store at ``store_url``, closed, then what ``read`` reads from it
+    opened again (what a restarted controller finds)."""
+    from sp00ky_infra.store import open_store
+
+    first = open_store(store_url)
+    try:
+        write(first)
+    finally:
+        first.close()
+    again = open_store(store_url)
+    try:
+        return read(again)
+    finally:
+        again.close()

@@ -1,7 +1,9 @@
 """``sp00ky-infra image bake POOL``: the pool's snapshot with Docker, the pinned agent and the
 backend's image on its disk, against HCLOUD_TOKEN's API (HCLOUD_ENDPOINT for another one).
 How the bake goes is ``controller/bake.py``; progress lines go to stderr, the result to stdout
-(``--json`` for a program).
+(``--json`` for a program). After it, the project's snapshots are listed again into the
+project's store (``controller/pricing.py``), so that ``pools get`` and /metrics show what the
+pool's snapshots cost now rather than at the leader's next daily reading.
 
 The backend's image is settled as the controller settles it: a ``deploy.image`` resolved to
 its digest (the bake server pulls it from its registry), or a ``deploy.dockerfile`` built on
@@ -15,6 +17,7 @@ import contextlib
 import dataclasses
 import json
 import sys
+import time
 
 import click
 
@@ -22,10 +25,12 @@ from sp00ky_infra.cli.jobs import EXIT_REFUSED, config_option, json_option, refu
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.bake import BakeError, BakeRequest, ImageFeed, bake
 from sp00ky_infra.controller.images import ImagesError
+from sp00ky_infra.controller.pricing import refresh_snapshots
 from sp00ky_infra.controller.server import settle
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.hetzner.client import HetznerAPI
 from sp00ky_infra.hetzner.errors import HcloudError
+from sp00ky_infra.store import StoreError, open_store
 
 
 @click.group()
@@ -80,11 +85,29 @@ def bake_command(
     except (BakeError, ImagesError, HcloudError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_REFUSED)
+    _list_snapshots(settings, api, project)
     if as_json:
         click.echo(json.dumps(baked.to_json()))
     else:
         how = "reused" if baked.reused else "baked"
         click.echo(f"pool {pool}: snapshot {baked.snapshot} ({how}, recipe {baked.recipe})")
+
+
+def _list_snapshots(settings: ControllerSettings, api: HetznerAPI, project: str) -> None:
+    """The project's snapshots listed into its store; a failure only warns (the bake is
+    done, and the leader's next reading lists them)."""
+    try:
+        store = open_store(settings.store_url)
+        try:
+            found = refresh_snapshots(store, api, project, time.time())
+        finally:
+            store.close()
+    except (StoreError, HcloudError, ValueError) as exc:
+        click.echo(f"warning: the project's snapshots were not listed into the store: {exc}",
+                   err=True)  # fmt: skip
+        return
+    click.echo(f"project {project}: {len(found.snapshots)} snapshot(s) listed into the store",
+               err=True)  # fmt: skip
 
 
 def _progress(line: str) -> None:

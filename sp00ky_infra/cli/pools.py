@@ -158,6 +158,9 @@ def get(name: str, as_json: bool) -> None:
         + ("; PAUSED" if pool["paused"] else "")
     )
     click.echo("  " + _cost_line(pool["cost"]))
+    snapshots = _snapshots_line(pool["cost"])
+    if snapshots:
+        click.echo("  " + snapshots)
     for machine in pool["machine_list"]:
         click.echo(
             f"  {machine['name']:<20} {machine['state']:<9} busy {machine['busy_slots']}"
@@ -256,4 +259,19 @@ def _cost_line(cost: dict[str, Any]) -> str:
         + (f"{per_job:.6f} EUR per job ({cost['jobs']})" if per_job is not None else "no job yet")
         + f"; {cost['server_type']} at {price['hourly']:g} EUR/h, capped at "
         f"{price['monthly']:g} EUR/month ({price['source']})"
+    )
+
+
+def _snapshots_line(cost: dict[str, Any]) -> str:
+    """The snapshots line of ``pools get``: what the pool's snapshots cost, and the machines
+    and snapshots together; nothing for a pool with none (or never listed)."""
+    shown = cost.get("snapshots")
+    if not shown or not shown["count"]:
+        return ""
+    together = cost["total_euros"]
+    return (
+        f"snapshots: {shown['count']}, {shown['gigabytes']:.2f} GB, "
+        f"{shown['monthly_euros']:.4f} EUR a month (read {shown['read_on']}); "
+        f"{shown['euros']:.4f} EUR so far, machines and snapshots together "
+        + ("unknown (the machines' euros are)" if together is None else f"{together:.4f} EUR")
     )

@@ -15,9 +15,11 @@ from sp00ky_infra.cli.jobs import config_option, json_option, refusals
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.config.model import Config
 from sp00ky_infra.policy.cost import PRICES_DATE, Price, UnknownPrice, parse_price, price_of
+from sp00ky_infra.policy.server_types import SNAPSHOT_GB_MONTHLY
 from sp00ky_infra.simulate.providers import PROVIDERS, ProviderModel
 from sp00ky_infra.simulate.report import (
     Report,
+    Snapshot,
     common_window,
     report,
     table_rows,
@@ -75,7 +77,13 @@ def _fail(message: str) -> None:
     multiple=True,
     help=f"TYPE=HOURLY/MONTHLY in EUR, over the table of {PRICES_DATE}.",
 )
-@click.option("--set", "sets", multiple=True, help="Override a pool setting: KEY=VALUE.")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    help="Override a pool setting: KEY=VALUE (snapshotGigabytes=N: the size of the snapshot "
+    "a pool boots; default its server type's disk).",
+)
 @click.option(
     "--sweep",
     "axes",
@@ -128,7 +136,8 @@ def simulate(
     N per hour, --duration, --hours, --burst). Every decision is the controller's own (sizing,
     drain choice, admission order, head-of-line blocking, concurrency, breaker, maxLifetime,
     queue timeouts); boots, jobs and agents follow the provider model. Euros follow Hetzner's
-    rule: per started hour, capped at the monthly price.
+    rule: per started hour, capped at the monthly price; a pool on Hetzner that boots a
+    snapshot also pays for keeping it over the window (per GB and month, by the hour).
     """
     with refusals():
         config = load_config(config_file)
@@ -183,7 +192,7 @@ def _show(runs: Sequence[Run], as_json: bool) -> None:
     outcomes = [run.outcome() for run in runs]
     window = common_window(outcome.end for outcome in outcomes)
     reports = [
-        report(run.pool.name, outcome, run.price, window)
+        report(run.pool.name, outcome, run.price, window, run.snapshot)
         for run, outcome in zip(runs, outcomes, strict=True)
     ]
     pairs = list(zip(reports, outcomes, strict=True))
@@ -263,6 +272,14 @@ def _describe(run: Run) -> str:
         f"min {p.min}, {top}, buffer {p.buffer}, slots {p.slots}, idleTimeout "
         f"{p.idle_timeout:g}s; {run.provider.name} boot {run.provider.boot}; "
         f"{p.machine.type} at {run.price.hourly:g} EUR/h"
+        + (_snapshot_words(run.snapshot) if run.snapshot is not None else "")
+    )
+
+
+def _snapshot_words(snapshot: Snapshot) -> str:
+    return (
+        f"; boots a snapshot of {snapshot.gigabytes:g} GB ({snapshot.source}) at "
+        f"{snapshot.per_gb_month:g} EUR a GB and month ({SNAPSHOT_GB_MONTHLY.source})"
     )
 
 

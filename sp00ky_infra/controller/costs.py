@@ -18,6 +18,12 @@ creates servers with the API's default public network, and the configuration has
 turn it off), so the API's price includes it. Its hourly and monthly prices are added to the
 server's, and the billing rule applied to the sum (so the monthly cap is the two caps'
 sum). The dated table has no hourly price for it, and stays the server's alone.
+
+Snapshots: a pool that boots a snapshot pays for it too, per GB and month for as long as it
+exists. Its snapshots as last listed (``pricing.py``, kept in the store) are shown beside the
+machines' bill (``snapshots``: count, GB, euros a month, euros so far, and the day read), and
+``total_euros`` is the two together: the machines' bill and what the snapshots the pool has
+now cost since each was made. Snapshots never listed are unknown (None), and so is the total.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from sp00ky_infra.policy.cost import PoolBill, Price, pool_bill
 from sp00ky_infra.policy.server_types import PREFERENCE, SERVER_TYPES, LocationPrice
 from sp00ky_infra.store import SqlStore
 from sp00ky_infra.store.prices import PriceReading, PriceTable
+from sp00ky_infra.store.snapshots import SnapshotReading, SnapshotTable
 
 FREE = Price(0.0, 0.0)  # only to count machine-hours and jobs when the euros are unknown
 WITH_IPV4 = "with its primary IPv4"  # said in an API price's source, when it is included
@@ -134,7 +141,8 @@ def pool_cost(
     found = priced(config, pool, cached_prices(store, config))
     price = found.price if isinstance(found, PoolPrice) else FREE
     bill = pool_bill(price, lives, counts["success"] + counts["failed"])
-    return cost_json(config, pool, bill, found)
+    shown = cost_json(config, pool, bill, found)
+    return with_snapshots(shown, SnapshotTable(store).read(), pool, now)
 
 
 def cost_json(config: Config, pool: str, bill: PoolBill, found: PoolPrice | str) -> dict[str, Any]:
@@ -145,4 +153,18 @@ def cost_json(config: Config, pool: str, bill: PoolBill, found: PoolPrice | str)
     return {
         **shown, "euros": None, "idle_euros": None, "euros_per_job": None, "price": None,
         "price_unknown": found,
+    }  # fmt: skip
+
+
+def with_snapshots(
+    cost: dict[str, Any], listed: SnapshotReading | None, pool: str, now: float
+) -> dict[str, Any]:
+    """``cost`` (``cost_json``'s) with the pool's snapshots as last ``listed``, the machines'
+    euros named apart, and the two together (None when either is unknown)."""
+    snapshots = None if listed is None else listed.pool(pool).as_json(now)
+    machines = cost["euros"]
+    both = None if snapshots is None or machines is None else machines + snapshots["euros"]
+    return {
+        **cost, "machine_euros": machines, "snapshots": snapshots,
+        "total_euros": None if both is None else round(both, 4),
     }  # fmt: skip

@@ -24,6 +24,9 @@ Read at scrape time:
   surplus machines the last tick's plan kept only because their started hour is paid
   (``policy.plan.kept_paid``, over the view that plan was made from), and what the rest of
   those hours is worth at the pool's price (no sample when unknown)
+- ``sp00ky_pool_snapshot_gigabytes{pool}``, ``sp00ky_pool_snapshot_monthly_euros{pool}``: the
+  pool's snapshots as last listed from Hetzner's API (``pricing.py``), their size and what
+  they cost a month; 0 for a pool listed with none, no sample when never listed
 - ``sp00ky_breaker_open{pool}``, ``sp00ky_pool_paused{pool}``, ``sp00ky_leader``
 """
 
@@ -46,6 +49,7 @@ from sp00ky_infra.policy.machines import LIVE_STATES
 from sp00ky_infra.policy.plan import kept_paid
 from sp00ky_infra.store.jobs import QueueStats
 from sp00ky_infra.store.prices import PriceReading
+from sp00ky_infra.store.snapshots import SnapshotTable
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 QUEUE_READ_SECONDS = 5.0  # how old a scrape's queue counts may be
@@ -213,6 +217,28 @@ class ControllerCollector(Collector):
                 hourly.add_metric(where, found.price.hourly)
         yield from (seconds, euros, idle, known, hourly)
         yield from self._paid(now, listed)
+        yield from self._snapshots()
+
+    def _snapshots(self) -> Iterator[Metric]:
+        """Each pool's snapshots as last listed; no sample at all before the first listing."""
+        controller = self.controller
+        size = GaugeMetricFamily(
+            "sp00ky_pool_snapshot_gigabytes",
+            "GB of the pool's snapshots (what Hetzner bills), as last listed.",
+            labels=["pool"],
+        )
+        monthly = GaugeMetricFamily(
+            "sp00ky_pool_snapshot_monthly_euros",
+            "What the pool's snapshots cost a month (net EUR a GB and month x their GB).",
+            labels=["pool"],
+        )
+        listed = SnapshotTable(controller.store).read()
+        for name in controller.pools:
+            if listed is not None:
+                mine = listed.pool(name)
+                size.add_metric([name], mine.gigabytes)
+                monthly.add_metric([name], mine.monthly_euros)
+        yield from (size, monthly)
 
     def _paid(self, now: float, listed: PriceReading | None) -> Iterator[Metric]:
         """Each pool's idle machines kept for their paid hour, and what it has left."""

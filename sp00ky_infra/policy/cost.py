@@ -15,6 +15,14 @@ The monthly cap is per calendar month; a machine here lives at most ``maxLifetim
 default), so the cap is applied per machine and per 30 days of its life (an approximation
 that only matters to machines older than a month).
 
+Snapshots: Hetzner bills them "on a per gigabyte per month basis" (Cloud FAQ, "What are
+snapshots and backups?", https://docs.hetzner.com/cloud/general/faq), for as long as they
+exist, by the rule "Billing system" states for every product: the hourly price while a
+product has not been used for almost the whole month, "We round up partial hours", "The
+total costs is never more than the monthly price". Only the monthly price of a GB is
+published (GET /pricing's ``image.price_per_gb_month``), so the hourly price here is the
+monthly one's share of the 30 days above (720 hours): a whole month costs the monthly price.
+
 Idle euros are the share of a machine's bill spent with no job on it:
 bill x idle seconds / lifetime seconds (the time it booted and drained counts as idle too:
 it is paid for and runs nothing).
@@ -120,6 +128,14 @@ def machine_euros(price: Price, seconds: float) -> float:
     if rest > 0:
         euros += min(price.monthly, billed_hours(rest) * price.hourly)
     return euros
+
+
+def snapshot_euros(gigabytes: float, per_gb_month: float, seconds: float) -> float:
+    """What ``gigabytes`` of snapshot kept for ``seconds`` cost at ``per_gb_month`` (net EUR
+    a GB and month): per started hour at the month's 720th part, never more than the monthly
+    price (for each 30 days)."""
+    monthly = gigabytes * per_gb_month
+    return machine_euros(Price(monthly * HOUR / MONTH, monthly), seconds)
 
 
 def idle_euros(bill: float, lifetime: float, idle_seconds: float) -> float:

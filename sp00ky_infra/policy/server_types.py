@@ -200,6 +200,14 @@ REPLACEMENTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 # hourly price is not known here.
 PRIMARY_IPV4_MONTHLY = LocationPrice("", 0.0, 0.50, "2025-10-21", SPECS_2025)
 
+# A GB of snapshot a month, net (``monthly``; no hourly price is published): "~0.0119 EUR /
+# GB / month", hetsnap.com/docs/snapshots (read 2026-12), the price before the 1 April 2026
+# adjustment, which made "volumes and snapshots 30 % more expensive" (cloudtally.eu, "The
+# Hetzner Cloud costs you're probably missing", reviewed 2026-04-18) at a figure not known
+# here. GET /pricing's ``image.price_per_gb_month`` is the current one.
+SNAPSHOT_SOURCE = "hetsnap.com/docs/snapshots, before the 2026-04-01 adjustment"
+SNAPSHOT_GB_MONTHLY = LocationPrice("", 0.0, 0.0119, "2026-03-31", SNAPSHOT_SOURCE)
+
 
 CATALOG_DATE = max(p.date for t in SERVER_TYPES.values() for p in t.prices)
 

@@ -1,4 +1,9 @@
-"""What a simulated run cost: waits, queue, machine-hours, boots and euros, as plain data."""
+"""What a simulated run cost: waits, queue, machine-hours, boots and euros, as plain data.
+
+The euros are the machines' bill and, for a pool that boots a snapshot, what keeping that
+snapshot over the same window costs (``policy.cost.snapshot_euros``: per GB and month,
+prorated per started hour), each on a line of its own and together in ``euros``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from sp00ky_infra.policy.cost import Price, idle_euros, machine_euros
+from sp00ky_infra.policy.cost import Price, idle_euros, machine_euros, snapshot_euros
 from sp00ky_infra.simulate.engine import Outcome
 
 DAY = 86400.0
@@ -37,6 +42,9 @@ class Report:
     settled: bool
     machines_over_time: tuple[tuple[float, int], ...]
     window: float = 0.0  # seconds from the trace's start that machine-hours and euros cover
+    machine_euros: float = 0.0  # the machines' share of ``euros``
+    snapshot_euros: float = 0.0  # the snapshot's share of ``euros``: its storage over window
+    snapshot_gigabytes: float = 0.0  # the snapshot the pool boots (0: none)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -45,18 +53,31 @@ class Report:
 
 
 @dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The snapshot a pool boots, kept the whole window: its size in GB, the net price of a
+    GB a month, and where the size comes from."""
+
+    gigabytes: float
+    per_gb_month: float
+    source: str = ""
+
+    def euros(self, window: float) -> float:
+        return snapshot_euros(self.gigabytes, self.per_gb_month, window)
+
+
+@dataclass(frozen=True, slots=True)
 class Bill:
     """A run's machines as Hetzner bills them: each one's creation, its end (None: still
-    alive when the run settled) and its busy seconds."""
+    alive when the run settled) and its busy seconds; and the snapshot the pool boots."""
 
     price: Price
     machines: tuple[tuple[float, float | None, float], ...]
+    snapshot: Snapshot | None = None
 
     @classmethod
-    def of(cls, outcome: Outcome, price: Price) -> Bill:
-        return cls(
-            price, tuple((m.created_at, m.destroyed_at, m.busy_seconds) for m in outcome.machines)
-        )
+    def of(cls, outcome: Outcome, price: Price, snapshot: Snapshot | None = None) -> Bill:
+        lives = tuple((m.created_at, m.destroyed_at, m.busy_seconds) for m in outcome.machines)
+        return cls(price, lives, snapshot)
 
     def over(self, window: float) -> tuple[float, float, float]:
         """(euros, idle euros, machine-seconds) up to ``window``: a machine still alive at the
@@ -89,7 +110,10 @@ def billed(r: Report, bill: Bill, window: float) -> Report:
     """``r`` with its machine-hours and euros measured over ``window`` (never before the run's
     own end: every machine it created is paid for in full)."""
     window = max(window, r.span)
-    euros, idle, seconds = bill.over(window)
+    machines, idle, seconds = bill.over(window)
+    snapshot = bill.snapshot
+    stored = snapshot.euros(window) if snapshot is not None else 0.0
+    euros = machines + stored
     return replace(
         r,
         machine_hours=seconds / 3600.0,
@@ -98,11 +122,18 @@ def billed(r: Report, bill: Bill, window: float) -> Report:
         euros_per_job=euros / r.started if r.started else 0.0,
         euros_per_day=euros * DAY / max(window, 1.0),
         window=window,
+        machine_euros=machines,
+        snapshot_euros=stored,
+        snapshot_gigabytes=snapshot.gigabytes if snapshot is not None else 0.0,
     )
 
 
-def report(pool: str, outcome: Outcome, price: Price, window: float = 0.0) -> Report:
-    """One pool's run, its euros over ``window`` (at least the run's own span)."""
+def report(
+    pool: str, outcome: Outcome, price: Price, window: float = 0.0,
+    snapshot: Snapshot | None = None,
+) -> Report:  # fmt: skip
+    """One pool's run, its euros over ``window`` (at least the run's own span), the
+    ``snapshot`` it boots (if any) kept over the same window."""
     waits = sorted(w for w in (job.wait for job in outcome.jobs) if w is not None)
     counted = Report(
         pool=pool,
@@ -127,7 +158,7 @@ def report(pool: str, outcome: Outcome, price: Price, window: float = 0.0) -> Re
         settled=outcome.settled,
         machines_over_time=tuple(outcome.series),
     )
-    return billed(counted, Bill.of(outcome, price), window)
+    return billed(counted, Bill.of(outcome, price, snapshot), window)
 
 
 def together(series: Sequence[Sequence[tuple[float, int]]]) -> list[tuple[float, int]]:
@@ -184,6 +215,9 @@ def total(pairs: Sequence[tuple[Report, Outcome]]) -> Report:
         settled=all(r.settled for r in reports),
         machines_over_time=tuple(series),
         window=window,
+        machine_euros=sum(r.machine_euros for r in reports),
+        snapshot_euros=sum(r.snapshot_euros for r in reports),
+        snapshot_gigabytes=sum(r.snapshot_gigabytes for r in reports),
     )
 
 
@@ -217,6 +251,7 @@ def table_rows(r: Report) -> list[tuple[str, str]]:
         ("longest queue", f"{r.longest_queue} jobs"),
         ("machine-hours", f"{r.machine_hours:.2f} h (peak {r.peak_machines} machines)"),
         ("boots", f"{r.boots} ({r.failed_boots} failed)"),
+        *_snapshot_rows(r),
         ("euros", f"{r.euros:.2f} EUR ({r.idle_euros:.2f} idle, {r.euros_per_job:.4f} per job)"),
         ("euros per day", f"{r.euros_per_day:.2f} EUR ({window_words(r.window)})"),
         ("simulated", fmt_s(r.span) + ("" if r.settled else " (the pool never settled)")),
@@ -225,6 +260,17 @@ def table_rows(r: Report) -> list[tuple[str, str]]:
         if r.machines_over_time
         else []
     )
+
+
+def _snapshot_rows(r: Report) -> list[tuple[str, str]]:
+    """The machines' euros and the snapshot's apart, for a pool that boots one."""
+    if not r.snapshot_gigabytes:
+        return []
+    return [
+        ("machine euros", f"{r.machine_euros:.2f} EUR"),
+        ("snapshot euros", f"{r.snapshot_euros:.4f} EUR ({r.snapshot_gigabytes:g} GB kept "
+                           f"{fmt_s(r.window)}, per GB and month by the started hour)"),
+    ]  # fmt: skip
 
 
 def window_words(window: float) -> str:

@@ -7,12 +7,12 @@ import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from html import escape
 from typing import Any
 
 from sp00ky_infra.simulate.report import Bill, Report, billed, common_window, fmt_s, report
-from sp00ky_infra.simulate.runner import Run, SettingError, setting, with_settings
+from sp00ky_infra.simulate.runner import Run, SettingError, setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +53,11 @@ def combinations(axes: Sequence[tuple[str, list[str]]]) -> list[dict[str, str]]:
 def _one(job: tuple[Run, dict[str, str]]) -> tuple[Point, Bill]:
     run, combo = job
     changes = dict(setting(key, value) for key, value in combo.items())
-    changed = replace(run, pool=with_settings(run.pool, changes))
+    changed = run.changed(changes)
     label = " ".join(f"{k}={v}" for k, v in combo.items())
     outcome = changed.outcome()
-    return Point(label, report(changed.pool.name, outcome, run.price)), Bill.of(outcome, run.price)
+    found = report(changed.pool.name, outcome, run.price, snapshot=changed.snapshot)
+    return Point(label, found), Bill.of(outcome, run.price, changed.snapshot)
 
 
 def sweep(
@@ -91,7 +92,7 @@ def table(points: Sequence[Point]) -> list[list[str]]:
     for p in points:
         r = p.report
         day = 86400.0 / max(r.window, 1.0)
-        idle = r.idle_euros / r.euros if r.euros else 0.0
+        idle = r.idle_euros / r.machine_euros if r.machine_euros else 0.0
         rows.append(
             [
                 p.label,

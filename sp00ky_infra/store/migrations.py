@@ -437,4 +437,29 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        13,
+        "the project's snapshots as last listed from the provider's API, with the price of a GB",
+        (
+            # The last complete listing (GET /images, the project's snapshots): one row of
+            # when it was read and at what net price of a GB a month, and one per snapshot.
+            # A listing replaces both tables at once; a failed one leaves them as they were.
+            """
+            CREATE TABLE snapshot_readings (
+                per_gb_month DOUBLE PRECISION NOT NULL,
+                read_on TEXT NOT NULL,
+                read_at DOUBLE PRECISION NOT NULL,
+                source TEXT NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE pool_snapshots (
+                image_id BIGINT PRIMARY KEY,
+                pool TEXT NOT NULL,
+                gigabytes DOUBLE PRECISION,
+                created_at DOUBLE PRECISION NOT NULL
+            )
+            """,
+        ),
+    ),
 )

@@ -18,6 +18,8 @@ from sp00ky_infra.rehearse.catalog import pricing_json
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.shared.cloud_init import agent_sha256
 from sp00ky_infra.shared.recipe import Recipe
+from sp00ky_infra.store import open_store, store_url
+from sp00ky_infra.store.snapshots import SnapshotTable
 from tests.controllers import backend_app, project
 
 IMAGE = "registry.example/render@sha256:" + "b" * 64
@@ -95,3 +97,22 @@ def test_a_pool_that_is_not_there_is_refused(tmp_path: Path, fake: FakeHetzner) 
         cli, ["image", "bake", "encode", "--config", str(_config(tmp_path))], env=env
     )
     assert missing.exit_code == 1 and "no pool 'encode' in sp00ky.yml (render)" in missing.stderr
+
+
+def test_after_a_bake_the_projects_snapshots_are_listed_into_its_store(
+    tmp_path: Path, fake: FakeHetzner
+) -> None:
+    recipe = Recipe("debian-12", agent_sha256(), IMAGE)
+    current = _snapshot(fake, recipe)
+    config = _config(tmp_path)
+    code, _, err = _bake(fake, config, "--json")
+    assert code == 0, err
+    assert "project shop: 1 snapshot(s) listed into the store" in err
+    store = open_store(store_url(None, config))
+    try:
+        kept = SnapshotTable(store).read()
+    finally:
+        store.close()
+    assert kept is not None and [(s.id, s.pool, s.gigabytes) for s in kept.snapshots] == [
+        (current, "render", 0.42)
+    ]

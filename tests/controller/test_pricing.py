@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +34,13 @@ from sp00ky_infra.store import open_store
 from sp00ky_infra.store.prices import PriceReading
 from tests.controller.test_controller_executor import Recording
 from tests.controller.test_schedules_controller import Clock
-from tests.controllers import ADMIN_TOKEN, backend_app, running_controller, wait_for
+from tests.controllers import (
+    ADMIN_TOKEN,
+    ControllerProcess,
+    backend_app,
+    running_controller,
+    wait_for,
+)
 from tests.helpers import cli
 
 T0 = 1_796_500_000.0  # 2026-12-05T19:46:40Z
@@ -108,6 +114,31 @@ def samples(metrics: str, name: str) -> dict[str, tuple[dict[str, str], float]]:
         for sample in family.samples
         if sample.name == name
     }
+
+
+def cost_once(
+    env: dict[str, str], pool: str, ready: Callable[[dict[str, Any]], bool], what: str
+) -> dict[str, Any]:
+    """``pools get POOL --json``'s cost, once ``ready`` says it is (polled)."""
+
+    def shown() -> dict[str, Any] | None:
+        cost: dict[str, Any] = json.loads(cli("pools", "get", pool, "--json", env=env).stdout)[
+            "cost"
+        ]
+        return cost if ready(cost) else None
+
+    found: dict[str, Any] = wait_for(shown, what=what)
+    return found
+
+
+@contextmanager
+def running_project(folder: Path) -> Iterator[tuple[ControllerProcess, dict[str, str]]]:
+    """The project's controller running as a process of its own on a SQLite store, and the
+    environment ``pools`` reaches its admin API with."""
+    config = write_project(folder)
+    store_url = f"sqlite:///{folder}/state.db"
+    with running_controller(folder / "controller", config, store_url) as controller:
+        yield controller, {"SPKY_ADMIN_URL": controller.admin_url, "SPKY_ADMIN_TOKEN": ADMIN_TOKEN}
 
 
 def table_price(server_type: str, location: str = "fsn1") -> tuple[float, float]:
@@ -247,19 +278,14 @@ def test_an_api_error_keeps_the_last_prices_logs_a_warning_and_is_tried_an_hour_
 def test_pools_get_and_metrics_of_a_running_controller_say_where_each_price_came_from(
     tmp_path: Path, fake: FakeHetzner
 ) -> None:
-    config = write_project(tmp_path)
-    store_url = f"sqlite:///{tmp_path}/state.db"
     today = datetime.now(UTC).strftime("%Y-%m-%d")
-    with running_controller(tmp_path / "controller", config, store_url) as controller:
-        env = {"SPKY_ADMIN_URL": controller.admin_url, "SPKY_ADMIN_TOKEN": ADMIN_TOKEN}
-
-        def read_from_the_api() -> dict[str, Any] | None:
-            """``pools get render --json``'s cost, once priced with the API's reading."""
-            shown = json.loads(cli("pools", "get", "render", "--json", env=env).stdout)["cost"]
-            found: dict[str, Any] | None = shown if API in shown["price"]["source"] else None
-            return found
-
-        cost = wait_for(read_from_the_api, what="the pool priced by the API")
+    with running_project(tmp_path) as (controller, env):
+        cost = cost_once(
+            env,
+            "render",
+            lambda shown: API in shown["price"]["source"],
+            "the pool priced by the API",
+        )
         text = cli("pools", "get", "render", env=env).stdout
         legacy = cli("pools", "get", "legacy", env=env).stdout
         metrics = controller.admin("GET", "/metrics").text

@@ -9,8 +9,9 @@ from types import MappingProxyType
 import pytest
 
 from sp00ky_infra.policy.server_types import LocationPrice
-from sp00ky_infra.store import SqlStore, open_store
+from sp00ky_infra.store import SqlStore
 from sp00ky_infra.store.prices import PriceReading, PriceTable
+from tests.helpers import across_a_restart
 
 SOURCE = "Hetzner Pricing API (GET /pricing)"
 READ_AT = 1_796_500_000.0  # 2026-12-05, UTC
@@ -67,14 +68,9 @@ def test_reading_some_types_reads_those_and_the_primary_ipv4(store: SqlStore) ->
 
 
 def test_a_reading_survives_a_restart(store_url: str) -> None:
-    first = open_store(store_url)
-    try:
-        PriceTable(first).save(reading(cx33=(_price("fsn1", 0.0088, 5.49),)))
-    finally:
-        first.close()
-    again = open_store(store_url)
-    try:
-        kept = PriceTable(again).read()
-    finally:
-        again.close()
+    kept = across_a_restart(
+        store_url,
+        lambda store: PriceTable(store).save(reading(cx33=(_price("fsn1", 0.0088, 5.49),))),
+        lambda store: PriceTable(store).read(),
+    )
     assert kept is not None and kept.server_types["cx33"] == (_price("fsn1", 0.0088, 5.49),)
