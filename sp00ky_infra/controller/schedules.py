@@ -256,8 +256,8 @@ def _fan_out(
         )
         for job_id in done.replaced_jobs:
             _kill(controller, job_id, now)
-        if done.made or done.skipped:
-            _report_rows(controller, schedule, len(done.made), done.skipped)
+        if done.made or done.without_job:
+            _report_rows(controller, schedule, len(done.made), done.without_job)
             memory.refused.pop(schedule.name, None)
         if done.full and memory.refused.get(schedule.name) != -1.0:
             memory.refused[schedule.name] = -1.0  # logged once until rows move again
@@ -267,7 +267,7 @@ def _fan_out(
                 pool.name if pool else "-",
                 pool.max_queued if pool else "-",
             )
-        if done.full or not (done.made or done.skipped):
+        if done.full or not (done.made or done.without_job):
             return
 
 
@@ -297,11 +297,11 @@ def _open_fan_out(controller: Controller, schedule: Schedule, fire_at: float, no
         controller.event(_pool_label(controller, schedule), "schedule_fired", message)
 
 
-def _report_rows(controller: Controller, schedule: Schedule, made: int, skipped: int) -> None:
+def _report_rows(controller: Controller, schedule: Schedule, made: int, ended: int) -> None:
     backend = controller.config.backends[schedule.backend]
     message = f"schedule {schedule.name} wrote {made} jobs of its fan-out"
-    if skipped:
-        message += f", skipped {skipped} rows whose previous run is going"
+    if ended:
+        message += f"; {ended} rows ended without one (their previous run is going: {schedule.concurrency})"
     controller.event(backend.pool or "*", "schedule_fanned_out", message)
     if made and backend.pool is not None:
         controller.wake.pool(backend.pool)

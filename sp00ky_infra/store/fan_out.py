@@ -55,12 +55,13 @@ class Waiting:
 
 @dataclass(frozen=True, slots=True)
 class FannedOut:
-    """What one ``fire_items`` did: the jobs written (item, job id), the rows skipped (their
-    previous run still going), the jobs of replaced runs (to be killed), and whether it
-    stopped for want of room in the pool's queue."""
+    """What one ``fire_items`` did: the jobs written (item, job id), the rows ended without
+    one (skipped: their previous run still going; or replaced by a later fire's row before
+    their job was written), the jobs of replaced runs (to be killed), and whether it stopped
+    for want of room in the pool's queue."""
 
     made: tuple[tuple[str, str], ...] = ()
-    skipped: int = 0
+    without_job: int = 0
     replaced_jobs: tuple[str, ...] = ()
     full: bool = False
 
@@ -185,14 +186,18 @@ class FanOuts:
             going = _going_by_item(sql, schedule)
             made: list[tuple[str, str]] = []
             replaced: list[str] = []
-            skipped = 0
+            without_job = 0
             full = False
+            latest = {each.item: each.fire_at for each in batch}  # in fire time order
             for each in batch:
                 runs = going.setdefault(each.item, [])
                 previous = [run for run in runs if run[2] < each.fire_at]
                 action = on_fire(policy, bool(previous))
+                if policy == "replace" and latest[each.item] > each.fire_at:
+                    action = "skip"  # a later fire's row replaces it before it has a job
                 if action == "skip":
-                    skipped += _end_waiting(sql, each, "skipped", now)
+                    ended = "skipped" if policy == "skip" else "replaced"
+                    without_job += _end_waiting(sql, each, ended, now)
                     runs[:] = [run for run in runs if run[0] != each.run_id]
                     continue
                 if len(made) >= room:
@@ -208,7 +213,7 @@ class FanOuts:
                 runs.append((each.run_id, job_id, each.fire_at))
             if made:
                 sql.changed()
-        return FannedOut(tuple(made), skipped, tuple(replaced), full)
+        return FannedOut(tuple(made), without_job, tuple(replaced), full)
 
 
 def _going_by_item(sql: Sql, schedule: str) -> dict[str, list[tuple[str, str | None, float]]]:
