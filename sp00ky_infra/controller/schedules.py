@@ -301,7 +301,7 @@ def _report_rows(controller: Controller, schedule: Schedule, made: int, ended: i
     backend = controller.config.backends[schedule.backend]
     message = f"schedule {schedule.name} wrote {made} jobs of its fan-out"
     if ended:
-        message += f"; {ended} rows ended without one (their previous run is going: {schedule.concurrency})"
+        message += f"; {ended} rows ended without one (policy {schedule.concurrency})"
     controller.event(backend.pool or "*", "schedule_fanned_out", message)
     if made and backend.pool is not None:
         controller.wake.pool(backend.pool)

@@ -179,9 +179,9 @@ def test_the_query_reads_the_stores_database(store: SqlStore) -> None:
 )
 def test_a_query_that_writes_is_refused(store: SqlStore, query: str) -> None:
     make_tenants(store, 3)
-    with pytest.raises(FanOutQueryError, match="the query failed: .*read.?only"):
+    with pytest.raises(FanOutQueryError, match=r"the query failed: .*read.?only"):
         read_only_rows(store, query, 100, 5.0)
-    columns, rows = read_only_rows(store, "SELECT id, name FROM tenant", 100, 5.0)
+    _, rows = read_only_rows(store, "SELECT id, name FROM tenant", 100, 5.0)
     assert sorted(rows) == [(0, "t0"), (1, "t1"), (2, "t2")]
 
 
