@@ -4,11 +4,15 @@ Each tick the leader, and only it (``reconcile.tick`` returns before this on a f
 
 1. brings the schedules' open runs up to their jobs' statuses, and kills the jobs of runs a
    previous leader replaced but died before killing;
-2. makes every due fire (``policy.schedules.due``: the latest fire time not yet made, one
-   catch-up fire after an outage), each one transaction in the store keyed by (schedule,
-   fire time), so a fire is made once even when leadership changes hands mid-cadence;
+2. makes every due fire of every schedule not paused (``policy.schedules.due``: the latest
+   fire time not yet made, one catch-up fire after an outage), each one transaction in the
+   store keyed by (schedule, fire time), so a fire is made once even when leadership changes
+   hands mid-cadence;
 3. every prune period, deletes ended runs past their windows (``retention.runSuccess`` /
    ``runFailed``, or the schedule's ``history``), folding them into counters.
+
+A fan-out schedule's fire runs its query read-only and fixes its rows in the store, and every
+tick then writes the jobs of the rows still waiting (its own, or what a dead leader left).
 
 A fire's job is the row ``run`` would write: the backend's outbox table, the schedule's route
 and payload (checked against the backend's spec first), the pool's queue timeout and

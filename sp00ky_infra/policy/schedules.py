@@ -12,6 +12,15 @@ schedule fires once, for the latest missed time, and the earlier ones are skippe
 (``Due.missed_since`` says from when). A schedule seen for the first time fires first at its
 next fire time after that moment, never for times before it existed.
 
+Pausing: a paused schedule makes no fire; on resume the fire times it missed while paused
+are not made (not even one catch-up fire): it fires next at its first fire time after the
+resume (``resumed_cursor``). A deploy never un-pauses a schedule, as it never un-pauses a pool.
+
+Fan-out (``forEach``): a fire's items are its query's rows, each named by its key column's
+value (``fan_out_items``); the fire fails whole (``FanOutRefused``) when the rows are more than
+``maxRows``, lack the key column, or a key is missing or on two rows. An item's job payload
+is the schedule's with the key added (``item_payload``). Concurrency applies per item.
+
 Concurrency (the docs' policies): ``skip`` (the default) records a fire that finds the
 schedule's previous run still pending or processing as ``skipped`` and creates no job;
 ``replace`` kills the previous run, recorded ``replaced``, and starts the new one; ``allow``

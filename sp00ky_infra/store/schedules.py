@@ -6,6 +6,11 @@ controller making the same fire (a leader that lost the lock mid-tick, the one t
 over) finds the cursor already there, or the key taken, and writes nothing: each fire
 happens once.
 
+A fan-out's fire (``fan_out.py``) has a run per row, keyed by (schedule, fire time, row key);
+a schedule without ``forEach`` keys its runs with the row key ''. A fire whose fan-out
+failed is one ``failed`` run with no job, its ``error`` saying why. A schedule's pause is
+on its cursor's row (``paused_at``), so no restart or deploy un-pauses it.
+
 A run's status follows its job's (``sync``) until the job ends: pending, processing,
 success, failed, or killed (the job was cancelled). ``skipped`` runs (the previous run was
 still going, policy skip) have no job; ``replaced`` runs had theirs killed by a later fire
