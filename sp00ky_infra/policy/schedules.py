@@ -345,7 +345,9 @@ def selected_columns(query: str) -> tuple[str, ...] | None:
 
 def _top_level(select_list: str) -> list[str]:
     """The select list's items: split at the commas outside parentheses."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in select_list:
         depth += {"(": 1, ")": -1}.get(char, 0)
         if char == "," and depth == 0:

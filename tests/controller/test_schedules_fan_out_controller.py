@@ -28,11 +28,12 @@ from tests.controllers import ControllerProcess, backend_app, kill_machines, wai
 from tests.helpers import ROOT
 
 # The Jobs docs' example: one job per tenant, every minute.
-SYNC_EVERY_TENANT = {
+FOR_EACH_TENANT: dict[str, Any] = {"query": "SELECT id FROM tenant", "key": "id"}
+SYNC_EVERY_TENANT: dict[str, Any] = {
     "every": "1m",
     "backend": "renderer",
     "route": "/sync",
-    "forEach": {"query": "SELECT id FROM tenant", "key": "id"},
+    "forEach": FOR_EACH_TENANT,
     "history": {"success": "15m", "failed": "30d"},
 }
 
@@ -127,7 +128,7 @@ def test_the_docs_example_lints_clean_and_fires_one_job_per_tenant(
 def test_a_query_past_its_limits_fails_the_fire_and_fans_out_nothing(
     tmp_path: Path, store_url: str
 ) -> None:
-    small = {**SYNC_EVERY_TENANT, "forEach": {**SYNC_EVERY_TENANT["forEach"], "maxRows": 10}}
+    small = {**SYNC_EVERY_TENANT, "forEach": {**FOR_EACH_TENANT, "maxRows": 10}}
     with leader(tmp_path, store_url, {"sync": small}) as (controller, clock, store):
         make_tenants(store, 11)
         tick(controller)
