@@ -14,17 +14,24 @@ from typing import Any
 
 import yaml
 
-from sp00ky_infra.config.loader import lint_file, load_config
+from sp00ky_infra.config.loader import lint_file
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.controller.schedules import set_paused
-from sp00ky_infra.controller.settings import ControllerSettings
-from sp00ky_infra.store import SqlStore, open_store
+from sp00ky_infra.store import SqlStore
 from sp00ky_infra.store.fan_out import FanOuts
 from sp00ky_infra.store.schedules import ScheduleTable
-from tests.controller.test_controller_executor import Recording
-from tests.controller.test_schedules_controller import POOLS, RENDER, T0, Clock, statuses
-from tests.controllers import ControllerProcess, backend_app, kill_machines, wait_for
+from tests.controller.test_schedules_controller import (
+    POOLS,
+    RENDER,
+    T0,
+    Clock,
+    controllers,
+    statuses,
+)
+from tests.controller.test_schedules_controller import leader as leader_with_spec
+from tests.controller.test_schedules_controller import write_project as project_with_spec
+from tests.controllers import wait_for
 from tests.helpers import ROOT
 
 # The Jobs docs' example: one job per tenant, every minute.
@@ -48,6 +55,7 @@ def spec_with_sync(folder: Path) -> Path:
             "responses": {"200": {"description": "synced"}},
         }
     }
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / "openapi.yml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -56,17 +64,10 @@ def spec_with_sync(folder: Path) -> Path:
 def write_project(
     folder: Path, schedules: dict[str, Any], pools: dict[str, Any] | None = None
 ) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    app = backend_app("render", "render_job", folder / "backend.jsonl")
-    app["spec"] = str(spec_with_sync(folder))
-    data = {
-        "mode": "cluster",
-        "pools": pools or POOLS,
-        "apps": {"renderer": app},
-        "schedules": schedules,
-    }
-    path = folder / "sp00ky.yml"
-    path.write_text(yaml.safe_dump(data))
+    path = project_with_spec(folder, schedules, spec_with_sync(folder))
+    if pools is not None:
+        data = yaml.safe_load(path.read_text())
+        path.write_text(yaml.safe_dump({**data, "pools": pools}))
     return path
 
 
@@ -87,16 +88,8 @@ def jobs_by_tenant(store: SqlStore) -> Counter[int]:
 def leader(
     tmp_path: Path, store_url: str, schedules: dict[str, Any]
 ) -> Iterator[tuple[Controller, Clock, SqlStore]]:
-    config = load_config(write_project(tmp_path, schedules))
-    store = open_store(store_url)
-    clock = Clock(T0)
-    settings = ControllerSettings(secret="s", state_dir=str(tmp_path))
-    controller = Controller(settings, config, store, Recording(True), clock=clock)
-    try:
-        yield controller, clock, store
-    finally:
-        controller.leader_lock.release()
-        store.close()
+    with leader_with_spec(tmp_path, store_url, schedules, spec_with_sync(tmp_path)) as found:
+        yield found
 
 
 def test_the_docs_example_lints_clean_and_fires_one_job_per_tenant(
@@ -202,37 +195,24 @@ def test_a_leader_killed_mid_fan_out_leaves_the_rest_to_the_standby(
     schedules = {"sync": {**SYNC_EVERY_TENANT, "every": "5s"}}
     narrow = {"render": {**POOLS["render"], "maxQueued": ROOM}}
     wide = {"render": {**POOLS["render"], "maxQueued": 10 * TENANTS}}
-    store = open_store(store_url)
-    make_tenants(store, TENANTS)
-    first = ControllerProcess(
-        tmp_path / "a", write_project(tmp_path / "a", schedules, narrow), store_url, {}
-    ).start()
-    second: ControllerProcess | None = None
-    try:
+    with controllers(store_url) as (start, store):
+        make_tenants(store, TENANTS)
+        first = start(tmp_path / "a", write_project(tmp_path / "a", schedules, narrow))
         wait_for(first.leader, what="the first controller leading")
         assert first.admin("POST", "/pools/render/pause").json()["paused"]  # jobs only wait
-        config = write_project(tmp_path / "b", schedules, wide)
-        second = ControllerProcess(tmp_path / "b", config, store_url, {}).start()
+        second = start(tmp_path / "b", write_project(tmp_path / "b", schedules, wide))
         wait_for(lambda: fired_rows(store) == (ROOM, TENANTS - ROOM), timeout=30, what="A stuck")
         first.stop(signal.SIGKILL)
         wait_for(second.leader, timeout=15, what="B taking over")
         wait_for(lambda: fired_rows(store) == (TENANTS, 0), timeout=60, what="B finishing")
         assert jobs_by_tenant(store) == Counter(range(TENANTS))  # every row once
         assert "schedule sync wrote" in second.log()  # B wrote rows of A's fire
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
-        kill_machines(store_url)
-        store.close()
 
 
 def test_a_pause_survives_a_restart_and_a_deploy(tmp_path: Path, store_url: str) -> None:
     schedules = {"beat": {**RENDER, "every": "1s", "concurrency": "allow"}}
-    store = open_store(store_url)
-    config = write_project(tmp_path, schedules)
-    controller = ControllerProcess(tmp_path / "a", config, store_url, {}).start()
-    try:
+    with controllers(store_url) as (start, store):
+        controller = start(tmp_path / "a", write_project(tmp_path / "a", schedules))
         wait_for(controller.leader, what="the controller leading")
         assert controller.admin("POST", "/pools/render/pause").json()["paused"]
         paused = controller.admin("POST", "/schedules/beat/pause")
@@ -241,9 +221,7 @@ def test_a_pause_survives_a_restart_and_a_deploy(tmp_path: Path, store_url: str)
         made = len(ScheduleTable(store).runs("beat", 1000))
         controller.stop()
         changed = {"beat": {**RENDER, "every": "2s", "concurrency": "skip"}}  # a deploy
-        controller = ControllerProcess(
-            tmp_path / "b", write_project(tmp_path / "b", changed), store_url, {}
-        ).start()
+        controller = start(tmp_path / "b", write_project(tmp_path / "b", changed))
         wait_for(controller.leader, what="the restarted controller leading")
         time.sleep(5)  # fire times of 1s and 2s pass: a paused schedule makes none
         assert len(ScheduleTable(store).runs("beat", 1000)) == made
@@ -254,7 +232,3 @@ def test_a_pause_survives_a_restart_and_a_deploy(tmp_path: Path, store_url: str)
             timeout=15,
             what="a fire after the resume",
         )
-    finally:
-        controller.stop()
-        kill_machines(store_url)
-        store.close()

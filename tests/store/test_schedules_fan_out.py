@@ -4,14 +4,13 @@ read-only within its limits; pausing kept in the store."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from sp00ky_infra.policy.schedules import FanOutRefused, fan_out_items
 from sp00ky_infra.store import NewJob, SqlStore, open_store
 from sp00ky_infra.store.fan_out import FanOutQueryError, FanOuts, read_only_rows
 from sp00ky_infra.store.schedules import ScheduleTable
+from tests.store.test_schedules_store import race
 
 POOLED = NewJob(backend="renderer", table="render_job", path="/sync", pool="render")
 
@@ -75,24 +74,13 @@ def test_a_standby_finishes_what_a_dead_leader_left(store_url: str, store: SqlSt
 
 def test_racing_controllers_write_each_row_once(store_url: str, store: SqlStore) -> None:
     FanOuts(store).open("sync", 60.0, 61.0, items(200))
-    stores = [open_store(store_url) for _ in range(3)]
-    start = threading.Barrier(len(stores))
 
-    def race(other: SqlStore) -> None:
+    def write_rows(other: SqlStore) -> None:
         fan_outs = FanOuts(other)
-        start.wait()
         while batch := fan_outs.waiting("sync", 25):
             fan_outs.fire_items("sync", batch, 62.0, "skip", job_for)
 
-    threads = [threading.Thread(target=race, args=(each,)) for each in stores]
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        for each in stores:
-            each.close()
+    race(store_url, 3, write_rows)
     assert jobs_by_item(store) == {item: 1 for item in items(200)}
 
 
