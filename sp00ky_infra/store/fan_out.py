@@ -10,9 +10,10 @@ dies mid fan-out leaves runs waiting and the one that takes over writes the rest
 waiting run counts as its row's previous run still going, so concurrency applies per row.
 
 The query runs on a connection of its own that cannot write: SQLite opens the database
-read-only with ``PRAGMA query_only``; PostgreSQL runs it as one prepared statement (never
-two) in a READ ONLY transaction with ``statement_timeout``. A query that writes, runs past
-its time limit or errs raises ``FanOutQueryError``: the fire fails, nothing is fanned out.
+read-only with ``PRAGMA query_only``; PostgreSQL runs it as one server-side cursor's SELECT
+(never a second statement) in a READ ONLY transaction with ``statement_timeout``. A query
+that writes, runs past its time limit or errs raises ``FanOutQueryError``: the fire fails,
+nothing is fanned out.
 """
 
 from __future__ import annotations
@@ -112,11 +113,13 @@ def _postgres_rows(
         raise StoreUnavailable(f"cannot connect to run the fan-out's query: {exc}") from exc
     try:
         conn.read_only = True  # BEGIN READ ONLY
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT set_config('statement_timeout', %s, true)", (f"{int(timeout * 1000)}ms",)
-            )
-            cur.execute(query, prepare=True)  # prepared: one statement, never a second
+        conn.execute(
+            "SELECT set_config('statement_timeout', %s, true)", (f"{int(timeout * 1000)}ms",)
+        )
+        # A server-side cursor: DECLARE takes one SELECT (never a second statement), and only
+        # the rows fetched cross the wire.
+        with conn.cursor(name="spky_fan_out") as cur:
+            cur.execute(query.strip().rstrip(";"))
             rows = cur.fetchmany(max_rows + 1)
             columns = tuple(column.name for column in cur.description or ())
     except errors.QueryCanceled as exc:
