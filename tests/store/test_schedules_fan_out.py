@@ -4,12 +4,14 @@ read-only within its limits; pausing kept in the store."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sp00ky_infra.policy.schedules import FanOutRefused, fan_out_items
 from sp00ky_infra.store import NewJob, SqlStore, open_store
 from sp00ky_infra.store.fan_out import FanOutQueryError, FanOuts, read_only_rows
-from sp00ky_infra.store.schedules import ScheduleTable
+from sp00ky_infra.store.schedules import INSERT_RUN, Run, ScheduleTable
 from tests.store.test_schedules_store import race
 
 POOLED = NewJob(backend="renderer", table="render_job", path="/sync", pool="render")
@@ -242,3 +244,17 @@ def test_a_pause_is_kept_until_resumed(store_url: str, store: SqlStore) -> None:
     resumed = table.set_paused("sync", False, 400.0)
     assert resumed is not None and (resumed.paused_at, resumed.resumed_at) == (None, 400.0)
     assert table.set_paused("never-seen", False, 400.0) is None
+
+
+def test_a_row_of_a_fire_is_unique_in_the_store(store: SqlStore) -> None:
+    """The key (schedule, fire time, row key) itself refuses a second run of a row, whatever
+    wrote it; other rows and other fires are apart."""
+    run = Run("run:a", "sync", 60.0, 60.0, "pending", None, None, "7")
+    with store.write() as sql:
+        for each in (run, replace(run, id="run:b"), replace(run, id="run:c", item="8")):
+            sql.execute(INSERT_RUN, each.row())
+        sql.execute(INSERT_RUN, replace(run, id="run:d", fire_at=120.0).row())
+    kept = {(each.fire_at, each.item): each.id for each in ScheduleTable(store).runs("sync")}
+    assert kept == {(60.0, "7"): "run:a", (60.0, "8"): "run:c", (120.0, "7"): "run:d"}
+    assert FanOuts(store).open("sync", 180.0, 180.0, [])  # no row: the fire is made, empty
+    assert FanOuts(store).waiting("sync", 10)[0].item == "7"
