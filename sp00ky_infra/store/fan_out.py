@@ -212,7 +212,8 @@ class FanOuts:
                 made.append((each.item, job_id))
                 if action == "replace":
                     replaced.extend(_replace(sql, previous, now))
-                runs[:] = [run for run in runs if run not in previous and run[0] != each.run_id]
+                    runs[:] = [run for run in runs if run not in previous]
+                runs[:] = [run for run in runs if run[0] != each.run_id]
                 runs.append((each.run_id, job_id, each.fire_at))
             if made:
                 sql.changed()
