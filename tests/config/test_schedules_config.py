@@ -9,9 +9,16 @@ from typing import Any
 import pytest
 
 from sp00ky_infra.config import ConfigInvalid
+from sp00ky_infra.config.durations import parse_duration
 from sp00ky_infra.config.loader import lint_file, load_config
 from sp00ky_infra.config.model import ForEach, build_config
-from sp00ky_infra.policy.schedules import Cron, Interval
+from sp00ky_infra.config.schema import load_schema
+from sp00ky_infra.policy.schedules import (
+    DEFAULT_FOR_EACH_MAX_ROWS,
+    DEFAULT_FOR_EACH_TIMEOUT,
+    Cron,
+    Interval,
+)
 from tests.configs import lint_data, varied
 
 NIGHTLY = {"cron": "0 3 * * *", "backend": "renderer", "route": "/render"}
@@ -331,3 +338,9 @@ def test_a_fan_out_needs_a_query_and_a_key() -> None:
     assert [(issue.path, issue.message) for issue in issues] == [
         ("schedules.nightly.forEach.query", "`query` is required here")
     ]
+
+
+def test_the_schemas_fan_out_defaults_are_the_models() -> None:
+    for_each = load_schema()["$defs"]["schedule"]["properties"]["forEach"]["properties"]
+    assert for_each["maxRows"]["default"] == DEFAULT_FOR_EACH_MAX_ROWS
+    assert parse_duration(for_each["timeout"]["default"]) == DEFAULT_FOR_EACH_TIMEOUT
