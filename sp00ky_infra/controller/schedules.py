@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sp00ky_infra.client import check_payload
-from sp00ky_infra.config.model import Schedule
+from sp00ky_infra.config.model import ForEach, Schedule
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.state import Periodic
 from sp00ky_infra.policy.schedules import (
@@ -63,6 +63,8 @@ class _Memory:
 
     prune: Periodic
     refused: dict[str, float] = field(default_factory=dict)  # schedule -> fire time
+    # fan-outs whose rows wait for room in their pool's queue (logged once, until rows move)
+    waiting_for_room: set[str] = field(default_factory=set)
 
 
 _memories: weakref.WeakKeyDictionary[Controller, _Memory] = weakref.WeakKeyDictionary()
@@ -245,8 +247,8 @@ def _fan_out(
     then write the jobs of every row still waiting for one, a batch a transaction, while the
     pool's queue has room (what a dead leader left waiting included)."""
     decision = _due(schedule, state, now)
-    if decision is not None:
-        _open_fan_out(controller, schedule, decision.fire_at, now)
+    if decision is not None and schedule.for_each is not None:
+        _open_fan_out(controller, schedule, schedule.for_each, decision.fire_at, now)
     fan_outs = FanOuts(controller.store)
     pool = controller.config.pools.get(schedule_pool(controller, schedule) or "")
     while batch := fan_outs.waiting(schedule.name, FAN_OUT_BATCH):
@@ -262,9 +264,9 @@ def _fan_out(
             _kill(controller, job_id, now)
         if done.made or done.without_job:
             _report_rows(controller, schedule, len(done.made), done.without_job)
-            memory.refused.pop(schedule.name, None)
-        if done.full and memory.refused.get(schedule.name) != -1.0:
-            memory.refused[schedule.name] = -1.0  # logged once until rows move again
+            memory.waiting_for_room.discard(schedule.name)
+        if done.full and schedule.name not in memory.waiting_for_room:
+            memory.waiting_for_room.add(schedule.name)
             log.warning(
                 "schedule=%s fan-out waits for room in pool %s's queue (maxQueued %s)",
                 schedule.name,
@@ -275,11 +277,11 @@ def _fan_out(
             return
 
 
-def _open_fan_out(controller: Controller, schedule: Schedule, fire_at: float, now: float) -> None:
+def _open_fan_out(
+    controller: Controller, schedule: Schedule, for_each: ForEach, fire_at: float, now: float
+) -> None:
     """Run the query and record the fire's rows; a query that fails, or rows that cannot be
     fanned out, fail the whole fire: a failed run saying why, no job."""
-    assert schedule.for_each is not None
-    for_each = schedule.for_each
     try:
         columns, rows = read_only_rows(
             controller.store, for_each.query, for_each.max_rows, for_each.timeout

@@ -9,9 +9,12 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+import pytest
 import yaml
 
 from sp00ky_infra.config.loader import lint_file
@@ -170,6 +173,27 @@ def test_a_paused_fan_out_writes_no_more_of_its_rows(tmp_path: Path, store_url: 
         set_paused(controller, "sync", False)
         tick(controller)
         assert jobs_by_tenant(store) == Counter([1, 2])
+
+
+def test_rows_wait_for_room_in_the_queue_and_are_written_as_it_frees(
+    tmp_path: Path, store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with leader(tmp_path, store_url, {"sync": SYNC_EVERY_TENANT}) as (controller, clock, store):
+        pool = controller.config.pools["render"]
+        pools = MappingProxyType({"render": replace(pool, max_queued=3)})
+        controller.load(replace(controller.config, pools=pools))
+        make_tenants(store, 5)
+        tick(controller)
+        clock.now = T0 + 61
+        assert tick(controller).errors == ()  # waiting for room is no error
+        tick(controller)
+        assert sum(jobs_by_tenant(store).values()) == 3
+        assert caplog.text.count("fan-out waits for room in pool render's queue") == 1
+        for job in store.list_jobs(table="render_job"):
+            store.kill(job.id, clock.now)
+        clock.now = T0 + 62
+        tick(controller)
+        assert jobs_by_tenant(store) == Counter(range(5))
 
 
 # --- controller processes ----------------------------------------------------------------------
