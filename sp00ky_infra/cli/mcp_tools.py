@@ -2,9 +2,9 @@
 
 Built on the official MCP Python SDK (``MCPServer``): it does the JSON-RPC framing, the
 initialize handshake and each tool's JSON Schema (from the type hints below). Each tool does
-what its command does: pools, drain and explain through the admin API (found as ``pools``
-finds it: $SPKY_ADMIN_URL, $SPKY_ADMIN_TOKEN, or ``.sp00ky/``), jobs through the store
-($SPKY_STORE). A refusal comes back as a tool error whose message says what to do.
+what its command does: pools, a schedule's pause, drain and explain through the admin API
+(found as ``pools`` finds it: $SPKY_ADMIN_URL, $SPKY_ADMIN_TOKEN, or ``.sp00ky/``), jobs
+through the store ($SPKY_STORE). A refusal comes back as a tool error whose message says what to do.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def build(store: str | None = None) -> MCPServer:
         "sp00ky-infra",
         version=__version__,
         instructions="Machine pools for sp00ky backends: look at pools and jobs, pause and "
-        "resume a pool, drain a machine, kill or retry a job, and ask why a job is still "
-        "pending or why a pool has the machines it has.",
+        "resume a pool or a schedule, drain a machine, kill or retry a job, and ask why a job "
+        "is still pending or why a pool has the machines it has.",
     )
     url = store_url(store)
 
@@ -82,6 +82,18 @@ def build(store: str | None = None) -> MCPServer:
     def pools_resume(name: str) -> dict[str, Any]:
         """Resume a paused pool."""
         found: dict[str, Any] = _admin("POST", f"/pools/{_part(name)}/resume")
+        return found
+
+    @server.tool()
+    def schedules_pause(name: str) -> dict[str, Any]:
+        """Pause a schedule: it makes no fire until resumed (no restart or deploy resumes it)."""
+        found: dict[str, Any] = _admin("POST", f"/schedules/{_part(name)}/pause")
+        return found
+
+    @server.tool()
+    def schedules_resume(name: str) -> dict[str, Any]:
+        """Resume a paused schedule; the fire times it missed while paused are not made."""
+        found: dict[str, Any] = _admin("POST", f"/schedules/{_part(name)}/resume")
         return found
 
     @server.tool()

@@ -1,5 +1,7 @@
-"""``sp00ky-infra schedules [list|get NAME]``: the schedules of sp00ky.yml, their next fire
-times (UTC) and their runs' totals, read from the config and the store (nothing written)."""
+"""``sp00ky-infra schedules [list|get NAME|pause NAME|resume NAME]``: the schedules of
+sp00ky.yml, their next fire times (UTC) and their runs' totals, read from the config and the
+store; ``pause`` and ``resume`` write the schedule's pause into the store, where every
+controller of it reads it at its next tick (no restart or deploy un-pauses a schedule)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from sp00ky_infra.cli.jobs import config_option, json_option, opened, refusals, 
 from sp00ky_infra.config import Config
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.config.model import Schedule
-from sp00ky_infra.policy.schedules import next_fire
+from sp00ky_infra.policy.schedules import next_fire, resumed_cursor
 from sp00ky_infra.store import SqlStore
 from sp00ky_infra.store.schedules import ScheduleState, ScheduleTable
 
@@ -38,10 +40,14 @@ def describe(
     first at its next fire time after the controller sees it: shown as if that were now."""
     if state is None:
         upcoming = next_fire(schedule.cadence, None, now)
+    elif state.paused_at is not None:
+        upcoming = None  # none until resumed
     else:
-        upcoming = next_fire(schedule.cadence, state.last_fire_at, state.first_seen_at)
+        cursor = resumed_cursor(state.last_fire_at, state.resumed_at)
+        upcoming = next_fire(schedule.cadence, cursor, state.first_seen_at)
         if upcoming is not None and upcoming < now:  # overdue: the next tick makes it
             upcoming = now
+    for_each = schedule.for_each
     return {
         "name": schedule.name,
         "cadence": schedule.cadence_text,
@@ -49,6 +55,13 @@ def describe(
         "route": schedule.route,
         "payload": schedule.payload,
         "concurrency": schedule.concurrency,
+        "for_each": (
+            {"query": for_each.query, "key": for_each.key, "max_rows": for_each.max_rows}
+            if for_each
+            else None
+        ),
+        "paused": state is not None and state.paused_at is not None,
+        "paused_at": state.paused_at if state else None,
         "seen": state is not None,
         "first_seen_at": state.first_seen_at if state else None,
         "last_fire_at": state.last_fire_at if state else None,
@@ -77,7 +90,7 @@ def _counts(totals: dict[str, int], *statuses: str) -> str:
 @click.group(invoke_without_command=True)
 @click.pass_context
 def schedules(ctx: click.Context) -> None:
-    """Schedules (sp00ky.yml's `schedules:`): next fire times, runs and totals."""
+    """Schedules (sp00ky.yml's `schedules:`): next fire times, runs and totals; pause, resume."""
     if ctx.invoked_subcommand is None:
         ctx.invoke(list_schedules)
 
@@ -108,7 +121,9 @@ def list_schedules(
             row["cadence"],
             f"{row['backend']} {row['route']}",
             row["concurrency"],
-            _when(row["next_fire_at"]),
+            f"paused since {_when(row['paused_at'])}"
+            if row["paused"]
+            else _when(row["next_fire_at"]),
             _when(row["last_fire_at"]),
             _counts(
                 every, "pending", "processing", "success", "failed", "killed", "skipped", "replaced"
@@ -127,14 +142,7 @@ def get_schedule(
 ) -> None:
     """One schedule: its settings, next fire time, recent runs and totals (pruned included)."""
     config = _load(config_file)
-    if name not in config.schedules:
-        close = difflib.get_close_matches(name, list(config.schedules), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        known = ", ".join(sorted(config.schedules)) or "none"
-        click.echo(
-            f"error: no schedule {name!r} in sp00ky.yml (schedules: {known}){hint}", err=True
-        )
-        sys.exit(1)
+    _named(config, name)
     with opened(store_url) as store:
         [row] = _described(config, store, [name])
         with refusals():
@@ -149,7 +157,9 @@ def get_schedule(
         ("cadence", f"{row['cadence']} (UTC)"),
         ("job", f"{row['backend']} {row['route']} {json.dumps(row['payload'])}"),
         ("concurrency", row["concurrency"]),
-        ("next fire", _when(row["next_fire_at"])),
+        *_fan_out_lines(row),
+        ("paused", f"since {_when(row['paused_at'])} UTC" if row["paused"] else "no"),
+        ("next fire", _when(row["next_fire_at"]) if not row["paused"] else "- (paused)"),
         (
             "last fire",
             _when(row["last_fire_at"]) if row["seen"] else "- (no controller has seen it yet)",
@@ -164,7 +174,63 @@ def get_schedule(
     for label, value in lines:
         click.echo(f"  {label:<12}: {value}")
     if runs:
-        table = Table("fire time (UTC)", "status", "job", "ended")
+        table = Table("fire time (UTC)", "row", "status", "job", "ended", "error")
         for run in runs:
-            table.add_row(_when(run.fire_at), run.status, run.job_id or "-", _when(run.finished_at))
+            table.add_row(
+                _when(run.fire_at),
+                run.item or "-",
+                run.status,
+                run.job_id or "-",
+                _when(run.finished_at),
+                run.error or "",
+            )
         Console().print(table)
+
+
+def _fan_out_lines(row: dict[str, Any]) -> list[tuple[str, str]]:
+    for_each = row["for_each"]
+    if for_each is None:
+        return []
+    return [("for each", f"{for_each['query']}  (key {for_each['key']})")]
+
+
+def _named(config: Config, name: str) -> None:
+    """Exit saying which schedules exist when ``name`` is not one of them."""
+    if name in config.schedules:
+        return
+    close = difflib.get_close_matches(name, list(config.schedules), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    known = ", ".join(sorted(config.schedules)) or "none"
+    click.echo(f"error: no schedule {name!r} in sp00ky.yml (schedules: {known}){hint}", err=True)
+    sys.exit(1)
+
+
+def _set_paused(name: str, paused: bool, config_file: str | None, store_url: str | None) -> None:
+    config = _load(config_file)
+    _named(config, name)
+    with opened(store_url) as store, refusals():
+        state = ScheduleTable(store).set_paused(name, paused, time.time())
+    if paused and state is not None and state.paused_at is not None:
+        click.echo(f"schedule {name} paused since {_when(state.paused_at)} UTC")
+    else:
+        click.echo(f"schedule {name} resumed: its next fire is its next fire time from now")
+
+
+@schedules.command("pause")
+@click.argument("name")
+@config_option
+@store_option
+def pause_schedule(name: str, config_file: str | None = None, store_url: str | None = None) -> None:
+    """Pause a schedule: it makes no fire until resumed (no restart or deploy resumes it)."""
+    _set_paused(name, True, config_file, store_url)
+
+
+@schedules.command("resume")
+@click.argument("name")
+@config_option
+@store_option
+def resume_schedule(
+    name: str, config_file: str | None = None, store_url: str | None = None
+) -> None:
+    """Resume a paused schedule; the fire times it missed while paused are not made."""
+    _set_paused(name, False, config_file, store_url)

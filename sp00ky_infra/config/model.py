@@ -21,6 +21,8 @@ from sp00ky_infra.config.durations import DurationError, format_duration, parse_
 from sp00ky_infra.policy.cost import Price
 from sp00ky_infra.policy.jobs import RetryStrategy
 from sp00ky_infra.policy.schedules import (
+    DEFAULT_FOR_EACH_MAX_ROWS,
+    DEFAULT_FOR_EACH_TIMEOUT,
     DEFAULT_POLICY,
     Cadence,
     ConcurrencyPolicy,
@@ -225,6 +227,17 @@ class Retention:
 
 
 @dataclass(frozen=True, slots=True)
+class ForEach:
+    """``schedules.NAME.forEach``: one job per row of ``query``, each row named by its ``key``
+    column's value; the query runs read-only, within ``timeout`` seconds and ``max_rows`` rows."""
+
+    query: str
+    key: str
+    max_rows: int = DEFAULT_FOR_EACH_MAX_ROWS
+    timeout: float = DEFAULT_FOR_EACH_TIMEOUT
+
+
+@dataclass(frozen=True, slots=True)
 class Schedule:
     """``schedules.NAME``: a job written into ``backend``'s outbox table at every fire
     (the Jobs docs, "Scheduled and multi-step work"); the cadence is read in UTC."""
@@ -237,6 +250,7 @@ class Schedule:
     concurrency: ConcurrencyPolicy = DEFAULT_POLICY
     history_success: float | None = None  # overrides retention.runSuccess for this schedule
     history_failed: float | None = None  # overrides retention.runFailed
+    for_each: ForEach | None = None  # a fan-out: one job per row of a query
 
     @property
     def cadence_text(self) -> str:
@@ -405,4 +419,14 @@ def _schedule(name: str, raw: Mapping[str, Any]) -> Schedule:
         concurrency=raw.get("concurrency", DEFAULT_POLICY),
         history_success=parse_duration(history["success"]) if "success" in history else None,
         history_failed=parse_duration(history["failed"]) if "failed" in history else None,
+        for_each=_for_each(raw["forEach"]) if "forEach" in raw else None,
+    )
+
+
+def _for_each(raw: Mapping[str, Any]) -> ForEach:
+    return ForEach(
+        query=raw["query"],
+        key=raw["key"],
+        max_rows=raw.get("maxRows", DEFAULT_FOR_EACH_MAX_ROWS),
+        timeout=parse_duration(raw["timeout"]) if "timeout" in raw else DEFAULT_FOR_EACH_TIMEOUT,
     )

@@ -36,7 +36,14 @@ from sp00ky_infra.config.model import (
     queue_timeout_seconds,
 )
 from sp00ky_infra.policy import server_types as catalog
-from sp00ky_infra.policy.schedules import POLICIES, CronError, parse_cron
+from sp00ky_infra.policy.schedules import (
+    POLICIES,
+    CronError,
+    key_problem,
+    parse_cron,
+    query_problem,
+    selected_columns,
+)
 
 Path = tuple[str | int, ...]
 
@@ -804,14 +811,46 @@ def schedule_concurrency_is_known(data: Mapping[str, Any]) -> Iterator[Finding]:
             )
 
 
-@rule("SP166", "schedule-for-each", "fan-out schedules (forEach) are not supported")
-def schedule_has_no_for_each(data: Mapping[str, Any]) -> Iterator[Finding]:
+@rule("SP166", "schedule-for-each-query", "a fan-out's query is a single SELECT")
+def schedule_for_each_query_is_a_select(data: Mapping[str, Any]) -> Iterator[Finding]:
     for name, schedule in schedules(data):
-        if "forEach" in schedule:
+        if "forEach" not in schedule:
+            continue
+        query = _mapping(schedule["forEach"]).get("query")
+        problem = query_problem(query) if isinstance(query, str) else None  # else the schema's
+        if problem is not None:
+            yield Finding(("schedules", name, "forEach", "query"), problem)
+
+
+@rule("SP168", "schedule-for-each-key", "a fan-out's key is a column of its query's rows")
+def schedule_for_each_key_is_a_column(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, schedule in schedules(data):
+        if "forEach" not in schedule:
+            continue
+        for_each = _mapping(schedule["forEach"])
+        key, query = for_each.get("key"), for_each.get("query")
+        problem = key_problem(key) if key is not None else None  # a missing key: the schema's
+        if problem is None and isinstance(query, str) and query_problem(query) is None:
+            columns = selected_columns(query)
+            if columns is not None and key not in columns:
+                problem = (
+                    f"key {key!r} is not a column of the query's rows ({', '.join(columns)})"
+                    + _did_you_mean(key, list(columns))
+                )
+        if problem is not None:
+            yield Finding(("schedules", name, "forEach", "key"), problem)
+
+
+@rule("SP169", "schedule-for-each-payload", "a fan-out's payload is an object, or none")
+def schedule_for_each_payload_is_an_object(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, schedule in schedules(data):
+        payload = schedule.get("payload")
+        if "forEach" in schedule and payload is not None and not isinstance(payload, Mapping):
+            key = _mapping(schedule["forEach"]).get("key", "id")
             yield Finding(
-                ("schedules", name, "forEach"),
-                "forEach (one job per row of a query) is not supported by sp00ky-infra; "
-                "remove it and fan out from the backend's route, which can write the jobs",
+                ("schedules", name, "payload"),
+                f"a fan-out's payload must be an object: each row's job gets its {key} added "
+                f"to it; write `payload: {{ ... }}` or leave it out",
             )
 
 

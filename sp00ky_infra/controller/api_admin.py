@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sp00ky_infra import __version__
 from sp00ky_infra.client import PayloadTooLarge
-from sp00ky_infra.controller import admin, explain
+from sp00ky_infra.controller import admin, explain, schedules
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.errors import AGENT_STATUS, ControllerError, Unauthorized, http_status
 from sp00ky_infra.controller.metrics import CONTENT_TYPE, exposition
@@ -89,7 +89,8 @@ def admin_app(controller: Controller) -> FastAPI:
 
     app = FastAPI(
         title="sp00ky admin API",
-        description="Pools: capacity, machines, queue, breaker, incidents; pause, drain, cancel.",
+        description="Pools: capacity, machines, queue, breaker, incidents; pause, drain, cancel. "
+        "Schedules: pause, resume.",
         version=__version__,
         dependencies=[Depends(authorized)],
         docs_url=None,
@@ -124,6 +125,22 @@ def admin_app(controller: Controller) -> FastAPI:
     @app.post("/pools/{name}/resume")
     def resume(name: str) -> dict[str, Any]:
         return admin.set_paused(controller, name, False)
+
+    def schedule_paused(name: str, paused: bool) -> dict[str, Any]:
+        if name not in controller.config.schedules:
+            known = ", ".join(sorted(controller.config.schedules)) or "none"
+            raise admin.NotFound(f"no schedule {name!r} (schedules: {known})")
+        return schedules.set_paused(controller, name, paused)
+
+    @app.post("/schedules/{name}/pause")
+    def pause_schedule(name: str) -> dict[str, Any]:
+        """Pause a schedule: it makes no fire until resumed (no restart or deploy resumes it)."""
+        return schedule_paused(name, True)
+
+    @app.post("/schedules/{name}/resume")
+    def resume_schedule(name: str) -> dict[str, Any]:
+        """Resume a paused schedule; the fire times it missed while paused are not made."""
+        return schedule_paused(name, False)
 
     @app.post("/machines/{name}/drain")
     def drain(name: str) -> dict[str, Any]:

@@ -12,6 +12,15 @@ schedule fires once, for the latest missed time, and the earlier ones are skippe
 (``Due.missed_since`` says from when). A schedule seen for the first time fires first at its
 next fire time after that moment, never for times before it existed.
 
+Pausing: a paused schedule makes no fire; on resume the fire times it missed while paused
+are not made (not even one catch-up fire): it fires next at its first fire time after the
+resume (``resumed_cursor``). A deploy never un-pauses a schedule, as it never un-pauses a pool.
+
+Fan-out (``forEach``): a fire's items are its query's rows, each named by its key column's
+value (``fan_out_items``); the fire fails whole (``FanOutRefused``) when the rows are more than
+``maxRows``, lack the key column, or a key is missing or on two rows. An item's job payload
+is the schedule's with the key added (``item_payload``). Concurrency applies per item.
+
 Concurrency (the docs' policies): ``skip`` (the default) records a fire that finds the
 schedule's previous run still pending or processing as ``skipped`` and creates no job;
 ``replace`` kills the previous run, recorded ``replaced``, and starts the new one; ``allow``
@@ -27,9 +36,12 @@ fires (as cron has always done).
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 ConcurrencyPolicy = Literal["skip", "replace", "allow"]
 POLICIES: tuple[ConcurrencyPolicy, ...] = ("skip", "replace", "allow")
@@ -253,3 +265,142 @@ def on_fire(policy: ConcurrencyPolicy, previous_running: bool) -> FireAction:
     if not previous_running or policy == "allow":
         return "fire"
     return "skip" if policy == "skip" else "replace"
+
+
+# --- pausing -----------------------------------------------------------------------------------
+
+
+def resumed_cursor(last_fire: float | None, resumed_at: float | None) -> float | None:
+    """The fire cursor of a schedule that may have been paused: the fire times missed while it
+    was paused are never made, so its next fire is the first after the later of its last fire
+    and its resume (a schedule never paused: its last fire)."""
+    if resumed_at is None:
+        return last_fire
+    return resumed_at if last_fire is None else max(last_fire, resumed_at)
+
+
+# --- fan-out (``forEach``) -------------------------------------------------------------------
+
+DEFAULT_FOR_EACH_MAX_ROWS = 10_000  # Jobs docs: "a fan-out can create 10,000 rows in one fire"
+DEFAULT_FOR_EACH_TIMEOUT = 10.0  # seconds the query may run: a tick is not held longer
+FAN_OUT_BATCH = 500  # items made a transaction: a standby finishes the rest of a fan-out
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_STARTS = ("select", "with")
+
+
+def query_problem(query: Any) -> str | None:
+    """Why ``query`` is not a single SELECT (what can be told without a database), or None.
+    The store still runs it read-only: this only names the mistake before a fire does."""
+    if not isinstance(query, str) or not query.strip():
+        return "the query is empty; write one SELECT, like `SELECT id FROM tenant`"
+    text = query.strip().rstrip(";").strip()
+    if ";" in _outside_quotes(text):
+        return "the query holds more than one statement; write a single SELECT"
+    first = text.split(None, 1)[0].lower()
+    if first not in _STARTS:
+        return f"the query starts with {first.upper()}, not SELECT; it may only read rows"
+    return None
+
+
+def _outside_quotes(text: str) -> str:
+    """``text`` without its quoted parts ('...', "..."), so a ; inside a string is no split."""
+    out, quote = [], ""
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def key_problem(key: Any) -> str | None:
+    """Why ``key`` cannot name a column of the query's rows, or None."""
+    if not isinstance(key, str) or not _IDENTIFIER.match(key):
+        return f"key {key!r} is not a column name; name the column that identifies a row, like id"
+    return None
+
+
+def selected_columns(query: str) -> tuple[str, ...] | None:
+    """The column names a plain ``SELECT a, b AS c FROM ...`` gives, or None when they cannot
+    be told without the database (``*``, a WITH, expressions without a name)."""
+    match = re.match(r"\s*select\s+(?:distinct\s+)?(.*?)\s+from\s", query, re.I | re.S)
+    if match is None:
+        return None
+    names = []
+    for part in _top_level(match.group(1)):
+        words = part.split()
+        if len(words) == 1 and "*" not in part:
+            name = words[0].split(".")[-1].strip('"')
+        elif len(words) >= 3 and words[-2].lower() == "as":
+            name = words[-1].strip('"')
+        else:  # a star, or an expression named by the database
+            return None
+        if not _IDENTIFIER.match(name):
+            return None
+        names.append(name)
+    return tuple(names)
+
+
+def _top_level(select_list: str) -> list[str]:
+    """The select list's items: split at the commas outside parentheses."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in select_list:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+@dataclass(frozen=True, slots=True)
+class FanOutRefused:
+    """A fire whose query's rows cannot be fanned out: the whole fire fails, nothing is made."""
+
+    reason: str
+
+
+def fan_out_items(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], key: str, max_rows: int
+) -> tuple[str, ...] | FanOutRefused:
+    """The items of one fire: each row's key value as JSON text (its identity in the store,
+    and what its job's payload carries), in the query's order; refused when the rows exceed
+    ``max_rows``, lack the key column, or a key is missing or given twice."""
+    if len(rows) > max_rows:
+        return FanOutRefused(
+            f"the query returned more than maxRows ({max_rows}) rows; narrow it or raise "
+            "forEach.maxRows"
+        )
+    if key not in columns:
+        return FanOutRefused(
+            f"the query's rows have no column {key!r} (columns: {', '.join(columns) or 'none'}); "
+            "select it or change forEach.key"
+        )
+    index = list(columns).index(key)
+    items: list[str] = []
+    seen: set[str] = set()
+    for number, row in enumerate(rows, 1):
+        value = row[index]
+        if value is None or value == "":
+            return FanOutRefused(f"row {number} has no {key} (null or empty): every row needs one")
+        item = json.dumps(value if isinstance(value, (int, float, str, bool)) else str(value))
+        if item in seen:
+            return FanOutRefused(
+                f"{key} {item} is on more than one row; the key must identify one row"
+            )
+        seen.add(item)
+        items.append(item)
+    return tuple(items)
+
+
+def item_payload(payload: Any, key: str, item: str) -> dict[str, Any]:
+    """An item's job payload: the schedule's payload (an object, or none) with the row's key
+    under the key's column name (``{"id": 42}`` for ``key: id``)."""
+    base = dict(payload) if isinstance(payload, Mapping) else {}
+    return {**base, key: json.loads(item)}

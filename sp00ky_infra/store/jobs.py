@@ -560,14 +560,20 @@ class JobTable:
             return {row[0] for row in sql.fetchall() if row[0] is not None}
 
 
-def check_room(sql: Sql, pool: str, table: str, adding: int, max_queued: int, then: str) -> None:
-    """Refuse (QueueFull, telling the caller ``then``) ``adding`` jobs to ``pool``'s queue
-    past ``max_queued`` waiting. The pool's key is held to the end of the transaction, so
+def queued_in(sql: Sql, pool: str, table: str) -> int:
+    """The jobs waiting in ``pool``'s queue, its key held to the end of the transaction so
     that every writer counts what the ones before it wrote."""
     # A pool runs one backend with one outbox table, so the table's queue is the pool's.
     sql.lock(f"enqueue:{pool}")
     sql.execute("SELECT count(*) FROM jobs WHERE tbl = ? AND status = 'pending'", (table,))
-    waiting = int(sql.fetchone()[0])
+    return int(sql.fetchone()[0])
+
+
+def check_room(sql: Sql, pool: str, table: str, adding: int, max_queued: int, then: str) -> None:
+    """Refuse (QueueFull, telling the caller ``then``) ``adding`` jobs to ``pool``'s queue
+    past ``max_queued`` waiting. The pool's key is held to the end of the transaction, so
+    that every writer counts what the ones before it wrote."""
+    waiting = queued_in(sql, pool, table)
     if waiting + adding > max_queued:
         raise QueueFull(
             f"pool {pool!r} already has {waiting} jobs waiting (maxQueued {max_queued}); {then}"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+FAN_OUT_AND_PAUSE = 14  # the schedules' fan-out and pause migration's number
+
 
 @dataclass(frozen=True, slots=True)
 class Migration:
@@ -460,6 +462,49 @@ MIGRATIONS: tuple[Migration, ...] = (
                 created_at DOUBLE PRECISION NOT NULL
             )
             """,
+        ),
+    ),
+    Migration(
+        FAN_OUT_AND_PAUSE,
+        "schedules: a fan-out's runs keyed by (schedule, fire time, row key); pausing",
+        (
+            # A paused schedule makes no fire; its resume is where its cursor starts again.
+            "ALTER TABLE schedule_state ADD COLUMN paused_at DOUBLE PRECISION",
+            "ALTER TABLE schedule_state ADD COLUMN resumed_at DOUBLE PRECISION",
+        ),
+        # The runs' key gains the row's key (item; '' for a schedule without forEach), and a
+        # run says why its fire failed (error). SQLite changes a UNIQUE by remaking the table.
+        sqlite=(
+            """
+            CREATE TABLE schedule_runs_keyed (
+                id TEXT PRIMARY KEY,
+                schedule TEXT NOT NULL,
+                fire_at DOUBLE PRECISION NOT NULL,
+                fired_at DOUBLE PRECISION NOT NULL,
+                status TEXT NOT NULL CHECK (status IN ('pending', 'processing', 'success',
+                    'failed', 'killed', 'skipped', 'replaced')),
+                job_id TEXT,
+                finished_at DOUBLE PRECISION,
+                item TEXT NOT NULL DEFAULT '',
+                error TEXT,
+                UNIQUE (schedule, fire_at, item)
+            )
+            """,
+            "INSERT INTO schedule_runs_keyed (id, schedule, fire_at, fired_at, status, job_id, "
+            "finished_at) SELECT id, schedule, fire_at, fired_at, status, job_id, finished_at "
+            "FROM schedule_runs",
+            "DROP TABLE schedule_runs",
+            "ALTER TABLE schedule_runs_keyed RENAME TO schedule_runs",
+            "CREATE INDEX schedule_runs_open ON schedule_runs (schedule)"
+            " WHERE status IN ('pending', 'processing')",
+            "CREATE INDEX schedule_runs_finished ON schedule_runs (status, schedule, finished_at)",
+        ),
+        postgres=(
+            "ALTER TABLE schedule_runs ADD COLUMN item TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE schedule_runs ADD COLUMN error TEXT",
+            "ALTER TABLE schedule_runs DROP CONSTRAINT schedule_runs_schedule_fire_at_key",
+            "ALTER TABLE schedule_runs ADD CONSTRAINT schedule_runs_fire_item "
+            "UNIQUE (schedule, fire_at, item)",
         ),
     ),
 )

@@ -6,6 +6,11 @@ controller making the same fire (a leader that lost the lock mid-tick, the one t
 over) finds the cursor already there, or the key taken, and writes nothing: each fire
 happens once.
 
+A fan-out's fire (``fan_out.py``) has a run per row, keyed by (schedule, fire time, row key);
+a schedule without ``forEach`` keys its runs with the row key ''. A fire whose fan-out
+failed is one ``failed`` run with no job, its ``error`` saying why. A schedule's pause is
+on its cursor's row (``paused_at``), so no restart or deploy un-pauses it.
+
 A run's status follows its job's (``sync``) until the job ends: pending, processing,
 success, failed, or killed (the job was cancelled). ``skipped`` runs (the previous run was
 still going, policy skip) have no job; ``replaced`` runs had theirs killed by a later fire
@@ -43,7 +48,12 @@ OPEN: tuple[RunStatus, ...] = ("pending", "processing")
 KEPT_AS_SUCCESS: tuple[RunStatus, ...] = ("success", "skipped", "replaced")  # the success window
 KEPT_AS_FAILED: tuple[RunStatus, ...] = ("failed", "killed")
 FIRED_LATER = "the fire is made when there is room"
-RUN_COLUMNS = "id, schedule, fire_at, fired_at, status, job_id, finished_at"
+RUN_COLUMNS = "id, schedule, fire_at, fired_at, status, job_id, finished_at, item, error"
+INSERT_RUN = (
+    f"INSERT INTO schedule_runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (schedule, fire_at, item) DO NOTHING"
+)
+STATE_COLUMNS = "schedule, first_seen_at, last_fire_at, paused_at, resumed_at"
 RUN_ROWS = Folded(
     "schedule_counters", "schedule", "DELETE FROM schedule_runs WHERE id IN ({marks})"
 )
@@ -54,6 +64,8 @@ class ScheduleState:
     schedule: str
     first_seen_at: float
     last_fire_at: float | None
+    paused_at: float | None = None  # paused since (None: not paused)
+    resumed_at: float | None = None  # last resumed: the fire times before were not made
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +77,8 @@ class Run:
     status: RunStatus
     job_id: str | None
     finished_at: float | None
+    item: str = ""  # a fan-out's row: its key's value as JSON ('' without forEach)
+    error: str | None = None  # why the fire failed (a fan-out's query), for a failed fire
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -75,7 +89,23 @@ class Run:
             "status": self.status,
             "job_id": self.job_id,
             "finished_at": self.finished_at,
+            "item": self.item,
+            "error": self.error,
         }
+
+    def row(self) -> tuple[Any, ...]:
+        """The run as INSERT_RUN writes it."""
+        return (
+            self.id,
+            self.schedule,
+            self.fire_at,
+            self.fired_at,
+            self.status,
+            self.job_id,
+            self.finished_at,
+            self.item,
+            self.error,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +119,28 @@ class Fired:
 
 
 def _run(row: Sequence[Any]) -> Run:
-    return Run(row[0], row[1], row[2], row[3], row[4], row[5], row[6])
+    return Run(*row)
+
+
+def new_run_id() -> str:
+    return f"run:{secrets.token_hex(10)}"
+
+
+def take_fire(sql: Sql, schedule: str, fire_at: float, now: float) -> bool:
+    """Move ``schedule``'s cursor to ``fire_at`` inside a write transaction, its key held to
+    the end; False (nothing written) when that fire or a later one was made already."""
+    sql.lock(f"schedule:{schedule}")
+    sql.execute("SELECT last_fire_at FROM schedule_state WHERE schedule = ?", (schedule,))
+    row = sql.fetchone()
+    if row is not None and row[0] is not None and row[0] >= fire_at:
+        return False
+    sql.execute(
+        "INSERT INTO schedule_state (schedule, first_seen_at, last_fire_at) "
+        "VALUES (?, ?, ?) ON CONFLICT (schedule) DO UPDATE SET "
+        "last_fire_at = excluded.last_fire_at",
+        (schedule, now, fire_at),
+    )
+    return True
 
 
 def run_status_of(job_status: str | None, errors: str | None) -> RunStatus:
@@ -136,11 +187,29 @@ class ScheduleTable:
         marks = ", ".join("?" for _ in names)
         with self._db.read() as sql:
             sql.execute(
-                "SELECT schedule, first_seen_at, last_fire_at FROM schedule_state "
-                f"WHERE schedule IN ({marks})",
-                names,
+                f"SELECT {STATE_COLUMNS} FROM schedule_state WHERE schedule IN ({marks})", names
             )
-            return {row[0]: ScheduleState(row[0], row[1], row[2]) for row in sql.fetchall()}
+            return {row[0]: ScheduleState(*row) for row in sql.fetchall()}
+
+    def set_paused(self, schedule: str, paused: bool, now: float) -> ScheduleState | None:
+        """Pause ``schedule`` (kept in the store: no restart or deploy un-pauses it; pausing
+        again keeps its first pause time) or resume it (the fire times it missed while
+        paused are not made); its cursor after, None for a schedule never seen nor paused."""
+        with self._db.write() as sql:
+            if paused:
+                sql.execute(
+                    "INSERT INTO schedule_state (schedule, first_seen_at, paused_at) "
+                    "VALUES (?, ?, ?) ON CONFLICT (schedule) DO UPDATE SET "
+                    "paused_at = COALESCE(schedule_state.paused_at, excluded.paused_at)",
+                    (schedule, now, now),
+                )
+            else:
+                sql.execute(
+                    "UPDATE schedule_state SET paused_at = NULL, resumed_at = ? "
+                    "WHERE schedule = ? AND paused_at IS NOT NULL",
+                    (now, schedule),
+                )
+        return self.read_states([schedule]).get(schedule)
 
     # --- firing --------------------------------------------------------------------------
 
@@ -159,30 +228,17 @@ class ScheduleTable:
         next tick tries again)."""
         validate_new(new)
         with self._db.write() as sql:
-            sql.lock(f"schedule:{schedule}")
-            sql.execute("SELECT last_fire_at FROM schedule_state WHERE schedule = ?", (schedule,))
-            row = sql.fetchone()
-            if row is not None and row[0] is not None and row[0] >= fire_at:
+            if not take_fire(sql, schedule, fire_at, now):
                 return None
             running = self._running(sql, schedule)
             action = on_fire(policy, bool(running))
-            run_id = f"run:{secrets.token_hex(10)}"
             job_id = None if action == "skip" else new_job_id(new.table)
             status: RunStatus = "skipped" if action == "skip" else "pending"
             finished = now if action == "skip" else None
-            sql.execute(
-                f"INSERT INTO schedule_runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (schedule, fire_at) DO NOTHING",
-                (run_id, schedule, fire_at, now, status, job_id, finished),
-            )
+            run = Run(new_run_id(), schedule, fire_at, now, status, job_id, finished)
+            sql.execute(INSERT_RUN, run.row())
             if sql.rowcount != 1:
                 return None
-            sql.execute(
-                "INSERT INTO schedule_state (schedule, first_seen_at, last_fire_at) "
-                "VALUES (?, ?, ?) ON CONFLICT (schedule) DO UPDATE SET "
-                "last_fire_at = excluded.last_fire_at",
-                (schedule, now, fire_at),
-            )
             replaced: tuple[str, ...] = ()
             if job_id is not None:
                 if max_queued is not None and new.pool is not None:
@@ -197,8 +253,17 @@ class ScheduleTable:
                             (now, open_run),
                         )
                 sql.changed()
-        run = Run(run_id, schedule, fire_at, now, status, job_id, finished)
         return Fired(run, action, replaced)
+
+    def fail_fire(self, schedule: str, fire_at: float, now: float, error: str) -> Run | None:
+        """Make the fire of ``schedule`` for ``fire_at`` a failed run saying why, with no job
+        (a fan-out whose query failed); None when that fire was made already."""
+        run = Run(new_run_id(), schedule, fire_at, now, "failed", None, now, "", error)
+        with self._db.write() as sql:
+            if not take_fire(sql, schedule, fire_at, now):
+                return None
+            sql.execute(INSERT_RUN, run.row())
+        return run
 
     def _running(self, sql: Sql, schedule: str) -> list[tuple[str, str | None]]:
         """(run id, job id) of the schedule's runs whose job is still pending or processing,
@@ -218,7 +283,8 @@ class ScheduleTable:
         with self._db.read() as sql:
             sql.execute(
                 "SELECT r.id, r.status, j.status, j.errors, j.finished_at FROM schedule_runs r "
-                "LEFT JOIN jobs j ON j.id = r.job_id WHERE r.status IN ('pending', 'processing')",
+                "LEFT JOIN jobs j ON j.id = r.job_id WHERE r.status IN ('pending', 'processing') "
+                "AND r.job_id IS NOT NULL",  # a fan-out's row waiting for its job has none
             )
             rows = sql.fetchall()
         changes = []
@@ -304,7 +370,7 @@ class ScheduleTable:
         with self._db.read() as sql:
             sql.execute(
                 f"SELECT {RUN_COLUMNS} FROM schedule_runs WHERE schedule = ? "
-                "ORDER BY fire_at DESC LIMIT ?",
+                "ORDER BY fire_at DESC, item LIMIT ?",
                 (schedule, limit),
             )
             return [_run(row) for row in sql.fetchall()]

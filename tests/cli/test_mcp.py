@@ -25,7 +25,8 @@ from tests.controllers import (
 
 TOOLS = {
     "pools_list", "pools_get", "pools_pause", "pools_resume", "machines_drain", "jobs_list",
-    "jobs_get", "jobs_kill", "jobs_retry", "explain_job", "explain_pool",
+    "jobs_get", "jobs_kill", "jobs_retry", "explain_job", "explain_pool", "schedules_pause",
+    "schedules_resume",
 }  # fmt: skip
 
 
@@ -81,6 +82,8 @@ async def _session(controller: ControllerProcess, store_url: str, tmp: Path, job
         assert (await call("machines_drain", machine=machine))["state"] == "draining"
         refused = await session.call_tool("pools_get", {"name": "nope"})
         assert refused.is_error and "no pool 'nope' (pools: render)" in _text(refused)
+        refused = await session.call_tool("schedules_pause", {"name": "nightly"})
+        assert refused.is_error and "no schedule 'nightly' (schedules: none)" in _text(refused)
 
 
 def test_mcp_tools_over_stdio_with_the_sdk_client(tmp_path: Path) -> None:

@@ -84,3 +84,46 @@ def test_get_of_an_unknown_schedule_says_which_exist(tmp_path: Path) -> None:
         "error: no schedule 'nigthly' in sp00ky.yml (schedules: nightly, sync); "
         "did you mean 'nightly'?"
     )
+
+
+def test_pause_and_resume_are_kept_in_the_store_and_shown(tmp_path: Path) -> None:
+    env = setup(tmp_path)
+    paused = cli("schedules", "pause", "sync", env=env, cwd=tmp_path)
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.startswith("schedule sync paused since ")
+    data = json.loads(cli("schedules", "get", "sync", "--json", env=env, cwd=tmp_path).stdout)
+    assert data["paused"] and data["paused_at"] is not None and data["next_fire_at"] is None
+    text = cli("schedules", "get", "sync", env=env, cwd=tmp_path).stdout
+    assert "paused      : since " in text and "next fire   : - (paused)" in text
+    assert "paused since" in cli("schedules", env=env, cwd=tmp_path).stdout
+    resumed = cli("schedules", "resume", "sync", env=env, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    data = json.loads(cli("schedules", "get", "sync", "--json", env=env, cwd=tmp_path).stdout)
+    assert not data["paused"] and data["next_fire_at"] is not None
+    unknown = cli("schedules", "pause", "synk", env=env, cwd=tmp_path)
+    assert unknown.returncode == 1 and "did you mean 'sync'?" in unknown.stderr
+
+
+def test_get_shows_a_fan_outs_query_and_its_runs_rows(tmp_path: Path) -> None:
+    config = write_project(
+        tmp_path,
+        {
+            "tenants": {
+                **RENDER,
+                "every": "1m",
+                "payload": {},
+                "forEach": {"query": 'SELECT id AS "gameId" FROM game', "key": "gameId"},
+            }
+        },
+    )
+    url = f"sqlite:///{tmp_path}/state.db"
+    store = open_store(url)
+    try:
+        table = ScheduleTable(store)
+        table.fail_fire("tenants", 60.0, 61.0, "the query failed: no such table: game")
+    finally:
+        store.close()
+    env = {"SPKY_CONFIG": str(config), "SPKY_STORE": url, "COLUMNS": "200"}
+    text = cli("schedules", "get", "tenants", env=env, cwd=tmp_path).stdout
+    assert 'for each    : SELECT id AS "gameId" FROM game  (key gameId)' in text
+    assert "the query failed: no such table: game" in text

@@ -9,9 +9,16 @@ from typing import Any
 import pytest
 
 from sp00ky_infra.config import ConfigInvalid
+from sp00ky_infra.config.durations import parse_duration
 from sp00ky_infra.config.loader import lint_file, load_config
-from sp00ky_infra.config.model import build_config
-from sp00ky_infra.policy.schedules import Cron, Interval
+from sp00ky_infra.config.model import ForEach, build_config
+from sp00ky_infra.config.schema import load_schema
+from sp00ky_infra.policy.schedules import (
+    DEFAULT_FOR_EACH_MAX_ROWS,
+    DEFAULT_FOR_EACH_TIMEOUT,
+    Cron,
+    Interval,
+)
 from tests.configs import lint_data, varied
 
 NIGHTLY = {"cron": "0 3 * * *", "backend": "renderer", "route": "/render"}
@@ -94,11 +101,68 @@ SCHEDULE_FAILING: list[tuple[str, tuple[tuple[str, Any], ...], str, str]] = [
     ),
     (
         "SP166",
-        (("schedules.nightly", {**NIGHTLY, "forEach": {"query": "SELECT id FROM tenant"}}),),
-        "schedules.nightly.forEach",
-        "forEach (one job per row of a query) is not supported",
+        (
+            (
+                "schedules.nightly",
+                {**NIGHTLY, "forEach": {"query": "DELETE FROM tenant", "key": "id"}},
+            ),
+        ),
+        "schedules.nightly.forEach.query",
+        "the query starts with DELETE, not SELECT; it may only read rows",
+    ),
+    (
+        "SP166",
+        (
+            (
+                "schedules.nightly",
+                {**NIGHTLY, "forEach": {"query": "SELECT id FROM t; DROP TABLE t", "key": "id"}},
+            ),
+        ),
+        "schedules.nightly.forEach.query",
+        "the query holds more than one statement; write a single SELECT",
+    ),
+    (
+        "SP168",
+        (
+            (
+                "schedules.nightly",
+                {**NIGHTLY, "forEach": {"query": "SELECT id FROM t", "key": "i d"}},
+            ),
+        ),
+        "schedules.nightly.forEach.key",
+        "key 'i d' is not a column name; name the column that identifies a row, like id",
+    ),
+    (
+        "SP168",
+        (
+            (
+                "schedules.nightly",
+                {**NIGHTLY, "forEach": {"query": "SELECT t.id, name FROM t", "key": "ids"}},
+            ),
+        ),
+        "schedules.nightly.forEach.key",
+        "key 'ids' is not a column of the query's rows (id, name); did you mean 'id'?",
+    ),
+    (
+        "SP169",
+        (
+            (
+                "schedules.nightly",
+                {**NIGHTLY, "payload": [1], "forEach": {"query": "SELECT id FROM t", "key": "id"}},
+            ),
+        ),
+        "schedules.nightly.payload",
+        "a fan-out's payload must be an object: each row's job gets its id added to it",
     ),
 ]
+# The Jobs docs' fan-out example, as sp00ky.yml writes it.
+SYNC_EVERY_TENANT = {
+    "every": "1m",
+    "backend": "renderer",
+    "route": "/render",
+    "forEach": {"query": "SELECT id FROM tenant", "key": "id"},
+    "history": {"success": "15m", "failed": "30d"},
+}
 SCHEDULE_PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ("SP160", (("schedules.nightly", NIGHTLY),)),
     ("SP161", (("schedules.nightly", {**NIGHTLY, "cron": "*/15 8-18 * JAN-MAR mon-fri"}),)),
@@ -115,6 +179,18 @@ SCHEDULE_PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ("SP164", (("schedules.nightly", {**NIGHTLY, "route": "/render"}),)),
     ("SP165", (("schedules.nightly", {**NIGHTLY, "concurrency": "allow"}),)),
     ("SP166", (("schedules.nightly", NIGHTLY),)),
+    ("SP166", (("schedules.sync-every-tenant", SYNC_EVERY_TENANT),)),
+    ("SP168", (("schedules.sync-every-tenant", SYNC_EVERY_TENANT),)),
+    (
+        "SP168",
+        (
+            (
+                "schedules.wide",
+                {**SYNC_EVERY_TENANT, "forEach": {"query": "SELECT * FROM tenant", "key": "id"}},
+            ),
+        ),
+    ),
+    ("SP169", (("schedules.sync-every-tenant", {**SYNC_EVERY_TENANT, "payload": {"full": True}}),)),
 ]
 
 
@@ -214,3 +290,57 @@ def test_a_config_with_a_refused_schedule_does_not_load(tmp_path: Path) -> None:
     config = write_project(tmp_path, {"nightly": {**NIGHTLY, "route": "/nope"}})
     with pytest.raises(ConfigInvalid, match="spec has no POST /nope"):
         load_config(config)
+
+
+def test_a_fan_out_payload_is_checked_as_its_rows_jobs_carry_it(tmp_path: Path) -> None:
+    """The spec requires gameId, which each row's key gives: a fan-out without a payload
+    lints clean; what the payload itself gets wrong is still named."""
+    for_each = {"query": 'SELECT id AS "gameId" FROM game', "key": "gameId"}
+    assert _lint_project(tmp_path, {**NIGHTLY, "forEach": for_each}) == []
+    refused = {**NIGHTLY, "forEach": for_each, "payload": {"seconds": -1}}
+    assert _lint_project(tmp_path, refused) == [
+        (
+            "schedules.nightly.payload.seconds",
+            "SP167",
+            "payload.seconds: -1 is less than the minimum of 0 (the spec's POST /render body)",
+        )
+    ]
+
+
+def test_the_typed_fan_out() -> None:
+    data = varied(
+        ("schedules.sync-every-tenant", SYNC_EVERY_TENANT),
+        (
+            "schedules.wide",
+            {
+                **SYNC_EVERY_TENANT,
+                "forEach": {
+                    "query": "SELECT id FROM t",
+                    "key": "id",
+                    "maxRows": 5,
+                    "timeout": "2s",
+                },
+            },
+        ),
+    )
+    assert lint_data(data) == []
+    config = build_config(data)
+    sync, wide = config.schedules["sync-every-tenant"], config.schedules["wide"]
+    assert sync.for_each == ForEach("SELECT id FROM tenant", "id", 10_000, 10.0)  # the defaults
+    assert wide.for_each == ForEach("SELECT id FROM t", "id", 5, 2.0)
+    assert (
+        build_config(varied(("schedules.nightly", NIGHTLY))).schedules["nightly"].for_each is None
+    )
+
+
+def test_a_fan_out_needs_a_query_and_a_key() -> None:
+    issues = lint_data(varied(("schedules.nightly", {**NIGHTLY, "forEach": {"key": "id"}})))
+    assert [(issue.path, issue.message) for issue in issues] == [
+        ("schedules.nightly.forEach.query", "`query` is required here")
+    ]
+
+
+def test_the_schemas_fan_out_defaults_are_the_models() -> None:
+    for_each = load_schema()["$defs"]["schedule"]["properties"]["forEach"]["properties"]
+    assert for_each["maxRows"]["default"] == DEFAULT_FOR_EACH_MAX_ROWS
+    assert parse_duration(for_each["timeout"]["default"]) == DEFAULT_FOR_EACH_TIMEOUT

@@ -7,7 +7,7 @@ import itertools
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -174,18 +174,38 @@ def fire_times(store: SqlStore) -> list[float]:
     return sorted(run.fire_at for run in ScheduleTable(store).runs("beat", 1000))
 
 
+@contextmanager
+def controllers(
+    store_url: str,
+) -> Iterator[tuple[Callable[[Path, Path], ControllerProcess], SqlStore]]:
+    """A starter of controller processes on ``store_url`` and a store of the test's own; every
+    process started is stopped afterwards, with the machines it made."""
+    store = open_store(store_url)
+    started: list[ControllerProcess] = []
+
+    def start(folder: Path, config: Path) -> ControllerProcess:
+        started.append(ControllerProcess(folder, config, store_url, {}))
+        return started[-1].start()
+
+    try:
+        yield start, store
+    finally:
+        for each in started:
+            each.stop()
+        kill_machines(store_url)
+        store.close()
+
+
 def test_a_failover_mid_cadence_loses_no_fire_and_doubles_none(
     tmp_path: Path, store_url: str
 ) -> None:
     schedules = {"beat": {**RENDER, "every": f"{EVERY:g}s", "concurrency": "allow"}}
     config = write_project(tmp_path, schedules)
-    store = open_store(store_url)
-    first = ControllerProcess(tmp_path / "a", config, store_url, {}).start()
-    second: ControllerProcess | None = None
-    try:
+    with controllers(store_url) as (start, store):
+        first = start(tmp_path / "a", config)
         wait_for(first.leader, what="the first controller leading")
         assert first.admin("POST", "/pools/render/pause").json()["paused"]  # jobs only wait
-        second = ControllerProcess(tmp_path / "b", config, store_url, {}).start()
+        second = start(tmp_path / "b", config)
         wait_for(lambda: len(fire_times(store)) >= 2, timeout=20, what="the leader firing")
         made = len(fire_times(store))
         wait_for(lambda: len(fire_times(store)) > made, timeout=10, what="a fire")
@@ -202,12 +222,6 @@ def test_a_failover_mid_cadence_loses_no_fire_and_doubles_none(
         assert len({run.job_id for run in runs}) == len(runs) == len(jobs)  # none doubled
         assert sorted(run.job_id or "" for run in runs) == sorted(job.id for job in jobs)
         assert "schedule beat fired" in second.log()
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
-        kill_machines(store_url)
-        store.close()
 
 
 # --- two controllers that both believe they lead (a split brain), on a virtual clock ----------

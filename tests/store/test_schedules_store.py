@@ -4,6 +4,7 @@ per (schedule, fire time), the concurrency policies, runs following their jobs, 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -153,22 +154,16 @@ def test_failed_runs_are_kept_for_the_failed_window(store: SqlStore) -> None:
     assert table.totals("sync")["pruned"]["killed"] == 1
 
 
-def test_racing_controllers_make_each_fire_once(store_url: str, store: SqlStore) -> None:
-    """Four stores (as four controllers would have) make the same ten fires at once."""
-    stores = [open_store(store_url) for _ in range(4)]
-    results: list[Fired | None] = []
-    lock = threading.Lock()
-    start = threading.Barrier(len(stores))
+def race(store_url: str, count: int, action: Callable[[SqlStore], None]) -> None:
+    """``action`` run at once on ``count`` stores of their own, as that many controllers."""
+    stores = [open_store(store_url) for _ in range(count)]
+    start = threading.Barrier(count)
 
-    def race(other: SqlStore) -> None:
-        table = ScheduleTable(other)
+    def run(other: SqlStore) -> None:
         start.wait()
-        for minute in range(10):
-            fired = table.fire("sync", minute * 60.0, minute * 60.0 + 1, "allow", NEW)
-            with lock:
-                results.append(fired)
+        action(other)
 
-    threads = [threading.Thread(target=race, args=(each,)) for each in stores]
+    threads = [threading.Thread(target=run, args=(each,)) for each in stores]
     try:
         for thread in threads:
             thread.start()
@@ -177,6 +172,21 @@ def test_racing_controllers_make_each_fire_once(store_url: str, store: SqlStore)
     finally:
         for each in stores:
             each.close()
+
+
+def test_racing_controllers_make_each_fire_once(store_url: str, store: SqlStore) -> None:
+    """Four stores (as four controllers would have) make the same ten fires at once."""
+    results: list[Fired | None] = []
+    lock = threading.Lock()
+
+    def fire_all(other: SqlStore) -> None:
+        table = ScheduleTable(other)
+        for minute in range(10):
+            fired = table.fire("sync", minute * 60.0, minute * 60.0 + 1, "allow", NEW)
+            with lock:
+                results.append(fired)
+
+    race(store_url, 4, fire_all)
     made = [fired for fired in results if fired is not None]
     assert sorted(fired.run.fire_at for fired in made) == [minute * 60.0 for minute in range(10)]
     assert len(jobs_of(store)) == 10

@@ -173,9 +173,7 @@ def test_a_store_a_newer_build_migrated_is_refused_naming_both_versions(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     open_store(store_url).close()  # migrated by this build
-    newest = MIGRATIONS[-1].version
+    newest, older = MIGRATIONS[-1].version, MIGRATIONS[-2].version
     monkeypatch.setattr(dialect_module, "MIGRATIONS", MIGRATIONS[:-1])  # an older build
-    with pytest.raises(
-        StoreError, match=rf"schema is version {newest}, newer than .*\({newest - 1}\)"
-    ):
+    with pytest.raises(StoreError, match=rf"schema is version {newest}, newer than .*\({older}\)"):
         open_store(store_url)
