@@ -33,11 +33,7 @@ from sp00ky_infra.policy.jobs import (
     json_problem,
 )
 from sp00ky_infra.store import InvalidJob, Job, NewJob, SqlStore, open_store, store_url
-from sp00ky_infra.store.policies import (
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_RETRY_STRATEGY,
-    TablePolicy,
-)
+from sp00ky_infra.store.policies import DEFAULT_MAX_RETRIES, TablePolicy
 
 POLICY_SECONDS = 2.0  # one tick: how stale a client's view of the tables' policies may be
 
@@ -118,11 +114,9 @@ class Client:
         _check_json(payload)
         own_wait = None if queue_timeout is None else job_queue_timeout(queue_timeout)
         table, pool = self._destination(backend, path, payload, timeout, slots)
-        kept = self._policy(table)
-        if max_retries is None:
-            max_retries = DEFAULT_MAX_RETRIES if kept.max_retries is None else kept.max_retries
-        if retry_strategy is None:
-            retry_strategy = kept.retry_strategy or DEFAULT_RETRY_STRATEGY
+        table_retries, table_strategy = self._policy(table).retries
+        max_retries = table_retries if max_retries is None else max_retries
+        retry_strategy = retry_strategy or table_strategy
         pool_wait = pool.queue_timeout if pool else None  # the job's own wins
         new = NewJob(
             backend=backend,

@@ -50,6 +50,7 @@ from sp00ky_infra.store import (
     StoreError,
 )
 from sp00ky_infra.store.fan_out import FanOutQueryError, FanOuts, read_only_rows
+from sp00ky_infra.store.policies import TablePolicy
 from sp00ky_infra.store.schedules import Fired, ScheduleState, ScheduleTable
 
 log = logging.getLogger("sp00ky.controller")
@@ -191,11 +192,14 @@ def job_for(controller: Controller, schedule: Schedule, item: str | None = None)
     if backend.spec:
         check_payload(config.resolve(backend.spec), backend.name, schedule.route, payload)
     pool = config.pools.get(backend.pool)
+    max_retries, strategy = (controller.policies.get(backend.method.table) or TablePolicy()).retries
     return NewJob(
         backend=backend.name,
         table=backend.method.table,
         path=schedule.route,
         payload=payload,
+        max_retries=max_retries,  # the table's policy, retuned live
+        retry_strategy=strategy,
         pool=backend.pool,
         queue_timeout=pool.queue_timeout if pool else None,
         max_job_duration=pool.max_job_duration if pool else None,

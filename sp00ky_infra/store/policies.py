@@ -49,6 +49,12 @@ class TablePolicy:
             )
         return self
 
+    @property
+    def retries(self) -> tuple[int, RetryStrategy]:
+        """What a new job of the table that sets none takes: max_retries, retry_strategy."""
+        max_retries = DEFAULT_MAX_RETRIES if self.max_retries is None else self.max_retries
+        return max_retries, self.retry_strategy or DEFAULT_RETRY_STRATEGY
+
     def to_json(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency,
@@ -161,11 +167,12 @@ def policy_json(table: str, kept: KeptPolicy | None, declared: TablePolicy) -> d
     """What `jobs policy` and the admin API show of a table: the kept policy, or the file's
     until a controller wrote it; the defaults filled in."""
     policy = kept.policy if kept else declared
+    max_retries, strategy = policy.retries
     return {
         "table": table,
         "concurrency": policy.concurrency,
-        "max_retries": DEFAULT_MAX_RETRIES if policy.max_retries is None else policy.max_retries,
-        "retry_strategy": policy.retry_strategy or DEFAULT_RETRY_STRATEGY,
+        "max_retries": max_retries,
+        "retry_strategy": strategy,
         "updated_by": kept.updated_by if kept else "sp00ky.yml (no controller has written it yet)",
         "updated_at": kept.updated_at if kept else None,
     }

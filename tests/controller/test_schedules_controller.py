@@ -94,6 +94,19 @@ def test_the_leader_fires_each_time_once_and_catches_up_once(
         assert len(store.list_jobs(table="render_job")) == 2
 
 
+def test_a_fire_s_job_takes_its_table_s_retries_as_retuned(tmp_path: Path, store_url: str) -> None:
+    schedules = {"sync": {**RENDER, "every": "1m", "concurrency": "allow"}}
+    with leader(tmp_path, store_url, schedules) as (controller, clock, store):
+        clock.now = T0 + 1
+        tick(controller)
+        store.policies.retune("render_job", {"max_retries": 9, "retry_strategy": "exponential"},
+                              T0 + 2, "jobs policy")  # fmt: skip
+        clock.now = T0 + 60.5
+        tick(controller)  # reads the policy, then fires
+        [job] = store.list_jobs(table="render_job")
+        assert (job.max_retries, job.retry_strategy) == (9, "exponential")
+
+
 def test_skip_and_replace_on_the_tick(tmp_path: Path, store_url: str) -> None:
     schedules = {
         "skipper": {**RENDER, "every": "1m"},
