@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 import click
 
+from sp00ky_infra.cli.cloud import cloud_option
 from sp00ky_infra.cli.jobs import json_option
 from sp00ky_infra.cli.pools import call
 
@@ -18,6 +19,7 @@ from sp00ky_infra.cli.pools import call
 @click.command()
 @click.argument("target", nargs=-1, required=True)
 @json_option
+@cloud_option
 def explain(target: tuple[str, ...], as_json: bool) -> None:
     """Why job JOB_ID is still pending (`explain JOB_ID`), or why pool NAME has the machines
     it has (`explain pool NAME`)."""

@@ -8,12 +8,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+from urllib.parse import quote, urlencode
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from sp00ky_infra.cli.cloud import CloudJobs, cloud_call, cloud_option, in_cloud
 from sp00ky_infra.cli.dashboard import dashboard, jobs_table, when
 from sp00ky_infra.cli.progress import progress
 from sp00ky_infra.client import Client, either, payload_from_text
@@ -82,7 +84,11 @@ def refusals() -> Iterator[None]:
 
 @contextmanager
 def opened(store_url: str | None, config_file: str | None = None) -> Iterator[SqlStore]:
-    """The store: ``--store`` / $SPKY_STORE, else the project's, next to its sp00ky.yml."""
+    """The store: ``--store`` / $SPKY_STORE, else the project's, next to its sp00ky.yml; with
+    ``--cloud``, the logged-in controller's admin API answering the same calls."""
+    if in_cloud():
+        yield cast(SqlStore, CloudJobs())
+        return
     with refusals():
         store = open_store(resolve_store(store_url, config_file))
     try:
@@ -248,8 +254,11 @@ def unchecked_note(config: Config, backend: str) -> str | None:
 def jobs(
     ctx: click.Context, refresh: float, config_file: str | None, store_url: str | None
 ) -> None:
-    """Watch and manage jobs. Without a subcommand: a live dashboard until Ctrl-C."""
-    if ctx.invoked_subcommand is None:
+    """Watch and manage jobs. Without a subcommand: a live dashboard until Ctrl-C (with
+    --cloud: the newest jobs, once)."""
+    if ctx.invoked_subcommand is None and in_cloud():
+        ctx.invoke(list_)
+    elif ctx.invoked_subcommand is None:
         try:
             config: Config | None = load_config(config_file or None)
         except ConfigError:
@@ -261,7 +270,7 @@ def jobs(
 
 def note_unserved(store: SqlStore, store_url: str | None, config_file: str | None) -> None:
     """On stderr, when jobs wait in a store that no controller serves."""
-    if store.counts()["pending"] == 0:
+    if in_cloud() or store.counts()["pending"] == 0:
         return
     hint = no_controller_hint(store, resolve_store(store_url, config_file), config_file)
     if hint:
@@ -434,12 +443,16 @@ def stats(
     """The hourly counters retention folds finished rows into, per table and outcome.
 
     Rows not yet pruned are not in them (`jobs list` shows those)."""
-    with opened(store_url, config_file) as store, refusals():
-        try:
-            start = since_time(since, time.time())
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--since") from exc
-        found = counters_json(store.counters(table=table_name, since=start), start)
+    try:
+        start = since_time(since, time.time())
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from exc
+    if in_cloud():
+        given = {"since": since, "table": table_name}
+        found = cloud_call("GET", "/stats?" + urlencode({k: v for k, v in given.items() if v}))
+    else:
+        with opened(store_url, config_file) as store, refusals():
+            found = counters_json(store.counters(table=table_name, since=start), start)
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
@@ -561,25 +574,11 @@ def policy(
     """Show each outbox table's job policy, or retune one live: `jobs policy job
     --concurrency 20`. The next tick admits by it; a deploy writes sp00ky.yml's again only
     when the file's lines for the table changed."""
-    with refusals():
-        tables = declared_tables(load_config(config_path(config_file)))
     changes = _policy_changes(concurrency, max_retries, retry_strategy)
-    if changes and table is None:
-        raise click.UsageError("name the TABLE to retune (tables: " + ", ".join(tables) + ")")
-    if table is not None and table not in tables:
-        raise click.BadParameter(
-            f"no outbox table {table!r} of a pool backend in sp00ky.yml "
-            f"(tables: {', '.join(tables) or 'none'})",
-            param_hint="TABLE",
-        )
-    with opened(store_url, config_file) as store, refusals():
-        if changes:
-            assert table is not None
-            store.policies.retune(table, changes, time.time(), "jobs policy")
-        kept = store.policies.read()
-    shown = [policy_json(name, kept.get(name), tables[name]) for name in (table,) if name] or [
-        policy_json(name, kept.get(name), declared) for name, declared in tables.items()
-    ]
+    if in_cloud():
+        shown = _cloud_policies(table, changes)
+    else:
+        shown = _local_policies(table, changes, config_file, store_url)
     if as_json:
         click.echo(json.dumps(shown if table is None else shown[0], indent=2))
         return
@@ -616,3 +615,44 @@ def _policy_changes(
     if retry_strategy is not None:
         changes["retry_strategy"] = retry_strategy
     return changes
+
+
+def _local_policies(
+    table: str | None, changes: dict[str, Any], config_file: str | None, store_url: str | None
+) -> list[dict[str, Any]]:
+    """`jobs policy` on the store itself: the tables sp00ky.yml declares."""
+    with refusals():
+        tables = declared_tables(load_config(config_path(config_file)))
+    _known_table(table, changes, list(tables))
+    with opened(store_url, config_file) as store, refusals():
+        if changes:
+            assert table is not None
+            store.policies.retune(table, changes, time.time(), "jobs policy")
+        kept = store.policies.read()
+    return [policy_json(name, kept.get(name), tables[name]) for name in (table,) if name] or [
+        policy_json(name, kept.get(name), declared) for name, declared in tables.items()
+    ]
+
+
+def _cloud_policies(table: str | None, changes: dict[str, Any]) -> list[dict[str, Any]]:
+    """`jobs policy --cloud`: the tables the logged-in controller serves."""
+    rows: list[dict[str, Any]] = cloud_call("GET", "/jobs/policies")
+    _known_table(table, changes, [row["table"] for row in rows])
+    if changes:
+        return [cloud_call("PATCH", f"/jobs/policies/{quote(str(table), safe='')}", changes)]
+    return [row for row in rows if table is None or row["table"] == table]
+
+
+def _known_table(table: str | None, changes: dict[str, Any], tables: list[str]) -> None:
+    if changes and table is None:
+        raise click.UsageError("name the TABLE to retune (tables: " + ", ".join(tables) + ")")
+    if table is not None and table not in tables:
+        raise click.BadParameter(
+            f"no outbox table {table!r} of a pool backend in sp00ky.yml "
+            f"(tables: {', '.join(tables) or 'none'})",
+            param_hint="TABLE",
+        )
+
+
+for _command in (jobs, *jobs.commands.values()):  # `jobs --cloud list` and `jobs list --cloud`
+    cloud_option(_command)

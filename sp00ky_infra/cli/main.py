@@ -32,6 +32,8 @@ COMMANDS = {
     "rehearse": "sp00ky_infra.cli.rehearse:rehearse",
     "simulate": "sp00ky_infra.cli.simulate:simulate",
     "explain": "sp00ky_infra.cli.explain:explain",
+    "login": "sp00ky_infra.cli.login:login",
+    "logout": "sp00ky_infra.cli.login:logout",
     "mcp": "sp00ky_infra.cli.mcp_server:mcp",
     "schedules": "sp00ky_infra.cli.schedules:schedules",
     "image": "sp00ky_infra.cli.image:image",

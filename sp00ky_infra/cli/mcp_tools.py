@@ -18,7 +18,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from sp00ky_infra import __version__
-from sp00ky_infra.cli.pools import AdminError, admin_request
+from sp00ky_infra.cli.cloud import AdminError
+from sp00ky_infra.cli.pools import admin_request
 from sp00ky_infra.store import SqlStore, StoreError, open_store, store_url
 from sp00ky_infra.store.policies import TablePolicy, policy_json
 

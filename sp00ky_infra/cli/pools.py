@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-import requests
 from rich.console import Console
 from rich.table import Table
 
+from sp00ky_infra.cli.cloud import AdminError, cloud_call, cloud_option, in_cloud, request
 from sp00ky_infra.cli.dashboard import when
 from sp00ky_infra.cli.jobs import config_option, json_option
 from sp00ky_infra.config.project import state_dir
@@ -52,34 +52,16 @@ def _admin(where: Where = Where()) -> tuple[str, str]:
     return url.rstrip("/"), token
 
 
-class AdminError(Exception):
-    """The admin API could not be reached, or refused; the message says what to do."""
-
-
 def admin_request(method: str, path: str, where: Where = Where()) -> Any:
     """One admin API call: its JSON answer, or AdminError."""
-    url, token = _admin(where)
-    try:
-        answer = requests.request(
-            method, f"{url}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=30
-        )
-    except requests.RequestException as exc:
-        raise AdminError(
-            f"cannot reach the admin API at {url} ({exc.__class__.__name__}); is the "
-            "controller running? Point at it with --admin-url URL (or SPKY_ADMIN_URL), or "
-            "at its project with --config FILE"
-        ) from exc
-    if answer.status_code >= 400:
-        try:
-            message = answer.json().get("error") or answer.text
-        except ValueError:
-            message = answer.text
-        raise AdminError(message)
-    return answer.json()
+    return request(*_admin(where), method, path)
 
 
 def call(method: str, path: str) -> Any:
-    """``admin_request`` for the command line: a refusal is printed, and exits 1."""
+    """``admin_request`` for the command line (with --cloud: ``cloud_call``): a refusal is
+    printed, and exits 1."""
+    if in_cloud():
+        return cloud_call(method, path)
     context = click.get_current_context(silent=True)
     where = context.find_object(Where) if context is not None else None
     try:
@@ -275,3 +257,7 @@ def _snapshots_line(cost: dict[str, Any]) -> str:
         f"{shown['euros']:.4f} EUR so far, machines and snapshots together "
         + ("unknown (the machines' euros are)" if together is None else f"{together:.4f} EUR")
     )
+
+
+for _command in (pools, *pools.commands.values()):  # `pools --cloud get` and `pools get --cloud`
+    cloud_option(_command)

@@ -16,13 +16,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from sp00ky_infra.cli.cloud import cloud_call, cloud_option, in_cloud, part
 from sp00ky_infra.cli.jobs import config_option, json_option, opened, refusals, store_option
 from sp00ky_infra.config import Config
 from sp00ky_infra.config.loader import load_config
-from sp00ky_infra.config.model import Schedule
-from sp00ky_infra.policy.schedules import next_fire, resumed_cursor
-from sp00ky_infra.store import SqlStore
-from sp00ky_infra.store.schedules import ScheduleState, ScheduleTable
+from sp00ky_infra.store.schedule_views import schedule_view, schedule_views
+from sp00ky_infra.store.schedules import ScheduleTable
 
 RECENT_RUNS = 10
 
@@ -33,54 +32,9 @@ def _when(at: float | None) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def describe(
-    schedule: Schedule, state: ScheduleState | None, table: ScheduleTable, now: float
-) -> dict[str, Any]:
-    """One schedule as ``--json`` prints it. A schedule no controller has seen yet would fire
-    first at its next fire time after the controller sees it: shown as if that were now."""
-    if state is None:
-        upcoming = next_fire(schedule.cadence, None, now)
-    elif state.paused_at is not None:
-        upcoming = None  # none until resumed
-    else:
-        cursor = resumed_cursor(state.last_fire_at, state.resumed_at)
-        upcoming = next_fire(schedule.cadence, cursor, state.first_seen_at)
-        if upcoming is not None and upcoming < now:  # overdue: the next tick makes it
-            upcoming = now
-    for_each = schedule.for_each
-    return {
-        "name": schedule.name,
-        "cadence": schedule.cadence_text,
-        "backend": schedule.backend,
-        "route": schedule.route,
-        "payload": schedule.payload,
-        "concurrency": schedule.concurrency,
-        "for_each": (
-            {"query": for_each.query, "key": for_each.key, "max_rows": for_each.max_rows}
-            if for_each
-            else None
-        ),
-        "paused": state is not None and state.paused_at is not None,
-        "paused_at": state.paused_at if state else None,
-        "seen": state is not None,
-        "first_seen_at": state.first_seen_at if state else None,
-        "last_fire_at": state.last_fire_at if state else None,
-        "next_fire_at": upcoming,
-        "totals": table.totals(schedule.name),
-    }
-
-
 def _load(config_file: str | None) -> Config:
     with refusals():
         return load_config(config_file)
-
-
-def _described(config: Config, store: SqlStore, names: list[str]) -> list[dict[str, Any]]:
-    table = ScheduleTable(store)
-    with refusals():
-        states = table.read_states(names)
-        now = time.time()
-        return [describe(config.schedules[name], states.get(name), table, now) for name in names]
 
 
 def _counts(totals: dict[str, int], *statuses: str) -> str:
@@ -103,9 +57,12 @@ def list_schedules(
     config_file: str | None = None, store_url: str | None = None, as_json: bool = False
 ) -> None:
     """Every schedule with its cadence, next fire time (UTC) and run totals."""
-    config = _load(config_file)
-    with opened(store_url) as store:
-        rows = _described(config, store, sorted(config.schedules))
+    if in_cloud():
+        rows: list[dict[str, Any]] = cloud_call("GET", "/schedules")
+    else:
+        config = _load(config_file)
+        with opened(store_url) as store, refusals():
+            rows = schedule_views(config, store, sorted(config.schedules), time.time())
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -141,13 +98,14 @@ def get_schedule(
     name: str, config_file: str | None = None, store_url: str | None = None, as_json: bool = False
 ) -> None:
     """One schedule: its settings, next fire time, recent runs and totals (pruned included)."""
-    config = _load(config_file)
-    _named(config, name)
-    with opened(store_url) as store:
-        [row] = _described(config, store, [name])
-        with refusals():
-            runs = ScheduleTable(store).runs(name, RECENT_RUNS)
-    row["runs"] = [run.as_json() for run in runs]
+    if in_cloud():
+        row = cloud_call("GET", f"/schedules/{part(name)}?runs={RECENT_RUNS}")
+    else:
+        config = _load(config_file)
+        _named(config, name)
+        with opened(store_url) as store, refusals():
+            row = schedule_view(config, store, name, time.time(), RECENT_RUNS)
+    runs = row["runs"]
     if as_json:
         click.echo(json.dumps(row, indent=2))
         return
@@ -177,12 +135,12 @@ def get_schedule(
         table = Table("fire time (UTC)", "row", "status", "job", "ended", "error")
         for run in runs:
             table.add_row(
-                _when(run.fire_at),
-                run.item or "-",
-                run.status,
-                run.job_id or "-",
-                _when(run.finished_at),
-                run.error or "",
+                _when(run["fire_at"]),
+                run["item"] or "-",
+                run["status"],
+                run["job_id"] or "-",
+                _when(run["finished_at"]),
+                run["error"] or "",
             )
         Console().print(table)
 
@@ -206,12 +164,17 @@ def _named(config: Config, name: str) -> None:
 
 
 def _set_paused(name: str, paused: bool, config_file: str | None, store_url: str | None) -> None:
-    config = _load(config_file)
-    _named(config, name)
-    with opened(store_url) as store, refusals():
-        state = ScheduleTable(store).set_paused(name, paused, time.time())
-    if paused and state is not None and state.paused_at is not None:
-        click.echo(f"schedule {name} paused since {_when(state.paused_at)} UTC")
+    if in_cloud():
+        found = cloud_call("POST", f"/schedules/{part(name)}/{'pause' if paused else 'resume'}")
+        paused_at = found.get("paused_at")
+    else:
+        config = _load(config_file)
+        _named(config, name)
+        with opened(store_url) as store, refusals():
+            state = ScheduleTable(store).set_paused(name, paused, time.time())
+        paused_at = state.paused_at if state is not None else None
+    if paused and paused_at is not None:
+        click.echo(f"schedule {name} paused since {_when(paused_at)} UTC")
     else:
         click.echo(f"schedule {name} resumed: its next fire is its next fire time from now")
 
@@ -234,3 +197,7 @@ def resume_schedule(
 ) -> None:
     """Resume a paused schedule; the fire times it missed while paused are not made."""
     _set_paused(name, False, config_file, store_url)
+
+
+for _command in (schedules, *schedules.commands.values()):  # before or after the subcommand
+    cloud_option(_command)

@@ -14,7 +14,7 @@ from sp00ky_infra.controller.leadership import leader_url
 from sp00ky_infra.controller.reconcile import shape_of
 from sp00ky_infra.policy.machines import LIVE_STATES, Reason
 from sp00ky_infra.policy.sizing import capacity, desired_machines, queue_cap
-from sp00ky_infra.store import Job
+from sp00ky_infra.store import STATUSES, Job
 from sp00ky_infra.store.machines import MachineNotFound
 from sp00ky_infra.store.policies import TablePolicy, declared_policies, policy_json
 from sp00ky_infra.store.retention import counters_json, since_time
@@ -245,3 +245,27 @@ def retune(controller: Controller, table: str, changes: dict[str, Any]) -> dict[
     controller.store.policies.retune(table, changes, controller.clock(), "admin API")
     controller.read_policies()  # this controller's claims at once; the others' next tick
     return policy_json(table, controller.store.policies.read().get(table), TablePolicy())
+
+
+def jobs_view(
+    controller: Controller,
+    status: str | None,
+    limit: int,
+    table: str | None = None,
+    pool: str | None = None,
+) -> list[dict[str, Any]]:
+    """Jobs, newest first (`jobs list --cloud`)."""
+    if status is not None and status not in STATUSES:
+        raise NotFound(f"no status {status!r} (statuses: {', '.join(STATUSES)})")
+    found = controller.store.list_jobs(status=status, limit=limit, table=table, pool=pool)
+    return [job.as_json() for job in found]
+
+
+def kill_job(controller: Controller, key: str) -> dict[str, Any]:
+    """`jobs kill --cloud`: a waiting job fails at once, a running one is stopped."""
+    return controller.store.kill(key, controller.clock()).as_json()  # the store tells the agent
+
+
+def retry_job(controller: Controller, key: str) -> dict[str, Any]:
+    """`jobs retry --cloud`: a finished job runs again as a new attempt."""
+    return controller.store.retry(key, controller.clock()).as_json()

@@ -6,7 +6,7 @@ import hmac
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +18,7 @@ from sp00ky_infra.controller.errors import AGENT_STATUS, ControllerError, Unauth
 from sp00ky_infra.controller.metrics import CONTENT_TYPE, exposition
 from sp00ky_infra.policy import jobs as limits
 from sp00ky_infra.store import JobNotFound, StoreError
+from sp00ky_infra.store.schedule_views import schedule_view, schedule_views
 
 # What each error answers with; ``http_status`` takes the exception's most specific class
 # listed here. Checked in one place, ``problem`` below.
@@ -126,11 +127,26 @@ def admin_app(controller: Controller) -> FastAPI:
     def resume(name: str) -> dict[str, Any]:
         return admin.set_paused(controller, name, False)
 
-    def schedule_paused(name: str, paused: bool) -> dict[str, Any]:
+    def known_schedule(name: str) -> None:
         if name not in controller.config.schedules:
             known = ", ".join(sorted(controller.config.schedules)) or "none"
             raise admin.NotFound(f"no schedule {name!r} (schedules: {known})")
+
+    def schedule_paused(name: str, paused: bool) -> dict[str, Any]:
+        known_schedule(name)
         return schedules.set_paused(controller, name, paused)
+
+    @app.get("/schedules")
+    def schedule_list() -> list[dict[str, Any]]:
+        """Every schedule: cadence, pause, next fire time and totals (`schedules list`)."""
+        names = sorted(controller.config.schedules)
+        return schedule_views(controller.config, controller.store, names, controller.clock())
+
+    @app.get("/schedules/{name}")
+    def schedule_get(name: str, runs: int = Query(default=10, ge=0, le=1000)) -> dict[str, Any]:
+        """One schedule with its most recent runs (`schedules get`)."""
+        known_schedule(name)
+        return schedule_view(controller.config, controller.store, name, controller.clock(), runs)
 
     @app.post("/schedules/{name}/pause")
     def pause_schedule(name: str) -> dict[str, Any]:
@@ -164,6 +180,29 @@ def admin_app(controller: Controller) -> FastAPI:
     def retune(table: str, body: PolicyChange) -> dict[str, Any]:
         """Retune a table's job policy live: the next tick admits by it."""
         return admin.retune(controller, table, body.model_dump(exclude_unset=True))
+
+    @app.get("/jobs")
+    def jobs(
+        status: str | None = None,
+        limit: int = Query(default=100, ge=1, le=10_000),
+        table: str | None = None,
+        pool: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Jobs, newest first (`jobs list`), optionally of one status, table or pool."""
+        return admin.jobs_view(controller, status, limit, table, pool)
+
+    @app.get("/jobs/{key}")
+    def job(key: str) -> dict[str, Any]:
+        """One job in full (`jobs get`)."""
+        return controller.store.get(key).as_json()
+
+    @app.post("/jobs/{key}/kill")
+    def kill(key: str) -> dict[str, Any]:
+        return admin.kill_job(controller, key)
+
+    @app.post("/jobs/{key}/retry")
+    def retry(key: str) -> dict[str, Any]:
+        return admin.retry_job(controller, key)
 
     @app.get("/metrics", response_class=Response)
     def metrics() -> Response:

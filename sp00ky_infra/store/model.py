@@ -11,6 +11,7 @@ StoreError (root)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
@@ -175,6 +176,19 @@ class Job:
     started_at: float | None
     finished_at: float | None
     attempts: tuple[AttemptEntry, ...] = field(default=())
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Job:
+        """The job ``as_json`` gave (the admin API's answer, for ``--cloud``)."""
+        fields: dict[str, Any] = {name: data.get(name) for name in cls.__dataclass_fields__}
+        fields.update(
+            table=data["table"],
+            delay_ms=data.get("delay", 0),
+            errors=tuple(data.get("errors") or ()),
+            attempts=tuple(data.get("attempts") or ()),
+            cancel_requested=bool(data.get("cancel_requested")),
+        )
+        return cls(**fields)
 
     def as_json(self) -> dict[str, Any]:
         """Every field, JSON-ready (``jobs get --json``)."""

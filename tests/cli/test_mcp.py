@@ -26,7 +26,7 @@ from tests.controllers import (
 TOOLS = {
     "pools_list", "pools_get", "pools_pause", "pools_resume", "machines_drain", "jobs_list",
     "jobs_get", "jobs_kill", "jobs_retry", "explain_job", "explain_pool", "schedules_pause",
-    "schedules_resume",
+    "schedules_resume", "jobs_policy",
 }  # fmt: skip
 
 
@@ -78,6 +78,13 @@ async def _session(controller: ControllerProcess, store_url: str, tmp: Path, job
         killed = await call("jobs_kill", job_id=job_id)
         assert killed["status"] == "failed" and killed["errors"][-1]["code"] == "cancelled"
         assert (await call("jobs_retry", job_id=job_id))["status"] == "pending"
+
+        retuned = await call("jobs_policy", table="render_job", concurrency=4, max_retries=1)
+        assert (retuned["concurrency"], retuned["max_retries"]) == (4, 1)
+        assert retuned["updated_by"] == "MCP"
+        assert (await call("jobs_policy", table="render_job", no_cap=True))["concurrency"] is None
+        refused = await session.call_tool("jobs_policy", {"table": "render_job", "max_retries": -1})
+        assert refused.is_error and "max_retries -1: 0 or more" in _text(refused)
 
         assert (await call("machines_drain", machine=machine))["state"] == "draining"
         refused = await session.call_tool("pools_get", {"name": "nope"})
