@@ -37,7 +37,10 @@ def _config(tmp_path: Path, image: str = IMAGE) -> Path:
 
 def _bake(fake: FakeHetzner, config: Path, *args: str) -> tuple[int, str, str]:
     env = {"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": fake.url, "SPKY_CONFIG": str(config)}
-    done = CliRunner().invoke(cli, ["image", "bake", "render", "--project", "shop", *args], env=env)
+    done = CliRunner().invoke(
+        cli, ["image", "bake", "render", "--project", "shop", "--serve-on", "127.0.0.1", *args],
+        env=env,
+    )  # fmt: skip
     return done.exit_code, done.stdout, done.stderr
 
 
