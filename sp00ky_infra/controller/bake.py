@@ -273,8 +273,11 @@ class ImageFeed:
     ``failed`` for ``bake`` to stop waiting on."""
 
     def __init__(
-        self, host: str, images: ImageServer | None = None, image_id: str = "", port: int = 0
-    ) -> None:
+        self, host: str, images: ImageServer | None = None, image_id: str = "", port: int = 0,
+        dial: str | None = None,
+    ) -> None:  # fmt: skip
+        """Listen on ``host`` (and ``port``); ``dial``: the address a bake server reaches it
+        at, when not ``host`` (a controller listening on every address)."""
         self.images = images
         self.image_id = images.serve(image_id) if images is not None and image_id else ""
         self.token = secrets.token_urlsafe(24)
@@ -283,7 +286,7 @@ class ImageFeed:
         self._lock = threading.Lock()
         self.http = ThreadingHTTPServer((host, port), _feed_handler(self))
         self.http.daemon_threads = True
-        self.url = f"http://{host}:{self.http.server_port}"
+        self.url = f"http://{dial or host}:{self.http.server_port}"
 
     def for_request(self, request: BakeRequest) -> BakeRequest:
         """``request`` with this feed's address and tokens."""
