@@ -98,3 +98,20 @@ def test_a_pool_that_is_not_there_is_refused(tmp_path: Path, fake: FakeHetzner) 
         cli, ["image", "bake", "encode", "--config", str(_config(tmp_path))], env=env
     )
     assert missing.exit_code == 1 and "no pool 'encode' in sp00ky.yml (render)" in missing.stderr
+
+
+def test_a_bake_without_an_address_to_serve_the_agent_from_is_refused(
+    tmp_path: Path, fake: FakeHetzner
+) -> None:
+    env = {
+        "HCLOUD_TOKEN": TOKEN,
+        "HCLOUD_ENDPOINT": fake.url,
+        "SPKY_CONFIG": str(_config(tmp_path)),
+    }
+    done = CliRunner().invoke(cli, ["image", "bake", "render", "--project", "shop"], env=env)
+    assert done.exit_code == 1 and done.stdout == ""
+    assert done.stderr == (
+        "error: the bake server of pool render fetches the agent from this host: pass "
+        "--serve-on HOST, an address of this host the bake server reaches\n"
+    )
+    assert ("POST", "/v1/servers") not in fake.requests

@@ -19,7 +19,7 @@ import requests
 import yaml
 
 from sp00ky_infra.config.loader import load_config
-from sp00ky_infra.controller.baking import Bakes, baked_requests, parse_outcome
+from sp00ky_infra.controller.baking import STOPPED, Bakes, baked_requests, parse_outcome
 from sp00ky_infra.controller.images import PoolImage
 from sp00ky_infra.controller.provisioners import MachineSpec
 from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner
@@ -207,3 +207,14 @@ def test_a_failed_bake_leaves_the_pool_on_docker_ce_and_explain_says_when_it_is_
         assert _created(cloud, provisioner, "render-a1")["image"]["name"] == "docker-ce"
     finally:
         provisioner.close()
+
+
+def test_a_stopping_controller_deletes_the_server_of_a_bake_under_way(
+    tmp_path: Path, cloud: FakeHetzner
+) -> None:
+    provisioner, bakes, _ = _baked_pool(tmp_path, cloud)
+    bake_server = _bake_server(cloud)
+    provisioner.close()
+    assert bake_server["id"] not in cloud.servers and cloud.snapshots == {}
+    state = bakes.state("render")
+    assert state is not None and state.status == "failed" and STOPPED in state.reason
