@@ -273,6 +273,14 @@ class Rehearsal:
         it when that is built (``scripts/rehearsal-image --without-docker``), else the
         rehearsal image; the findings say which, and the estimate adds the install then."""
         chosen = {name: config.pools[name].machine.image for name in pools}
+        baked = [name for name, image in chosen.items() if image == BAKED]
+        report.cloud.extend(
+            f"{name}: machine.image baked: its snapshot is baked before the burst and its "
+            "machines boot it; here a bake server's container is committed, on Hetzner a "
+            "server's disk is snapshotted, so bake_seconds is this host's"
+            for name in baked
+        )
+        chosen = {name: image for name, image in chosen.items() if name not in baked}
         bare = sorted({i for i in chosen.values() if has_docker(i) is False})
         variant = Recipe().without_docker().tag
         built = bool(bare) and image_exists(variant)

@@ -19,7 +19,15 @@ import requests
 import yaml
 
 from sp00ky_infra.config.loader import load_config
-from sp00ky_infra.controller.baking import STOPPED, Bakes, baked_requests, parse_outcome
+from sp00ky_infra.controller.baking import (
+    RETRY_SECONDS,
+    STOPPED,
+    Bakes,
+    Outcome,
+    baked_requests,
+    outcome_line,
+    parse_outcome,
+)
 from sp00ky_infra.controller.images import PoolImage
 from sp00ky_infra.controller.provisioners import MachineSpec
 from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner
@@ -75,7 +83,7 @@ def cloud() -> Iterator[FakeHetzner]:
         yield fake
 
 
-def _baked_pool(tmp_path: Path, cloud: FakeHetzner, retry: float = 3600.0) -> tuple[
+def _baked_pool(tmp_path: Path, cloud: FakeHetzner, retry: float = RETRY_SECONDS) -> tuple[
     PulumiProvisioner, Bakes, Any
 ]:  # fmt: skip
     """A controller's provisioner and bakes for a baked pool, started as its leader starts
@@ -174,21 +182,47 @@ def test_a_snapshot_of_the_recipe_is_booted_at_once_and_no_server_baked(
         provisioner.close()
 
 
+def _report_failure(bake_server: dict[str, Any], reason: str) -> None:
+    """The bake server's own report, as cloud-init/bake.py sends it from its user-data."""
+    files = yaml.safe_load(bake_server["user_data"])["write_files"]
+    found = next(f for f in files if f["path"] == "/etc/sp00ky/bake.json")
+    settings = json.loads(found["content"])
+    requests.post(
+        f"{settings['url']}/failed", json={"reason": reason},
+        headers={"Authorization": f"Bearer {settings['token']}"}, timeout=10,
+    ).raise_for_status()  # fmt: skip
+
+
+def test_a_failed_bake_is_tried_again_after_its_pause(tmp_path: Path, cloud: FakeHetzner) -> None:
+    provisioner, bakes, _ = _baked_pool(tmp_path, cloud, retry=0.5)
+    try:
+        first = _bake_server(cloud)
+        _report_failure(first, "the registry answered 503")
+        wait_for(lambda: first["id"] not in cloud.servers, what="the failed bake's server gone")
+        again = _bake_server(cloud)
+        assert again["id"] != first["id"]
+        _api(cloud).request("POST", f"/servers/{again['id']}/actions/poweroff")
+        wait_for(lambda: (s := bakes.state("render")) is not None and s.status == "baked")
+    finally:
+        provisioner.close()
+
+
+def test_a_bakes_outcome_line_reads_back() -> None:
+    for outcome in (
+        Outcome("render", 412.0, 4711),
+        Outcome("render", 95.2, step="install", reason="bake server 3 failed: apt: exit 100"),
+    ):
+        assert parse_outcome("2026-12-05 10:45:34,300 INFO " + outcome_line(outcome)) == outcome
+    assert parse_outcome("pool render: bake: creating bake server x") is None
+
+
 def test_a_failed_bake_leaves_the_pool_on_docker_ce_and_explain_says_when_it_is_retried(
     tmp_path: Path, cloud: FakeHetzner
 ) -> None:
     provisioner, bakes, _ = _baked_pool(tmp_path, cloud)
     try:
         bake_server = _bake_server(cloud)
-        # the bake server's own report, as cloud-init/bake.py sends it from its user-data
-        files = yaml.safe_load(bake_server["user_data"])["write_files"]
-        settings = json.loads(
-            next(f for f in files if f["path"] == "/etc/sp00ky/bake.json")["content"]
-        )
-        requests.post(
-            f"{settings['url']}/failed", json={"reason": "apt-get install docker.io exited 100"},
-            headers={"Authorization": f"Bearer {settings['token']}"}, timeout=10,
-        ).raise_for_status()  # fmt: skip
+        _report_failure(bake_server, "apt-get install docker.io exited 100")
         failed: Bake = wait_for(
             lambda: (s := bakes.state("render")) is not None and s.status == "failed" and s,
             what="the bake failed",

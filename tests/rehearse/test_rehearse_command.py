@@ -107,6 +107,7 @@ def test_a_baked_pool_is_baked_first_and_its_machines_fetch_neither_agent_nor_im
     assert report["ok"] and report["jobs"] == {"success": 3}
     assert report["bake_seconds"]["render"] > 0  # the bake's own time, before the burst
     assert "rehearse: waiting for the bake of render" in log
+    assert any(line.startswith("render: machine.image baked: ") for line in report["cloud"])
     for machine in report["machines"]:
         assert machine["outcome"] == "ready", machine
         events = machine["events"]
