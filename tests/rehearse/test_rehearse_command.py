@@ -115,4 +115,7 @@ def test_a_baked_pool_is_baked_first_and_its_machines_fetch_neither_agent_nor_im
         assert "image_cached" in events and "image_fetch" not in events, events
     controller_log = (tmp_path / "work" / "controller.log").read_text()
     assert "pool render: baked in " in controller_log
-    assert _leftovers() == []
+    # its machines and its bake server are gone (another rehearsal on the host may run)
+    mine = {f"sp00ky-rehearse-{m['name']}" for m in report["machines"]}
+    left = [n for n in _leftovers() if n in mine or n.startswith("sp00ky-rehearse-sp00ky-bake-")]
+    assert left == []
