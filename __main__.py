@@ -10,6 +10,8 @@ The only module that reads Pulumi config (namespace ``sp00ky``):
   poolUrl     the scheduler's pool listener, as a machine reaches it
   poolSecret  (secret) SPKY_POOL_SECRET: signs the machines' join tokens
   project     the sp00ky/project label (default: the Pulumi project's name)
+  images      {pool: image}: what a pool with machine.image: baked boots, its snapshot's
+              label selector once the controller has baked it (default: docker-ce)
 """
 
 import os
@@ -57,6 +59,7 @@ components = build(
     pool_url=settings.require("poolUrl"),
     pool_secret=settings.require("poolSecret"),  # signs join tokens; user-data is secret
     project=project,
+    images=settings.get_object("images") or {},
 )
 pulumi.export("pools", {name: component.urn for name, component in components.items()})
 # The controller's pulumi provisioner writes these ids back on its machine rows.

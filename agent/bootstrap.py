@@ -5,8 +5,11 @@ The standard library only: nothing else is installed yet. It imports nothing of 
 It reads the settings cloud-init wrote (ROOT/etc/sp00ky/agent.json), fetches the agent archive
 from the controller (``GET /v1/machines/{name}/agent``, the machine's join token as bearer;
 the join spends the token later) and checks its sha256 against SHA256, the user-data's,
-before any of it is unpacked. Then it unpacks it into ROOT/opt/sp00ky and runs its
-``install-agent.sh`` (Docker and python3-requests where missing, the unit, the agent started).
+before any of it is unpacked. Then it unpacks it into ROOT/opt/sp00ky, with the sha256 beside
+it (``SHA256_FILE``), and runs its ``install-agent.sh`` (Docker and python3-requests where
+missing, the unit, the agent started). A machine booted from a baked snapshot has the agent
+there already, unpacked by the bake with the same file beside it: when that file says SHA256
+nothing is fetched (``event=agent_present``), else the archive is (``event=agent_fetched``).
 A mismatch, or an install that fails, is the machine's failed boot: reported with its reason
 (``POST /v1/machines/{name}/boot-failed``), and nothing of the archive runs. Every call is
 retried with backoff while the controller is unreachable or answers 5xx (503: a standby),
@@ -33,6 +36,9 @@ import urllib.request
 from pathlib import Path
 
 BUDGET_SECONDS = 600.0  # as long as the agent tries to join
+# beside the unpacked agent: the sha256 of the archive it came from (cloud-init/bake.py writes it
+# too, so that a machine booted from a baked snapshot fetches nothing)
+SHA256_FILE = "agent.sha256"
 
 
 def log(event: str, detail: object) -> None:
@@ -65,32 +71,53 @@ def call(url: str, token: str, body: dict[str, str] | None = None) -> bytes:
         attempt += 1
 
 
-def install(archive: bytes, root: Path) -> int:
-    """Unpack the checked archive into ROOT/opt/sp00ky, run its install-agent.sh: its code."""
-    home = root / "opt" / "sp00ky"
+def present(home: Path, expected: str) -> bool:
+    """Whether the agent unpacked at ``home`` came from the archive the user-data expects."""
+    try:
+        return (home / SHA256_FILE).read_text().strip() == expected
+    except OSError:
+        return False
+
+
+def unpack(archive: bytes, home: Path, sha256: str) -> None:
+    """Unpack the checked archive into ``home``, its sha256 beside it."""
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:bz2") as tar:
         # Checked already; the filter (no links out, no devices), where this Python has it,
         # is a second guard: Debian 12's 3.11.2 has none
         if hasattr(tarfile, "data_filter"):
             tar.extraction_filter = tarfile.data_filter
         tar.extractall(home)
-    return subprocess.call(["sh", str(home / "install-agent.sh"), str(root)])
+    (home / SHA256_FILE).write_text(sha256 + "\n")
+
+
+def fetched(machine: str, token: str, expected: str, home: Path) -> str:
+    """Fetch, check and unpack the archive: "" when done, else why the boot failed."""
+    archive = call(machine + "/agent", token)
+    actual = hashlib.sha256(archive).hexdigest()
+    if actual != expected:
+        return (f"the agent fetched from the controller has sha256 {actual}, "
+                f"the user-data expects {expected}")  # fmt: skip
+    log("agent_fetched", f"sha256={actual}")
+    unpack(archive, home, actual)
+    return ""
 
 
 def main(expected: str, root: str = "/") -> int:
     settings = json.loads(Path(root, "etc/sp00ky/agent.json").read_text())
     machine = f"{settings['controller_url'].rstrip('/')}/v1/machines/{settings['machine']}"
     token = settings["join_token"]
+    home = Path(root) / "opt" / "sp00ky"
     try:
-        archive = call(machine + "/agent", token)
-        actual = hashlib.sha256(archive).hexdigest()
-        if actual != expected:
-            reason = f"the agent fetched from the controller has sha256 {actual}, "
-            reason += f"the user-data expects {expected}"
-        elif code := install(archive, Path(root)):
-            reason = f"install-agent.sh exited {code}"
+        if present(home, expected):
+            log("agent_present", f"sha256={expected}")
+            reason = ""
         else:
-            log("installed", f"sha256={actual}")
+            reason = fetched(machine, token, expected, home)
+        if not reason:
+            code = subprocess.call(["sh", str(home / "install-agent.sh"), str(root)])
+            reason = f"install-agent.sh exited {code}" if code else ""
+        if not reason:
+            log("installed", f"sha256={expected}")
             return 0
         log("boot_failed", f"reason={reason}")
         call(machine + "/boot-failed", token, {"reason": reason})

@@ -5,16 +5,15 @@ How the bake goes is ``controller/bake.py``; progress lines go to stderr, the re
 project's store (``controller/pricing.py``), so that ``pools get`` and /metrics show what the
 pool's snapshots cost now rather than at the leader's next daily reading.
 
-The backend's image is settled as the controller settles it: a ``deploy.image`` resolved to
-its digest (the bake server pulls it from its registry), or a ``deploy.dockerfile`` built on
-this host's Docker engine and served to the bake server from ``--serve-on HOST`` (an address
-of this host the server reaches: run the bake where the controller runs, for one).
+The bake server fetches the agent archive from ``--serve-on HOST``, an address of this host
+the server reaches (run the bake where the controller runs, for one). The backend's image is
+settled as the controller settles it: a ``deploy.image`` resolved to its digest (the bake
+server pulls it from its registry), or a ``deploy.dockerfile`` built on this host's Docker
+engine and served to the bake server from the same address.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import sys
 import time
@@ -46,8 +45,8 @@ def image() -> None:
 @click.option("--base", default="debian-12", show_default=True,
               help="The Hetzner image the snapshot starts from.")  # fmt: skip
 @click.option("--serve-on", "serve_on", default="",
-              help="An address of this host the bake server reaches, to serve it a "
-                   "dockerfile-built image from.")  # fmt: skip
+              help="An address of this host the bake server reaches, to serve it the agent "
+                   "and a dockerfile-built image from.")  # fmt: skip
 @click.option("--timeout", default=1800.0, show_default=True,
               help="Seconds the bake server may take to install and fetch.")  # fmt: skip
 @json_option
@@ -70,18 +69,17 @@ def bake_command(
         api = HetznerAPI.from_env()
         images, server = settle(settings, config)
         source = images[pool]
-        with contextlib.ExitStack() as stack:
-            request = BakeRequest(project, pool, source, base, shape.type,
-                                  (shape.locations or (None,))[0])  # fmt: skip
-            if source.source == "controller":
-                if server is None or not serve_on:
-                    raise BakeError(
-                        f"pool {pool}'s image is built here from its dockerfile: pass "
-                        "--serve-on HOST, an address of this host the bake server reaches"
-                    )
-                feed = stack.enter_context(ImageFeed(server, source.reference, serve_on))
-                request = dataclasses.replace(request, feed_url=feed.url, feed_token=feed.token)
-            baked = bake(api, request, _progress, timeout=timeout)
+        if not serve_on:
+            raise BakeError(
+                f"the bake server of pool {pool} fetches the agent from this host: pass "
+                "--serve-on HOST, an address of this host the bake server reaches"
+            )
+        built = source.source == "controller"
+        request = BakeRequest(project, pool, source, base, shape.type,
+                              (shape.locations or (None,))[0])  # fmt: skip
+        with ImageFeed(serve_on, server, source.reference if built else "") as feed:
+            baked = bake(api, feed.for_request(request), _progress, timeout=timeout,
+                         reported=lambda: feed.failed)  # fmt: skip
     except (BakeError, ImagesError, HcloudError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_REFUSED)

@@ -1,7 +1,7 @@
 """The image a pool machine boots (``machine.image``): its grammar, and the public Hetzner
 images known here.
 
-A value is one of three things, told apart by its form alone (this module does no I/O):
+A value is one of four things, told apart by its form alone (this module does no I/O):
 
 - a snapshot's (or any image's) id: digits, ``123456789``, passed to POST /servers as a number;
 - a label selector of snapshots: ``sp00ky/agent=abc,os=debian``, anything with an operator
@@ -11,7 +11,10 @@ A value is one of three things, told apart by its form alone (this module does n
   hetzner_node_group.go: findImage``: type snapshot, status available, ``sort=created:desc``,
   the server type's architecture, the first). A bare word is a name, never a selector; a
   prefixed key alone (``sp00ky/agent``: has that label) is a selector;
-- a Hetzner image name, system or app: ``docker-ce``, ``debian-12``.
+- a Hetzner image name, system or app: ``docker-ce``, ``debian-12``;
+- ``baked``: the pool's own snapshot, made by the controller at deploy from the default image
+  (``docker-ce``) with the agent and the backend's image on its disk (``shared/recipe.py``);
+  until it exists the pool's machines boot that default image.
 
 Selectors follow the API reference's "Label Selector" grammar
 (https://docs.hetzner.cloud/reference/cloud#label-selector): terms joined by commas, keys
@@ -27,7 +30,7 @@ from typing import Literal
 
 from sp00ky_infra.config.errors import ConfigError
 
-ImageKind = Literal["id", "name", "selector"]
+ImageKind = Literal["id", "name", "selector", "baked"]
 ImageType = Literal["system", "app", "snapshot"]
 
 _NAME = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
@@ -36,6 +39,7 @@ _KEY = re.compile(rf"^(?:[a-z0-9](?:[-.a-z0-9]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME
 _VALUE = re.compile(rf"^(?:{_LABEL_NAME})?$")
 _SET = re.compile(r"^(\S+)\s+(in|notin)\s+\((.*)\)$")
 SELECTOR_EXAMPLE = "sp00ky/agent=abc,os=debian"
+BAKED = "baked"  # the pool's own snapshot, made by the controller (the module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +154,9 @@ def labels_matching(selector: str) -> dict[str, str]:
 
 
 def image_kind(value: str) -> ImageKind | None:
-    """What ``machine.image`` names (the module docstring); None: none of the three."""
+    """What ``machine.image`` names (the module docstring); None: none of the four."""
+    if value == BAKED:
+        return "baked"
     if value.isdigit():
         return "id"
     if _NAME.fullmatch(value):

@@ -18,6 +18,7 @@ from sp00ky_infra.config.errors import Severity
 from sp00ky_infra.config.images import EXAMPLE as IMAGE_EXAMPLE
 from sp00ky_infra.config.images import ImageReferenceError, parse_image
 from sp00ky_infra.config.machine_images import (
+    BAKED,
     SELECTOR_EXAMPLE,
     SelectorError,
     has_docker,
@@ -684,6 +685,20 @@ def machine_images_have_docker(data: Mapping[str, Any]) -> Iterator[Finding]:
                 "boot before its agent starts, about 30 s more on Hetzner (assumed); use "
                 f"{DEFAULT_MACHINE_IMAGE} (the default) or a snapshot with Docker",
             )
+
+
+@rule("SP150", "machine-image-baked", "machine.image: baked is for Hetzner pools only")
+def baked_images_are_hetzner(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        provider = pool.get("provider", DEFAULT_PROVIDER)
+        if provider == "hetzner" or _mapping(pool.get("machine")).get("image") != BAKED:
+            continue
+        yield Finding(
+            ("pools", name, "machine", "image"),
+            f"`{BAKED}` is a Hetzner snapshot the controller makes for the pool, but pool "
+            f"{name!r} has provider {provider!r}, whose machines boot no image of it; remove "
+            "machine.image, or give the pool `provider: hetzner`",
+        )
 
 
 # --- schedules ---------------------------------------------------------------------------------

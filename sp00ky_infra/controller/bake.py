@@ -8,12 +8,14 @@ The bake, step by step (each a progress line):
    backend image's pinned reference, hashed. An ``available`` snapshot of the pool with that
    hash is reused: no server is made.
 2. Else a bake server is created from the base image with the bake's user-data
-   (``bake_user_data``): ``cloud-init/bake.py`` and the agent archive (sha256-checked, as a
-   machine's bootstrap checks it), and where the backend's image comes from: pulled by digest
-   from its registry, or (a controller-built image) fetched from ``ImageFeed``, which serves
-   ``docker save`` of it by id with a one-time token, as the controller serves its machines.
+   (``bake_user_data``, a few KB): ``cloud-init/bake.py``, the agent archive's sha256 and
+   where the server fetches what it bakes in: ``ImageFeed``, on the baking host, serves it
+   the agent archive once (a one-time token; the server checks its sha256 before unpacking
+   it, as a machine's bootstrap does) and, for a controller-built image, ``docker save`` of
+   it by id, as the controller serves its machines; a registry image is pulled by digest.
    The server installs, fetches, cleans up and powers itself off; the bake watches its
-   status (GET /servers/{id}) until it is ``off``.
+   status (GET /servers/{id}) until it is ``off``, or until the server reports its failure
+   to the feed (``POST /failed``).
 3. ``create_image`` with the recipe's labels, its action waited on; the server deleted
    (also when a step failed).
 4. The pool's older snapshots deleted, except those a server still runs: Hetzner records the
@@ -27,10 +29,13 @@ guardian, which counts a project's servers as its machines, leaves it alone.
 from __future__ import annotations
 
 import base64
+import contextlib
+import dataclasses
+import gzip
 import json
 import secrets
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -58,8 +63,15 @@ SCRIPT = CLOUD_INIT / "bake.py"
 Progress = Callable[[str], None]
 
 
+STEPS = ("find", "create", "install", "snapshot", "prune")  # a bake's steps, in order
+
+
 class BakeError(ControllerError):
-    """The bake failed; the message says at which step and why."""
+    """The bake failed at ``step`` (one of STEPS, "" before any); the message says why."""
+
+    def __init__(self, message: str, step: str = "") -> None:
+        super().__init__(message)
+        self.step = step
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +84,9 @@ class BakeRequest:
     base: str = "debian-12"
     server_type: str = "cx22"
     location: str | None = None
-    feed_url: str = ""  # ImageFeed.url, for a controller-built image
+    feed_url: str = ""  # ImageFeed.url: the agent archive, and a controller-built image
     feed_token: str = ""
+    agent_token: str = ""  # the feed's one-time token for the agent archive
 
     @property
     def recipe(self) -> Recipe:
@@ -98,18 +111,34 @@ class Baked:
 def bake(
     api: HetznerAPI, request: BakeRequest, progress: Progress, *,
     timeout: float = BAKE_SECONDS, every: float = POLL_SECONDS,
+    reported: Callable[[], str | None] = lambda: None,
 ) -> Baked:  # fmt: skip
-    """Make (or find) the pool's snapshot for its recipe, then prune the older ones."""
+    """Make (or find) the pool's snapshot for its recipe, then prune the older ones;
+    ``reported``: the bake server's own report of its failure (``ImageFeed.failed``)."""
     recipe = request.recipe
     progress(f"recipe {recipe.hash}: base {recipe.base}, agent {recipe.agent_sha256[:12]}, "
              f"image {recipe.image}")  # fmt: skip
-    found = _available(api, request)
+    with _step("find"):
+        found = _available(api, request)
     if found is not None:
         progress(f"snapshot {found.id} holds recipe {recipe.hash}: reused")
-    snapshot = found or _make(api, request, progress, timeout, every)
-    deleted = prune(api, request.project, request.pool, snapshot.id, progress)
+    snapshot = found or _make(api, request, progress, timeout, every, reported)
+    with _step("prune"):
+        deleted = prune(api, request.project, request.pool, snapshot.id, progress)
     monthly = _monthly_euros(api, snapshot, progress)
     return Baked(snapshot.id, recipe.hash, found is not None, snapshot.image_size, deleted, monthly)
+
+
+@contextlib.contextmanager
+def _step(step: str, what: str = "") -> Iterator[None]:
+    """A failure of the API in ``step`` as a BakeError of that step (``what``: of what)."""
+    try:
+        yield
+    except BakeError as exc:
+        exc.step = exc.step or step
+        raise
+    except HcloudError as exc:
+        raise BakeError(f"{what}{exc}", step) from exc
 
 
 def _monthly_euros(api: HetznerAPI, snapshot: Image, progress: Progress) -> float | None:
@@ -136,30 +165,33 @@ def _available(api: HetznerAPI, request: BakeRequest) -> Image | None:
 
 
 def _make(
-    api: HetznerAPI, request: BakeRequest, progress: Progress, timeout: float, every: float
-) -> Image:
+    api: HetznerAPI, request: BakeRequest, progress: Progress, timeout: float, every: float,
+    reported: Callable[[], str | None],
+) -> Image:  # fmt: skip
     """A bake server made, watched until it powered off, snapshotted and deleted."""
     recipe = request.recipe
     # names are unique per Hetzner project, which several sp00ky projects may share
     name = f"sp00ky-bake-{request.project}-{request.pool}-{recipe.hash[:8]}"[:63]
     progress(f"creating bake server {name} ({request.server_type}, {request.base})")
-    server = api.create_server(
-        name=name, server_type=request.server_type, image=request.base,
-        **({"location": request.location} if request.location else {}),
-        user_data=bake_user_data(request),
-        labels={labels.POOL: request.pool, labels.ROLE: "bake", labels.RECIPE: recipe.hash},
-    )  # fmt: skip
+    with _step("create", f"creating bake server {name}: "):
+        server = api.create_server(
+            name=name, server_type=request.server_type, image=request.base,
+            **({"location": request.location} if request.location else {}),
+            user_data=bake_user_data(request),
+            labels={labels.POOL: request.pool, labels.ROLE: "bake", labels.RECIPE: recipe.hash},
+        )  # fmt: skip
+    where = f"baking pool {request.pool} on server {server.id}: "
     try:
         progress(f"server {server.id}: installing Docker and the agent, fetching the image")
-        _wait_off(api, server.id, timeout, every)
+        with _step("install", where):
+            _wait_off(api, server.id, timeout, every, reported)
         progress(f"server {server.id} powered off: taking its snapshot")
         description = f"sp00ky {request.project}/{request.pool} recipe {recipe.hash}"
-        image, action = api.create_image(
-            server.id, description, recipe.labels(request.project, request.pool)
-        )
-        api.wait_action(action, timeout, every)
-    except HcloudError as exc:
-        raise BakeError(f"baking pool {request.pool} on server {server.id}: {exc}") from exc
+        with _step("snapshot", where):
+            image, action = api.create_image(
+                server.id, description, recipe.labels(request.project, request.pool)
+            )
+            api.wait_action(action, timeout, every)
     finally:
         progress(f"deleting bake server {server.id}")
         api.delete_server(server.id)
@@ -169,9 +201,14 @@ def _make(
     return made
 
 
-def _wait_off(api: HetznerAPI, server_id: int, timeout: float, every: float) -> None:
+def _wait_off(
+    api: HetznerAPI, server_id: int, timeout: float, every: float,
+    reported: Callable[[], str | None],
+) -> None:  # fmt: skip
     deadline = api.clock() + timeout
     while api.get_server(server_id).status != "off":
+        if (reason := reported()) is not None:
+            raise BakeError(f"bake server {server_id} failed: {reason}")
         if api.clock() > deadline:
             raise BakeError(
                 f"bake server {server_id} did not power off within {timeout:.0f}s: its "
@@ -201,57 +238,96 @@ def prune(
 
 
 def bake_user_data(request: BakeRequest) -> str:
-    """The bake server's ``#cloud-config``: the agent archive, the bake script, the image's
-    source; BakeError past Hetzner's limit."""
+    """The bake server's ``#cloud-config``: the bake script, where the feed is and what it
+    serves, the archive's sha256 to check; BakeError past Hetzner's limit."""
     image: dict[str, Any] = {"source": request.image.source, "reference": request.image.reference}
     if request.image.auth is not None:
         image["auth"] = request.image.auth.as_dict()
-    settings = {"image": image, "url": request.feed_url, "token": request.feed_token}
+    settings = {"image": image, "url": request.feed_url, "token": request.feed_token,
+                "agent_token": request.agent_token}  # fmt: skip
+    script = shipped_source(SCRIPT.read_bytes(), SCRIPT.name)
+    packed = base64.b64encode(gzip.compress(script, 9, mtime=0)).decode()
     files = [
-        ("/etc/sp00ky/bake.json", "0600", json.dumps(settings).encode()),
-        ("/opt/sp00ky/agent.tar.bz2", "0600", agent_archive()),
-        ("/opt/sp00ky/bake.py", "0700", shipped_source(SCRIPT.read_bytes(), SCRIPT.name)),
-    ]
+        {"path": "/etc/sp00ky/bake.json", "permissions": "0600",
+         "content": json.dumps(settings) + "\n"},
+        {"path": "/opt/sp00ky/bake.py", "permissions": "0700", "encoding": "gz+b64",
+         "content": packed},
+    ]  # fmt: skip
     document = {
-        "write_files": [
-            {
-                "path": path,
-                "permissions": mode,
-                "encoding": "b64",
-                "content": base64.b64encode(data).decode(),
-            }
-            for path, mode, data in files
-        ],
+        "write_files": files,
         "runcmd": [["python3", "/opt/sp00ky/bake.py", agent_sha256()]],
     }
     text = "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False, width=1000)
     if len(text.encode()) > USER_DATA_LIMIT:
         raise BakeError(f"the bake's user-data is {len(text.encode())} bytes, over "
-                        f"Hetzner's {USER_DATA_LIMIT}")  # fmt: skip
+                        f"Hetzner's {USER_DATA_LIMIT}", "create")  # fmt: skip
     return text
 
 
 class ImageFeed:
-    """``docker save`` of one image, served over HTTP to the bake server for the bake's
-    length (``GET /images/{id}``, the token as bearer), as the controller serves its
-    machines (``ImageServer.stream``)."""
+    """What a bake server fetches from the host that bakes it, over HTTP for the bake's
+    length: the agent archive (``GET /agent``, once: ``agent_token`` is spent by the first
+    whole answer) and ``docker save`` of a controller-built image (``GET /images/{id}``,
+    ``token`` as bearer), as the controller serves its machines (``ImageServer.stream``);
+    and the server's report that its bake failed (``POST /failed``, ``token``), kept in
+    ``failed`` for ``bake`` to stop waiting on."""
 
-    def __init__(self, images: ImageServer, image_id: str, host: str, port: int = 0) -> None:
+    def __init__(
+        self, host: str, images: ImageServer | None = None, image_id: str = "", port: int = 0,
+        dial: str | None = None,
+    ) -> None:  # fmt: skip
+        """Listen on ``host`` (and ``port``); ``dial``: the address a bake server reaches it
+        at, when not ``host`` (a controller listening on every address)."""
         self.images = images
-        self.image_id = images.serve(image_id)
+        self.image_id = images.serve(image_id) if images is not None and image_id else ""
         self.token = secrets.token_urlsafe(24)
+        self.agent_token: str | None = secrets.token_urlsafe(24)
+        self.failed: str | None = None
+        self._lock = threading.Lock()
         self.http = ThreadingHTTPServer((host, port), _feed_handler(self))
         self.http.daemon_threads = True
-        self.url = f"http://{host}:{self.http.server_port}/images"
+        self.url = f"http://{dial or host}:{self.http.server_port}"
+
+    def for_request(self, request: BakeRequest) -> BakeRequest:
+        """``request`` with this feed's address and tokens."""
+        assert self.agent_token is not None, "the feed's agent archive was served already"
+        return dataclasses.replace(
+            request, feed_url=self.url, feed_token=self.token, agent_token=self.agent_token
+        )
 
     def chunks(self, path: str, auth: str) -> Iterator[bytes] | None:
         """The image's stream for an authorised GET of its path; None otherwise."""
-        if auth != f"Bearer {self.token}" or path != f"/images/{self.image_id}":
+        if auth != f"Bearer {self.token}" or self.images is None:
+            return None
+        if not self.image_id or path != f"/images/{self.image_id}":
             return None
         try:
             return self.images.stream(self.image_id)
         except UnknownImage:
             return None
+
+    def agent(self, auth: str) -> bytes | None:
+        """The agent archive for the one GET that brings its token; None otherwise."""
+        with self._lock:
+            if self.agent_token is None or auth != f"Bearer {self.agent_token}":
+                return None
+            return agent_archive()
+
+    def agent_sent(self) -> None:
+        """The archive went out whole: its token is spent."""
+        with self._lock:
+            self.agent_token = None
+
+    def report(self, auth: str, body: bytes) -> bool:
+        """The bake server's failure, kept; False for a request without the feed's token."""
+        if auth != f"Bearer {self.token}":
+            return False
+        try:
+            reason = str(json.loads(body).get("reason", ""))
+        except (ValueError, AttributeError):
+            reason = body.decode(errors="replace")
+        self.failed = reason[:500] or "no reason given"
+        return True
 
     def __enter__(self) -> ImageFeed:
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
@@ -268,12 +344,33 @@ def _feed_handler(feed: ImageFeed) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_GET(self) -> None:
-            chunks = feed.chunks(self.path, self.headers.get("Authorization", ""))
+            auth = self.headers.get("Authorization", "")
+            if self.path == "/agent":
+                archive = feed.agent(auth)
+                if archive is None:
+                    self.send_error(404)
+                    return
+                self._answer(200, "application/x-bzip2", [archive])
+                feed.agent_sent()
+                return
+            chunks = feed.chunks(self.path, auth)
             if chunks is None:
                 self.send_error(404)
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-tar")
+            self._answer(200, "application/x-tar", chunks)
+
+        def do_POST(self) -> None:
+            length = min(int(self.headers.get("Content-Length") or 0), 4096)
+            body = self.rfile.read(length)
+            known = self.path == "/failed"
+            if not (known and feed.report(self.headers.get("Authorization", ""), body)):
+                self.send_error(404)
+                return
+            self._answer(204, "text/plain", [])
+
+        def _answer(self, status: int, kind: str, chunks: Iterable[bytes]) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
             self.end_headers()
             for chunk in chunks:
                 self.wfile.write(chunk)

@@ -8,8 +8,9 @@ from typing import Any
 
 from sp00ky_infra.controller.admin import NotFound, _pool
 from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner
 from sp00ky_infra.controller.reconcile import observe
-from sp00ky_infra.policy.explain import FailedBoot, Waiting, explain_job, explain_pool
+from sp00ky_infra.policy.explain import Bake, FailedBoot, Waiting, explain_job, explain_pool
 from sp00ky_infra.policy.plan import Plan, PoolView, plan_pool
 
 
@@ -31,12 +32,19 @@ def last_failed_boot(controller: Controller, name: str) -> FailedBoot | None:
     return None
 
 
+def bake_state(controller: Controller, name: str) -> Bake | None:
+    """Where the bake of a pool with ``machine.image: baked`` stands (None: no such bake)."""
+    provisioner = controller.provisioner
+    bakes = provisioner.bakes if isinstance(provisioner, PulumiProvisioner) else None
+    return bakes.state(name) if bakes is not None else None
+
+
 def pool(controller: Controller, name: str) -> dict[str, Any]:
     _pool(controller, name)
     now = controller.clock()
     view, plan = _planned(controller, name, now)
     last = last_failed_boot(controller, name)
-    return {"at": now, **explain_pool(view, plan, now, last)}
+    return {"at": now, **explain_pool(view, plan, now, last, bake_state(controller, name))}
 
 
 def job(controller: Controller, job_id: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from sp00ky_infra.config.images import parse_image
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.api_admin import admin_app
 from sp00ky_infra.controller.api_agents import agents_app
+from sp00ky_infra.controller.baking import start_bakes
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.hub import Hub
 from sp00ky_infra.controller.images import ImagesError, ImageServer, PoolImage, settle_images
@@ -253,6 +254,7 @@ class Runtime:
         provisioner = make_provisioner(settings, config)  # its settings are checked first
         try:
             images, image_server = settle(settings, config)
+            bakes = start_bakes(settings, config, provisioner, images, image_server)
         except Exception:
             provisioner.close()
             raise
@@ -282,6 +284,8 @@ class Runtime:
         self.aborted = False
         self._owned: bool | None = None
         self.controller.on_leadership.append(self._leadership_changed)
+        if bakes is not None:  # baked pools' snapshots, made by the leader
+            self.controller.on_leadership.append(bakes.on_leadership)
         # Machines an earlier run left that the store does not know as live (all, ``fresh``)
         # are removed: say so. (The live ones are handed to the provisioner when this
         # controller starts leading: Controller.lead.) Only a leader does: a standby never

@@ -4,7 +4,10 @@ Components take typed args and parent their children; none reads Pulumi config (
 project's ``__main__.py`` does). The stack holds machine names, not counts
 (``sp00ky:machines``), so scaling down removes exactly the machine the controller chose, and
 each machine's own revision, so a machine draining after a deploy keeps the labels of what it
-runs until it is destroyed.
+runs until it is destroyed. A pool whose ``machine.image`` is ``baked`` boots what the stack's
+``sp00ky:images`` names for it (the controller's bake: its snapshot's label selector), or
+the default image until it names one; a machine keeps the image it was created from
+(infra/machine.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pathlib import Path
 import pulumi
 
 from sp00ky_infra.config import Config, Pool
+from sp00ky_infra.config.machine_images import BAKED
+from sp00ky_infra.config.model import DEFAULT_MACHINE_IMAGE
 from sp00ky_infra.infra.container import DockerMachine, DockerNetwork
 from sp00ky_infra.infra.firewall import HetznerFirewall
 from sp00ky_infra.infra.machine import HetznerMachine
@@ -39,6 +44,15 @@ class PoolArgs:
     config_root: str = "."
     dockerfile: str | None = None
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+    image: str = DEFAULT_MACHINE_IMAGE  # what the pool's new machines boot (``boot_image``)
+
+
+def boot_image(pool: Pool, images: Mapping[str, str]) -> str:
+    """What a new machine of ``pool`` boots: its ``machine.image``, except that ``baked``
+    is the image the stack names for the pool (``images``), the default until it names one."""
+    if pool.machine.image != BAKED:
+        return pool.machine.image
+    return images.get(pool.name) or DEFAULT_MACHINE_IMAGE
 
 
 def labels(args: PoolArgs, machine: str | None = None) -> dict[str, str]:
@@ -84,7 +98,7 @@ class HetznerPool(pulumi.ComponentResource):
                 server_type=args.pool.machine.type,
                 fallback_types=list(args.pool.machine.fallback_types),
                 locations=list(args.pool.machine.locations),
-                image=args.pool.machine.image,
+                image=args.image,
                 labels=labels(args, machine),
                 user_data=user_data(machine, args.pool_url, token, runtime="docker"),
                 firewall_ids=[self.firewall.id],
@@ -144,8 +158,10 @@ def build(
     pool_url: str,
     pool_secret: str,
     project: str,
+    images: Mapping[str, str] | None = None,
 ) -> dict[str, pulumi.ComponentResource]:
-    """One component per pool of ``config``, with the machines the stack asks for."""
+    """One component per pool of ``config``, with the machines the stack asks for;
+    ``images``: what a ``baked`` pool's new machines boot, by pool (``sp00ky:images``)."""
     if not isinstance(machines, Desired):
         machines = Desired.parse(machines)
     unknown = sorted(set(machines.pools) - set(config.pools))
@@ -169,6 +185,7 @@ def build(
             pool_secret=pool_secret,
             config_root=config.root,
             dockerfile=backend.deploy.dockerfile,
+            image=boot_image(pool, images or {}),
         )
         if network is not None:
             components[name] = DockerPool(name, args, network)

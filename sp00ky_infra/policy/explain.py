@@ -19,6 +19,10 @@ Causes of a waiting job, in the order they are told:
 - ``scaling_up``: this tick's plan creates machines;
 - ``starting``: a ready machine has a free slot: its next poll takes the job;
 - ``no_free_slot``: every slot is busy (the catch-all when the pool has all it wants).
+
+A pool whose ``machine.image`` is ``baked`` also says what its new machines boot and why
+(``Bake``): its snapshot, or the base image while the snapshot is baked or after its bake
+failed (with the step, the reason and when it is tried again).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from __future__ import annotations
 import datetime
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from sp00ky_infra.policy.plan import MachineView, Plan, PoolView, kept_paid
 from sp00ky_infra.policy.sizing import capacity
@@ -66,6 +70,40 @@ class FailedBoot:
 
     def as_json(self) -> dict[str, Any]:
         return {"machine": self.machine, "at": self.at, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Bake:
+    """A baked pool's snapshot as the controller's bake of it stands (read by the controller):
+    ``image`` is what the pool's new machines boot now."""
+
+    status: Literal["baking", "baked", "failed"]
+    image: str
+    since: float  # when the bake started, ended or failed
+    snapshot: int | None = None
+    step: str = ""  # the step that failed
+    reason: str = ""
+    retry_at: float | None = None  # when a failed bake is tried again (or at the next deploy)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status, "image": self.image, "since": self.since,
+            "snapshot": self.snapshot, "step": self.step or None, "reason": self.reason or None,
+            "retry_at": self.retry_at,
+        }  # fmt: skip
+
+    def message(self) -> str:
+        if self.status == "baked":
+            return f"machine.image baked: new machines boot its snapshot {self.snapshot}"
+        if self.status == "baking":
+            return (f"machine.image baked: its snapshot is being baked since {_at(self.since)}; "
+                    f"new machines boot the base image {self.image} until it is made")  # fmt: skip
+        retry = f" or at {_at(self.retry_at)}" if self.retry_at is not None else ""
+        return (
+            f"machine.image baked: new machines boot the base image {self.image} because its "
+            f"bake failed at step {self.step or 'start'} ({self.reason}); it is tried again at "
+            f"the next deploy{retry}"
+        )
 
 
 def free_slots(machine: MachineView, slots: int) -> int:
@@ -235,10 +273,12 @@ class MachineNote:
 
 
 def explain_pool(
-    pool: PoolView, plan: Plan, now: float, last_failure: FailedBoot | None = None
-) -> dict[str, Any]:
+    pool: PoolView, plan: Plan, now: float, last_failure: FailedBoot | None = None,
+    bake: Bake | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The sizing rule with its numbers, and the plan's reason for each machine; with failed
-    boots in a row (the breaker counting or open), the last one's reason (``last_failure``)."""
+    boots in a row (the breaker counting or open), the last one's reason (``last_failure``);
+    for a baked pool, what its new machines boot and why (``bake``)."""
     shape = pool.shape
     total = capacity(shape, plan.busy_slots, pool.queued)
     needed = math.ceil(total / shape.slots)
@@ -284,7 +324,8 @@ def explain_pool(
         "last_failed_boot": (
             last_failure.as_json() if last_failure and pool.breaker.failures else None
         ),
-        "notes": list(plan.notes),
+        "notes": [*plan.notes, *([bake.message()] if bake is not None else [])],
+        "bake": bake.as_json() if bake is not None else None,
         "machines": [note.as_json() for note in notes],
     }
 

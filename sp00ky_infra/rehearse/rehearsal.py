@@ -37,7 +37,8 @@ import yaml
 from sp00ky_infra.client import Client
 from sp00ky_infra.config import Config, ConfigError
 from sp00ky_infra.config.loader import load_config
-from sp00ky_infra.config.machine_images import has_docker
+from sp00ky_infra.config.machine_images import BAKED, has_docker
+from sp00ky_infra.controller.baking import parse_outcome
 from sp00ky_infra.guardian.passes import run_pass
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.rehearse.boot import Booter
@@ -66,7 +67,10 @@ DEFAULT_TIMINGS = "idleTimeout=10s"
 # the last seconds of its paid 30 s, so the pool is back to zero within a minute.
 BILLING_HOUR = "30s"
 READ_EVERY_SECONDS = 8.0  # how often a booting server is looked into
-JOURNAL = ("journalctl", "-u", "sp00ky-agent.service", "-o", "json", "--no-pager")
+# the agent's events, and the bootstrap's (its output is cloud-final's: agent_present, ...)
+JOURNAL = ("journalctl", "-u", "sp00ky-agent.service", "-u", "cloud-final.service", "-o", "json",
+           "--no-pager")  # fmt: skip
+BAKE_WAIT_SECONDS = 1200.0  # a baked pool's bake, at most, before the burst
 
 
 @dataclass
@@ -110,6 +114,7 @@ class MachineReport:
     failed_reason: str | None = None
     cause: str | None = None
     console: str = ""
+    events: list[str] = field(default_factory=list)  # the bootstrap's and agent's, in order
 
 
 @dataclass
@@ -125,6 +130,7 @@ class RehearsalReport:
     failed: list[str] = field(default_factory=list)
     cloud: list[str] = field(default_factory=list)  # what would differ in the cloud
     estimate: dict[str, float | None] = field(default_factory=dict)
+    bake_seconds: dict[str, float] = field(default_factory=dict)  # a baked pool's bake, by pool
     elapsed: float = 0.0
     workdir: str = ""
 
@@ -253,7 +259,8 @@ class Rehearsal:
         self.say(f"working in {work}")
         with FakeHetzner(boot=booter) as cloud:
             for name in pools:  # a pool's own snapshot, which only its project has
-                cloud.stand_in(config.pools[name].machine.image)
+                if config.pools[name].machine.image != BAKED:  # the controller bakes that one
+                    cloud.stand_in(config.pools[name].machine.image)
             self._rehearse(config, pools, engine, booter, cloud, work, report)
         self._verdict(report)
         report.elapsed = time.monotonic() - started
@@ -266,6 +273,14 @@ class Rehearsal:
         it when that is built (``scripts/rehearsal-image --without-docker``), else the
         rehearsal image; the findings say which, and the estimate adds the install then."""
         chosen = {name: config.pools[name].machine.image for name in pools}
+        baked = [name for name, image in chosen.items() if image == BAKED]
+        report.cloud.extend(
+            f"{name}: machine.image baked: its snapshot is baked before the burst and its "
+            "machines boot it; here a bake server's container is committed, on Hetzner a "
+            "server's disk is snapshotted, so bake_seconds is this host's"
+            for name in baked
+        )
+        chosen = {name: image for name, image in chosen.items() if name not in baked}
         bare = sorted({i for i in chosen.values() if has_docker(i) is False})
         variant = Recipe().without_docker().tag
         built = bool(bare) and image_exists(variant)
@@ -312,6 +327,7 @@ class Rehearsal:
         )  # fmt: skip
         try:
             self._wait_listening(proc, work)
+            self._wait_baked(config, pools, work / "controller.log", report)
             self._burst(config, store_url, pools)
             self._watch(config, store_url, pools, booter, cloud, report)
             report.guardian.append(self._guardian(cloud, "after the pool went back to zero"))
@@ -388,6 +404,32 @@ class Rehearsal:
                 return
         tail = (work / "controller.log").read_text()[-3000:]
         raise RehearseError(f"the controller did not start:\n{tail}")
+
+    def _wait_baked(
+        self, config: Config, pools: list[str], log: Path, report: RehearsalReport
+    ) -> None:
+        """Before the burst: each baked pool's bake done (the controller's log says so), so
+        that the burst's machines boot its snapshot; its duration kept apart from theirs."""
+        baked = [p for p in pools if config.pools[p].machine.image == BAKED]
+        if baked:
+            self.say(
+                f"waiting for the bake of {', '.join(baked)} (at most {BAKE_WAIT_SECONDS:.0f}s)"
+            )
+        deadline = time.monotonic() + BAKE_WAIT_SECONDS
+        while baked and time.monotonic() < deadline:
+            for outcome in filter(None, map(parse_outcome, log.read_text().splitlines())):
+                if outcome.pool not in baked:
+                    continue
+                baked.remove(outcome.pool)
+                report.bake_seconds[outcome.pool] = round(outcome.seconds, 1)
+                if outcome.snapshot is None:
+                    report.failed.append(f"{outcome.pool}: its bake failed at step "
+                                         f"{outcome.step}: {outcome.reason}")  # fmt: skip
+                self.say(f"{outcome.pool}: " + ("baked" if outcome.snapshot else "bake failed")
+                         + f" in {outcome.seconds:.1f}s")  # fmt: skip
+            time.sleep(1.0)
+        for pool in baked:
+            report.failed.append(f"{pool}: its bake did not end within {BAKE_WAIT_SECONDS:.0f}s")
 
     def _burst(self, config: Config, store_url: str, pools: list[str]) -> None:
         client = Client(store_url, self.config_path)
@@ -488,6 +530,7 @@ class Rehearsal:
             console=reading.console,
         )  # fmt: skip
         report.phases = phases(machine, reading.timeline, reading.events)
+        report.events = sorted(reading.events, key=reading.events.__getitem__)
         if ready:
             assert machine.ready_at is not None
             report.created_to_ready = round(machine.ready_at - machine.created_at, 2)

@@ -338,3 +338,45 @@ def test_a_refused_token_is_final_and_installs_nothing(machine: Machine) -> None
     assert "unknown machine 'render-ghost1'" in output
     assert not (machine.root / "opt/sp00ky/agent").exists()
     assert not (machine.root / "systemctl.log").exists()
+
+
+def _baked(root: Path, sha256: str) -> None:
+    """The agent unpacked under ``root`` as a bake leaves it, its file saying ``sha256``."""
+    home = root / "opt/sp00ky"
+    with tarfile.open(fileobj=io.BytesIO(agent_archive()), mode="r:bz2") as tar:
+        tar.extractall(home, filter="data")
+    (home / "agent.sha256").write_text(sha256 + "\n")
+
+
+def test_an_agent_present_at_the_user_datas_sha256_is_installed_without_a_fetch(
+    machine: Machine,
+) -> None:
+    expected = _sha256(agent_archive())
+    _baked(machine.root, expected)
+    hop = Hop(machine.agents_url)
+    with _hop(hop) as url:
+        code, output = _boot(machine, url)
+        assert code == 0, output
+        assert f"event=agent_present sha256={expected}" in output
+        assert "event=agent_fetched" not in output
+        assert f"event=installed sha256={expected}" in output
+        store = machine.client.store
+        try:
+            wait_for(lambda: store.machines.get(MACHINE).ready_at is not None, timeout=60)
+        except AssertionError:
+            raise AssertionError(_agent_log(machine.root)) from None
+    assert f"/v1/machines/{MACHINE}/agent" not in [path for path, _ in hop.seen]
+    assert hop.seen  # the agent itself joined through the same hop
+
+
+def test_an_agent_present_at_another_sha256_is_fetched_and_replaced(machine: Machine) -> None:
+    expected = _sha256(agent_archive())
+    _baked(machine.root, "0" * 64)  # a snapshot of an older agent
+    hop = Hop(machine.agents_url)
+    with _hop(hop) as url:
+        code, output = _boot(machine, url)
+    assert code == 0, output
+    assert "event=agent_present" not in output
+    assert f"event=agent_fetched sha256={expected}" in output
+    assert hop.seen[0] == (f"/v1/machines/{MACHINE}/agent", 200)
+    assert (machine.root / "opt/sp00ky/agent.sha256").read_text().strip() == expected

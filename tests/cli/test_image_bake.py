@@ -39,7 +39,10 @@ def _config(tmp_path: Path, image: str = IMAGE) -> Path:
 
 def _bake(fake: FakeHetzner, config: Path, *args: str) -> tuple[int, str, str]:
     env = {"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": fake.url, "SPKY_CONFIG": str(config)}
-    done = CliRunner().invoke(cli, ["image", "bake", "render", "--project", "shop", *args], env=env)
+    done = CliRunner().invoke(
+        cli, ["image", "bake", "render", "--project", "shop", "--serve-on", "127.0.0.1", *args],
+        env=env,
+    )  # fmt: skip
     return done.exit_code, done.stdout, done.stderr
 
 
@@ -116,3 +119,20 @@ def test_after_a_bake_the_projects_snapshots_are_listed_into_its_store(
     assert kept is not None and [(s.id, s.pool, s.gigabytes) for s in kept.snapshots] == [
         (current, "render", 0.42)
     ]
+
+
+def test_a_bake_without_an_address_to_serve_the_agent_from_is_refused(
+    tmp_path: Path, fake: FakeHetzner
+) -> None:
+    env = {
+        "HCLOUD_TOKEN": TOKEN,
+        "HCLOUD_ENDPOINT": fake.url,
+        "SPKY_CONFIG": str(_config(tmp_path)),
+    }
+    done = CliRunner().invoke(cli, ["image", "bake", "render", "--project", "shop"], env=env)
+    assert done.exit_code == 1 and done.stdout == ""
+    assert done.stderr == (
+        "error: the bake server of pool render fetches the agent from this host: pass "
+        "--serve-on HOST, an address of this host the bake server reaches\n"
+    )
+    assert ("POST", "/v1/servers") not in fake.requests

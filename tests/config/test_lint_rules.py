@@ -290,6 +290,14 @@ FAILING: list[tuple[str, tuple[tuple[str, Any], ...], str, str]] = [
         "default) or a snapshot with Docker",
     ),
     (
+        "SP150",
+        (("pools.render.provider", "docker"), ("pools.render.machine.image", "baked")),
+        "pools.render.machine.image",
+        "`baked` is a Hetzner snapshot the controller makes for the pool, but pool 'render' has "
+        "provider 'docker', whose machines boot no image of it; remove machine.image, or give "
+        "the pool `provider: hetzner`",
+    ),
+    (
         "SP132",
         (("pools.render.machine.locations", ["fsn1", "us-east"]),),
         "pools.render.machine.locations[1]",
@@ -446,6 +454,7 @@ PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ("SP138", (("pools.render.machine.image", "sp00ky/agent=abc,os in (debian, ubuntu)"),)),
     ("SP138", (("pools.render.machine.image", "123456789"),)),
     ("SP139", (("pools.render.machine.image", "docker-ce"),)),
+    ("SP150", (("pools.render.machine.image", "baked"),)),  # a Hetzner pool (the default)
     (  # a docker pool's machines are containers: its image is never booted
         "SP139",
         (("pools.render.provider", "docker"), ("pools.render.machine.image", "debian-12")),

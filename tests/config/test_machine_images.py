@@ -27,6 +27,8 @@ from sp00ky_infra.config.machine_images import (
         ("os notin (windows)", "selector"),
         ("os==debian", "selector"),
         ("sp00ky/agent", "selector"),
+        ("baked", "baked"),
+        ("Baked", None),
         ("Debian", None),
         ("Debian 12", None),
         ("=debian", None),

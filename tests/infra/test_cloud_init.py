@@ -22,11 +22,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sp00ky_infra.controller.bake import BakeRequest, bake_user_data
+from sp00ky_infra.controller.images import PoolImage
+from sp00ky_infra.controller.registry import RegistryAuth
 from sp00ky_infra.shared import tokens
 from sp00ky_infra.shared.cloud_init import (
     USER_DATA_LIMIT,
     UserDataTooLarge,
     agent_archive,
+    agent_sha256,
     shipped_source,
     user_data,
 )
@@ -90,6 +94,40 @@ def test_the_biggest_user_data_stays_under_4_kib_and_passes_cloud_init_schema(
     settings = json.loads(_files(text)["/etc/sp00ky/agent.json"])
     assert (settings["machine"], settings["controller_url"]) == (machine, url)
     assert settings["join_token"] == token and settings["runtime"] == "process"
+
+
+def test_the_bake_user_data_carries_no_agent_and_stays_under_4_kib(tmp_path: Path) -> None:
+    """The bake server fetches the agent from the feed: its user-data is the bake script, the
+    feed's address and tokens, and the longest image reference with registry credentials."""
+    image = PoolImage(
+        "registry", f"{'r' * 200}.example/{'n' * 200}@sha256:{'b' * 64}",
+        RegistryAuth("u" * 64, "p" * 200, f"{'r' * 200}.example"),
+    )  # fmt: skip
+    request = BakeRequest(
+        "p" * 40, "q" * 40, image, feed_url=f"http://{'h' * 63}:65535", feed_token="t" * 32,
+        agent_token="a" * 32,
+    )  # fmt: skip
+    text = bake_user_data(request)
+    assert len(text.encode()) <= SMALL, len(text.encode())
+    _schema_checked(text, tmp_path)
+    files = _files(text)
+    assert set(files) == {"/etc/sp00ky/bake.json", "/opt/sp00ky/bake.py"}
+    settings = json.loads(files["/etc/sp00ky/bake.json"])
+    assert (settings["url"], settings["agent_token"]) == (request.feed_url, "a" * 32)
+    assert yaml.safe_load(text)["runcmd"] == [["python3", "/opt/sp00ky/bake.py", agent_sha256()]]
+
+
+def test_the_bake_leaves_the_agent_sha256_where_the_bootstrap_reads_it() -> None:
+    bootstrap = _module(ROOT / "agent" / "bootstrap.py")
+    bake = _module(ROOT / "cloud-init" / "bake.py")
+    assert bake.SHA256_FILE == bootstrap.SHA256_FILE
+    assert str(bake.HOME) == "/opt/sp00ky"
+
+
+def _module(path: Path) -> types.ModuleType:
+    module = types.ModuleType(path.stem)
+    exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
+    return module
 
 
 def _without_docstrings(tree: ast.Module) -> ast.Module:

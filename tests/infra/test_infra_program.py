@@ -50,7 +50,7 @@ class Mocks(pulumi.runtime.Mocks):
         return {}, None
 
 
-def _config(tmp_path: Path) -> Any:
+def _config(tmp_path: Path, *changes: tuple[str, Any]) -> Any:
     data = varied(
         ("pools.render.machine", {"type": "cpx42", "locations": ["fsn1", "nbg1"],
                                   "types": ["ccx33"], "image": "sp00ky/agent=abc"}),
@@ -62,6 +62,7 @@ def _config(tmp_path: Path) -> Any:
             "deploy": {"dockerfile": "./Dockerfile", "port": 9000, "healthcheck": "/ok"},
             "env": {"TOKEN": "batch-token-value"},
         }),
+        *changes,
     )  # fmt: skip
     data["apps"]["renderer"].pop("spec")
     path = tmp_path / "sp00ky.yml"
@@ -69,16 +70,21 @@ def _config(tmp_path: Path) -> Any:
     return load_config(path)
 
 
-def _run_program(tmp_path: Path, provider: str, machines: dict[str, Any]) -> Mocks:
+def _run_program(
+    tmp_path: Path, provider: str, machines: dict[str, Any], images: dict[str, str] | None = None,
+    *changes: tuple[str, Any],
+) -> Mocks:  # fmt: skip
     from sp00ky_infra.infra.program import build
 
     mocks = Mocks()
     pulumi.runtime.set_mocks(mocks, project="shop", stack="prod", preview=False)
-    config = _config(tmp_path)
+    config = _config(tmp_path, *changes)
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def program() -> pulumi.Output[Any]:
-        components = build(config, provider, machines, "https://pool.example.com", SECRET, "shop")
+        components = build(
+            config, provider, machines, "https://pool.example.com", SECRET, "shop", images
+        )
         return pulumi.Output.all(*(c.urn for c in components.values()))
 
     program()
@@ -161,6 +167,18 @@ def test_machines_follow_the_stack_name_for_name_with_firewall_labels_and_x86(
     )
     batch = next(m for m in machines if m.name == "batch-x9")
     assert (render.inputs["image"], batch.inputs["image"]) == ("sp00ky/agent=abc", "docker-ce")
+
+
+def test_a_baked_pool_boots_the_image_the_stack_names_for_it_else_docker_ce(
+    tmp_path: Path,
+) -> None:
+    selector = "sp00ky/project=shop,sp00ky/pool=batch,sp00ky/role=snapshot,sp00ky/recipe=abc"
+    for images, wanted in (({}, "docker-ce"), ({"batch": selector}, selector)):
+        baked = ("pools.batch.machine", {"image": "baked"})
+        mocks = _run_program(tmp_path, "hetzner", MACHINES, images, baked)
+        found = {m.name: m.inputs["image"] for m in _provided_by(mocks, HetznerMachineProvider)}
+        assert found["batch-x9"] == wanted
+        assert found["render-a1"] == "sp00ky/agent=abc"  # its own image: the stack's is not
 
 
 def test_removing_a_name_removes_exactly_that_machine(tmp_path: Path) -> None:

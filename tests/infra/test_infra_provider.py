@@ -309,3 +309,19 @@ def test_errors_carry_the_api_code(fake: FakeHetzner) -> None:
     with pytest.raises(HcloudError) as failed:
         _api(fake, waits).servers()
     assert failed.value.code == "service_error" and len(waits) == 4
+
+
+def test_a_machine_keeps_the_image_it_booted_when_its_baked_pool_gets_its_snapshot(
+    fake: FakeHetzner, host: Any
+) -> None:
+    """A baked pool's machines boot docker-ce until the bake is done, then its snapshot's
+    selector: the machine made before keeps its server, no call is made."""
+    created = _create(host, _props(image="docker-ce"))
+    olds = dict(created.properties)
+    assert olds["created_image"] == "docker-ce"
+    before = len(fake.requests)
+    selector = "sp00ky/project=shop,sp00ky/pool=render,sp00ky/role=snapshot,sp00ky/recipe=abc"
+    diff = _diff(host, olds, _props(image=selector))
+    assert list(diff.replaces) == [] and diff.changes == provider_pb2.DiffResponse.DIFF_NONE
+    assert fake.requests[before:] == []
+    assert fake.servers[int(created.id)]["image"]["name"] == "docker-ce"

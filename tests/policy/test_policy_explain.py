@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
+
 from sp00ky_infra.policy.breaker import Breaker
 from sp00ky_infra.policy.cost import HETZNER_PRICES, pool_bill
-from sp00ky_infra.policy.explain import FailedBoot, Waiting, explain_job, explain_pool
+from sp00ky_infra.policy.explain import Bake, FailedBoot, Waiting, explain_job, explain_pool
 from sp00ky_infra.policy.plan import MachineView, PoolView, plan_pool
 from sp00ky_infra.policy.sizing import Shape
 
@@ -83,6 +85,29 @@ def test_an_open_breaker_tells_the_last_failed_boots_reason() -> None:
     # a boot that succeeded since (no failures in a row): the old failure is not told
     healed = view([], queued=1)
     assert explain_pool(healed, plan_pool(healed, NOW), NOW, last)["last_failed_boot"] is None
+
+
+def test_a_baked_pool_says_what_its_new_machines_boot_and_why() -> None:
+    pool = view([], queued=1)
+    plan = plan_pool(pool, NOW)
+    assert explain_pool(pool, plan, NOW)["bake"] is None
+    failed = Bake("failed", "docker-ce", NOW, step="install", reason="apt-get exited 100",
+                  retry_at=NOW + 3600)  # fmt: skip
+    explained = explain_pool(pool, plan, NOW, bake=failed)
+    assert explained["bake"] == {
+        "status": "failed", "image": "docker-ce", "since": NOW, "snapshot": None,
+        "step": "install", "reason": "apt-get exited 100", "retry_at": NOW + 3600,
+    }  # fmt: skip
+    retry = datetime.datetime.fromtimestamp(NOW + 3600, datetime.UTC)
+    assert explained["notes"][-1] == (
+        "machine.image baked: new machines boot the base image docker-ce because its bake failed "
+        "at step install (apt-get exited 100); it is tried again at the next deploy or at "
+        f"{retry:%Y-%m-%dT%H:%M:%SZ}"
+    )
+    baked = explain_pool(pool, plan, NOW, bake=Bake("baked", "4711", NOW, snapshot=4711))
+    assert baked["notes"][-1] == "machine.image baked: new machines boot its snapshot 4711"
+    baking = explain_pool(pool, plan, NOW, bake=Bake("baking", "docker-ce", NOW))
+    assert "new machines boot the base image docker-ce until it is made" in baking["notes"][-1]
 
 
 def test_a_free_slot_means_it_starts_and_none_means_all_are_busy() -> None:

@@ -33,13 +33,14 @@ def cloud(rehearsal_image: str) -> Iterator[FakeHetzner]:
 def _bake(cloud: FakeHetzner, images: ImageServer, image_id: str, lines: list[str]) -> Baked:
     assert cloud.boot is not None
     api = HetznerAPI(TOKEN, cloud.url, wait=lambda *_: 0.2)
-    with ImageFeed(images, image_id, cloud.boot.gateway) as feed:
+    with ImageFeed(cloud.boot.gateway, images, image_id) as feed:
         request = BakeRequest(
             "test", "render", PoolImage("controller", image_id), server_type="cx23",
-            location="fsn1", feed_url=feed.url, feed_token=feed.token,
+            location="fsn1",
         )  # fmt: skip
         try:
-            return bake(api, request, lines.append, timeout=600, every=1.0)
+            return bake(api, feed.for_request(request), lines.append, timeout=600, every=1.0,
+                        reported=lambda: feed.failed)  # fmt: skip
         except Exception:
             print("\n".join(lines))
             raise

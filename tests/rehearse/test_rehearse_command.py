@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,30 @@ def test_a_backend_that_never_answers_its_healthcheck_is_named_as_the_cause(
     assert any("breaker opened" in line for line in report["failed"])
     assert report["jobs"].get("success", 0) == 0
     assert _leftovers() == []
+
+
+def test_a_baked_pool_is_baked_first_and_its_machines_fetch_neither_agent_nor_image(
+    tmp_path: Path, needs: str
+) -> None:
+    shape = {"type": "cx33", "locations": ["fsn1", "nbg1"], "image": "baked"}
+    config = example_config(tmp_path, machine=shape)
+    code, report, log = _rehearse(
+        needs, config, "--jobs", "3", "--timings", "idleTimeout=5s,bootTimeout=300s"
+    )
+    assert code == 0, (report, log[-3000:])
+    assert report["ok"] and report["jobs"] == {"success": 3}
+    assert report["bake_seconds"]["render"] > 0  # the bake's own time, before the burst
+    assert "rehearse: waiting for the bake of render" in log
+    assert any(line.startswith("render: machine.image baked: ") for line in report["cloud"])
+    for machine in report["machines"]:
+        assert machine["outcome"] == "ready", machine
+        events = machine["events"]
+        assert "agent_present" in events and "agent_fetched" not in events, events
+        assert "image_cached" in events and "image_fetch" not in events, events
+    controller_log = (tmp_path / "work" / "controller.log").read_text()
+    assert "pool render: baked in " in controller_log
+    # its machines and its bake server are gone (another rehearsal on the host may run)
+    baker = re.search(r"creating bake server (\S+) ", controller_log)
+    assert baker is not None, controller_log[-3000:]
+    mine = {f"sp00ky-rehearse-{m['name']}" for m in report["machines"]}
+    assert set(_leftovers()) & {*mine, f"sp00ky-rehearse-{baker[1]}"} == set()

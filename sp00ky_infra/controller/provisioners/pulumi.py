@@ -9,6 +9,8 @@ row is written first), and without the pause the first would go alone and the ot
 for its whole update before their own. Each update's outcome comes back per machine:
 created (with the server's id) or failed (refused, capacity, quota), which the tick applies
 to the machine rows, so the breaker counts the failures. Update durations are logged and kept.
+Each update also writes ``sp00ky:images``: what each baked pool's new machines boot, as its
+bake stands (``controller/baking.py``).
 
 A stack locked by another update (a `pulumi up` by hand, another controller's) is not a
 failure of the machines: the update waits and tries again (LOCK_RETRY_SECONDS, doubling up
@@ -27,6 +29,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, ClassVar, Protocol
 
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Outcome, Provisioned, Refused
+from sp00ky_infra.policy.explain import Bake
 from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV, Desired
 from sp00ky_infra.shared.extras import require
 
@@ -84,6 +87,13 @@ PINNED = {
 }
 
 
+class PoolBakes(Protocol):
+    """The deploy's bakes of its baked pools (``controller/baking.py``), kept here."""
+
+    def state(self, pool: str) -> Bake | None: ...
+    def close(self) -> None: ...
+
+
 class StackDisagrees(Refused):
     """The stack's config names another project, pool URL or secret than the controller."""
 
@@ -114,6 +124,9 @@ class PulumiProvisioner:
         self.pool_of: dict[str, str] = {}
         self.revision_of: dict[str, str] = {}
         self.applied: dict[str, set[str]] = {}
+        # what a baked pool's new machines boot (sp00ky:images), set by its bake
+        self.images: dict[str, str] = {}
+        self.bakes: PoolBakes | None = None
         self.durations: deque[float] = deque(maxlen=50)
         self.updates = 0
         self._outcomes: deque[Outcome] = deque()
@@ -182,6 +195,12 @@ class PulumiProvisioner:
                     f"`pulumi config set {key} ...` on the stack to the controller's"
                 )
 
+    def set_image(self, pool: str, image: str) -> None:
+        """What the pool's machines created from the next update on boot; no update for it
+        (a machine keeps the image it booted)."""
+        with self._changed:
+            self.images[pool] = image
+
     def outcomes(self) -> list[Outcome]:
         """What updates did since the last call (the tick applies them)."""
         with self._changed:
@@ -190,6 +209,8 @@ class PulumiProvisioner:
             return found
 
     def close(self) -> None:
+        if self.bakes is not None:
+            self.bakes.close()
         with self._changed:
             self._closing = True
             self._changed.notify()
@@ -256,9 +277,13 @@ class PulumiProvisioner:
                 for pool, names in wanted.items()
             }
         ).as_json()
+        with self._changed:
+            images = dict(self.images)
         try:
             stack = self._get_stack()
             stack.set_config("sp00ky:machines", _config_value(json.dumps(machines)))
+            if images:
+                stack.set_config("sp00ky:images", _config_value(json.dumps(images)))
             steps = UpProgress(self.on_progress)
             result = stack.up(
                 on_output=lambda line: log.debug("pulumi: %s", line.rstrip()),
