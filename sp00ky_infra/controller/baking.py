@@ -34,12 +34,14 @@ from sp00ky_infra.config.machine_images import BAKED
 from sp00ky_infra.config.model import DEFAULT_MACHINE_IMAGE
 from sp00ky_infra.controller.bake import BakeError, BakeRequest, ImageFeed, bake
 from sp00ky_infra.controller.images import ImageServer, PoolImage
+from sp00ky_infra.controller.pricing import refresh_snapshots
 from sp00ky_infra.controller.provisioners import Provisioner
 from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.hetzner.client import HetznerAPI
 from sp00ky_infra.hetzner.errors import HcloudError
 from sp00ky_infra.policy.explain import Bake
+from sp00ky_infra.store import open_store
 
 log = logging.getLogger("sp00ky.controller")
 RETRY_SECONDS = 3600.0  # a failed bake is tried again an hour later (or at the next deploy)
@@ -94,7 +96,7 @@ class Bakes:
     def __init__(
         self, sink: ImageSink, api: Callable[[], HetznerAPI], feed_host: tuple[str, str],
         image_server: ImageServer | None = None, clock: Callable[[], float] = time.time,
-        retry: float = RETRY_SECONDS,
+        retry: float = RETRY_SECONDS, listed: Callable[[HetznerAPI], None] | None = None,
     ) -> None:  # fmt: skip
         self.sink = sink
         self.api = api
@@ -102,6 +104,7 @@ class Bakes:
         self.image_server = image_server
         self.clock = clock
         self.retry = retry
+        self.listed = listed  # after a bake: the project's snapshots, as their cost counts them
         self._states: dict[str, Bake] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -171,12 +174,20 @@ class Bakes:
         listen, dial = self.feed_host
         built = request.image.source == "controller"
         image_id = request.image.reference if built else ""
+        api = self.api()
         with ImageFeed(listen, self.image_server if built else None, image_id, dial=dial) as feed:
             baked = bake(
-                self.api(), feed.for_request(request),
+                api, feed.for_request(request),
                 lambda line: log.info("pool %s: bake: %s", request.pool, line),
                 reported=lambda: feed.failed or (STOPPED if self._stop.is_set() else None),
             )  # fmt: skip
+        if self.listed is not None:
+            try:
+                self.listed(api)
+            except Exception as exc:  # the daily pricing pass lists them again
+                log.warning(
+                    "pool %s: the project's snapshots were not listed: %s", request.pool, exc
+                )
         return baked.snapshot
 
 
@@ -209,7 +220,18 @@ def start_bakes(
                     ", ".join(requests))  # fmt: skip
         return None
     dial = urlsplit(settings.agents_url).hostname or settings.pool_host
-    bakes = Bakes(provisioner, HetznerAPI.from_env, (settings.pool_host, dial), image_server)
+    bakes = Bakes(provisioner, HetznerAPI.from_env, (settings.pool_host, dial), image_server,
+                  listed=lambda api: _list_snapshots(settings, api))  # fmt: skip
     provisioner.bakes = bakes
     bakes.prepare(requests)
     return bakes
+
+
+def _list_snapshots(settings: ControllerSettings, api: HetznerAPI) -> None:
+    """The project's snapshots listed into its store right after a bake, so ``pools get`` and
+    /metrics count the new one (and not the pruned ones) before the daily pricing pass."""
+    store = open_store(settings.store_url)
+    try:
+        refresh_snapshots(store, api, settings.project or "dev", time.time())
+    finally:
+        store.close()

@@ -29,6 +29,7 @@ from sp00ky_infra.controller.baking import (
     parse_outcome,
 )
 from sp00ky_infra.controller.images import PoolImage
+from sp00ky_infra.controller.pricing import refresh_snapshots
 from sp00ky_infra.controller.provisioners import MachineSpec
 from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner
 from sp00ky_infra.hetzner.client import HetznerAPI
@@ -38,6 +39,8 @@ from sp00ky_infra.policy.explain import Bake
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.shared.cloud_init import agent_sha256
 from sp00ky_infra.shared.recipe import Recipe
+from sp00ky_infra.store import open_store
+from sp00ky_infra.store.snapshots import SnapshotTable
 from tests.controllers import backend_app, project, wait_for
 
 IMAGE = PoolImage("registry", "registry.example/render@sha256:" + "b" * 64)
@@ -83,14 +86,15 @@ def cloud() -> Iterator[FakeHetzner]:
         yield fake
 
 
-def _baked_pool(tmp_path: Path, cloud: FakeHetzner, retry: float = RETRY_SECONDS) -> tuple[
-    PulumiProvisioner, Bakes, Any
-]:  # fmt: skip
+def _baked_pool(
+    tmp_path: Path, cloud: FakeHetzner, retry: float = RETRY_SECONDS, listed: Any = None
+) -> tuple[PulumiProvisioner, Bakes, Any]:
     """A controller's provisioner and bakes for a baked pool, started as its leader starts
     them."""
     config = _config(tmp_path)
     provisioner = PulumiProvisioner(lambda: ProgramStack(cloud, config))
-    bakes = Bakes(provisioner, lambda: _api(cloud), ("127.0.0.1", "127.0.0.1"), retry=retry)
+    bakes = Bakes(provisioner, lambda: _api(cloud), ("127.0.0.1", "127.0.0.1"), retry=retry,
+                  listed=listed)  # fmt: skip
     provisioner.bakes = bakes
     bakes.prepare(baked_requests(config, "shop", {"render": IMAGE}))
     bakes.on_leadership(True)
@@ -180,6 +184,27 @@ def test_a_snapshot_of_the_recipe_is_booted_at_once_and_no_server_baked(
         assert [s["name"] for s in cloud.servers.values()] == ["render-a1"]  # no bake server
     finally:
         provisioner.close()
+
+
+def test_a_bake_lists_the_project_s_snapshots_into_the_store_for_their_cost(
+    tmp_path: Path, cloud: FakeHetzner
+) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/state.db")
+    listed = lambda api: refresh_snapshots(store, api, "shop", time.time())  # noqa: E731
+    provisioner, bakes, _ = _baked_pool(tmp_path, cloud, listed=listed)
+    try:
+        bake_server = _bake_server(cloud)
+        assert SnapshotTable(store).read() is None  # nothing listed before the bake is done
+        _api(cloud).request("POST", f"/servers/{bake_server['id']}/actions/poweroff")
+        done: Bake = wait_for(
+            lambda: (s := bakes.state("render")) is not None and s.status == "baked" and s,
+            what="the bake done",
+        )  # fmt: skip
+        kept = wait_for(SnapshotTable(store).read, what="the snapshots listed")
+        assert [(s.id, s.pool) for s in kept.snapshots] == [(done.snapshot, "render")]
+    finally:
+        provisioner.close()
+        store.close()
 
 
 def _report_failure(bake_server: dict[str, Any], reason: str) -> None:
