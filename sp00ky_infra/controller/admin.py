@@ -14,6 +14,7 @@ from sp00ky_infra.controller.leadership import leader_url
 from sp00ky_infra.controller.reconcile import shape_of
 from sp00ky_infra.policy.machines import LIVE_STATES, Reason
 from sp00ky_infra.policy.sizing import capacity, desired_machines, queue_cap
+from sp00ky_infra.shared import cloud_init
 from sp00ky_infra.store import Job
 from sp00ky_infra.store.machines import MachineNotFound
 from sp00ky_infra.store.retention import counters_json, since_time
@@ -83,7 +84,15 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
         "cost": cost_view(controller, name, now, counts),
     }
     if machines:
-        view["machine_list"] = [{**m.as_json(), "busy_slots": busy.get(m.name, 0)} for m in live]
+        served = cloud_init.agent_sha256()  # agent_current: False for a machine on an old agent
+        view["machine_list"] = [
+            {
+                **m.as_json(),
+                "busy_slots": busy.get(m.name, 0),
+                "agent_current": None if m.agent is None else m.agent == served,
+            }
+            for m in live
+        ]
         view["waiting"] = waiting_entries(controller, name, now)
         view["recent"] = recent_entries(controller, name)
     return view

@@ -419,4 +419,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             "UPDATE machines SET failed_at = updated_at WHERE failed_reason IS NOT NULL",
         ),
     ),
+    Migration(
+        13,
+        "the agent archive each machine's agent runs (its sha256), as its last join said",
+        ("ALTER TABLE machines ADD COLUMN agent TEXT",),
+    ),
 )
