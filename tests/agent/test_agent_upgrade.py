@@ -1,0 +1,307 @@
+"""The agent's upgrade to the archive its controller serves, on a fake clock: never while a
+job runs (it stops taking work and waits, at most a lease), at once when idle; an archive that
+is not the one named, or does not unpack, keeps the old agent, tried again after a backoff."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent import main as agent_main
+from agent import upgrade
+from agent.errors import ControllerError
+from agent.jobs import JobRun
+from agent.protocol import AgentSettings
+from agent.settings import Settings
+from sp00ky_infra.shared.cloud_init import agent_archive
+
+LEASE = 30.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        self.t += seconds
+        return event.is_set()
+
+
+class Lines:
+    """A Log that keeps its lines: (event, fields)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        self.lines.append((event, fields))
+
+    def events(self) -> list[str]:
+        return [event for event, _ in self.lines]
+
+    def last(self, event: str) -> dict[str, Any]:
+        return [fields for name, fields in self.lines if name == event][-1]
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def another_archive(marker: str = "another") -> bytes:
+    """The agent archive with one file more: a real agent, with another sha256."""
+    buffer = io.BytesIO()
+    with (
+        tarfile.open(fileobj=io.BytesIO(agent_archive()), mode="r:bz2") as source,
+        tarfile.open(fileobj=buffer, mode="w:bz2") as tar,
+    ):
+        for member in source.getmembers():
+            tar.addfile(member, source.extractfile(member))
+        data = f"RELEASE = {marker!r}\n".encode()
+        info = tarfile.TarInfo("agent/_release.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _upgrade(home: Path | None, own: str | None = "a" * 64) -> tuple[upgrade.Upgrade, Clock, Lines]:
+    clock, lines = Clock(), Lines()
+    return upgrade.Upgrade(home, own, lines, clock), clock, lines
+
+
+def test_no_upgrade_while_a_job_runs_and_at_once_when_none_does(tmp_path: Path) -> None:
+    plan, clock, lines = _upgrade(tmp_path)
+    assert plan.step(1, LEASE) == "claim"  # nothing due
+    served = sha256(agent_archive())
+    plan.served(served)
+    assert lines.last("upgrade_due") == {"served": served, "running": "a" * 64}
+    # a job runs: no new work, no upgrade, for as long as it runs within a lease
+    for _ in range(29):
+        assert plan.step(1, LEASE) == "hold"
+        clock.t += 1.0
+    assert lines.events().count("upgrade_waiting") == 1
+    assert plan.step(0, LEASE) == "go"  # it ended (its result acknowledged): now
+    release = plan.attempt(agent_archive)
+    assert release == tmp_path / "releases" / served
+    assert (release / "agent" / "__init__.py").is_file()
+    assert (release / "install-agent.sh").is_file()
+    assert os.readlink(tmp_path / "current") == f"releases/{served}"
+    assert lines.events()[-3:] == ["upgrade_fetched", "upgrade_unpacked", "upgrade_switched"]
+
+
+def test_a_job_longer_than_a_lease_defers_the_upgrade_and_the_agent_works_on(
+    tmp_path: Path,
+) -> None:
+    plan, clock, lines = _upgrade(tmp_path)
+    plan.served(sha256(agent_archive()))
+    assert plan.step(1, LEASE) == "hold"
+    clock.t += LEASE
+    assert plan.step(1, LEASE) == "claim"  # it takes work again
+    wait = plan.retry_at - clock.t
+    assert lines.last("upgrade_deferred")["retry_in"] == f"{wait:.1f}s"
+    assert upgrade.RETRY_FIRST_SECONDS / 2 <= wait <= upgrade.RETRY_FIRST_SECONDS
+    clock.t += wait - 0.1
+    assert plan.step(0, LEASE) == "claim"  # not before its retry time, even idle
+    clock.t += 0.1
+    assert plan.step(0, LEASE) == "go"
+    assert not (tmp_path / "current").exists()
+
+
+def test_an_archive_not_the_one_named_keeps_the_old_agent_and_backs_off(tmp_path: Path) -> None:
+    plan, clock, lines = _upgrade(tmp_path)
+    named = sha256(agent_archive())
+    plan.served(named)
+    old = tmp_path / "releases" / ("a" * 64)
+    old.mkdir(parents=True)
+    os.symlink(f"releases/{'a' * 64}", tmp_path / "current")
+    waits = []
+    for attempt in range(4):
+        assert plan.step(0, LEASE) == "go"
+        assert plan.attempt(lambda: another_archive()) is None
+        failed = lines.last("upgrade_failed")
+        assert f"the controller named {named}" in failed["reason"]
+        waits.append(plan.retry_at - clock.t)
+        assert failed["retry_in"] == f"{waits[-1]:.1f}s"
+        base = upgrade.RETRY_FIRST_SECONDS * 2**attempt
+        assert base / 2 <= waits[-1] <= base  # doubling: never a tight loop
+        # the old agent serves meanwhile: it takes work until the retry time
+        clock.t += waits[-1] - 0.5
+        assert plan.step(0, LEASE) == "claim"
+        clock.t += 0.5
+    assert os.readlink(tmp_path / "current") == f"releases/{'a' * 64}"
+    assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == ["a" * 64]  # nothing left
+    # the controller unreachable is a failure like the others
+    assert plan.step(0, LEASE) == "go"
+
+    def unreachable() -> bytes:
+        raise ControllerError("cannot reach the controller: refused")
+
+    assert plan.attempt(unreachable) is None
+    assert "cannot reach" in lines.last("upgrade_failed")["reason"]
+
+
+def test_an_archive_that_does_not_unpack_keeps_the_old_agent(tmp_path: Path) -> None:
+    for broken in (b"not bzip2 at all", _tar_without_agent()):
+        plan, _, lines = _upgrade(tmp_path)
+        plan.served(sha256(broken))
+        assert plan.step(0, LEASE) == "go"
+        assert plan.attempt(lambda archive=broken: archive) is None  # type: ignore[misc]
+        assert "upgrade_failed" in lines.events()
+        assert not (tmp_path / "current").exists()
+        assert list((tmp_path / "releases").iterdir()) == []  # no partial release left
+
+
+def _tar_without_agent() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:bz2") as tar:
+        info = tarfile.TarInfo("README")
+        tar.addfile(info, io.BytesIO(b""))
+    return buffer.getvalue()
+
+
+def test_the_first_join_names_the_agent_installed_first_and_no_upgrade_follows(
+    tmp_path: Path,
+) -> None:
+    served = sha256(agent_archive())
+    plan, _, lines = _upgrade(tmp_path, own=None)
+    plan.served(served, first_join=True)
+    assert plan.own == served and plan.step(0, LEASE) == "claim"
+    assert (tmp_path / "installed").read_text().strip() == served
+    assert upgrade.own_sha256(tmp_path, tmp_path / "agent") == served  # after a restart
+    assert "upgrade_due" not in lines.events()
+    # without a home the agent never upgrades: said once, and it takes work
+    homeless, _, lines = _upgrade(None)
+    for _ in range(3):
+        homeless.served(served)
+    assert lines.events() == ["upgrade_skipped"] and homeless.step(0, LEASE) == "claim"
+
+
+def test_a_release_names_itself_and_its_home(tmp_path: Path) -> None:
+    sha = "b" * 64
+    package = tmp_path / "releases" / sha / "agent"
+    assert upgrade.release_of(package) == sha
+    assert upgrade.home_of("", package) == tmp_path
+    assert upgrade.home_of("/elsewhere", package) == Path("/elsewhere")
+    assert upgrade.release_of(tmp_path / "agent") is None
+    assert upgrade.home_of("", tmp_path / "agent") is None  # a checkout: no home
+    (tmp_path / "install-agent.sh").write_text("")
+    assert upgrade.home_of("", tmp_path / "agent") == tmp_path  # installed from an archive
+
+
+def test_an_agent_started_from_the_one_installed_first_runs_current_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[dict[str, str]] = []
+    lines = Lines()
+    upgrade.relaunch(str(tmp_path), lines, lambda env: ran.append(dict(env)))
+    assert ran == []  # never upgraded
+    sha = sha256(agent_archive())
+    upgrade.install(tmp_path, agent_archive(), sha, lines)
+    monkeypatch.setenv("PYTHONPATH", f"/opt/sp00ky{os.pathsep}{tmp_path / 'current'}")
+    monkeypatch.delenv(upgrade.RELAUNCHED, raising=False)
+    upgrade.relaunch(str(tmp_path), lines, lambda env: ran.append(dict(env)))
+    (env,) = ran
+    assert env["PYTHONPATH"] == f"{tmp_path / 'current'}{os.pathsep}/opt/sp00ky"
+    assert env[upgrade.RELAUNCHED] == sha and lines.last("relaunch") == {"release": sha}
+    # started by that relaunch and still not running it: never again (no exec loop)
+    monkeypatch.setenv(upgrade.RELAUNCHED, sha)
+    upgrade.relaunch(str(tmp_path), lines, lambda env: ran.append(dict(env)))
+    assert len(ran) == 1
+
+
+# --- the loop: no work taken while the upgrade waits, the process replaced when idle --------
+
+
+class _Backend:
+    runtime = object()
+    port = 0
+
+    def __init__(self) -> None:
+        self.stopped = 0
+
+    def alive(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+
+class _Remote:
+    def __init__(self, archive: bytes) -> None:
+        self.archive = archive
+        self.fetches = 0
+
+    def agent_archive(self, timeout: float) -> bytes:
+        self.fetches += 1
+        return self.archive
+
+
+def _agent(tmp_path: Path, archive: bytes) -> tuple[agent_main.Agent, Clock, list[dict[str, str]]]:
+    credential = tmp_path / "credential"
+    credential.write_text("the-credential\n")
+    settings = Settings(
+        controller_url="http://127.0.0.1:9",
+        machine="m1",
+        join_token="t",
+        credential_file=str(credential),
+        agent_home=str(tmp_path / "home"),
+    )
+    agent = agent_main.Agent(settings)
+    clock = Clock()
+    agent.upgrade.clock = clock
+    agent.upgrade.own = "a" * 64
+    agent.config = AgentSettings(
+        slots=2, lease=LEASE, poll_wait=10.0, recycle="never", boot_timeout=60, max_offline=90
+    )
+    agent.backend = _Backend()  # type: ignore[assignment]
+    agent.remote = _Remote(archive)  # type: ignore[assignment]
+    restarts: list[dict[str, str]] = []
+    agent.execute = restarts.append  # type: ignore[method-assign,assignment]
+    return agent, clock, restarts
+
+
+def test_the_agent_takes_no_work_until_its_job_ends_then_restarts_into_the_upgrade(
+    tmp_path: Path,
+) -> None:
+    archive = agent_archive()
+    agent, clock, restarts = _agent(tmp_path, archive)
+    run = JobRun("j1", "1", "/render", {}, None, 0.0, 2.0)
+    agent.work.runs = {"j1": run}
+    agent.upgrade.served(sha256(archive))
+    agent.upgrading()
+    assert not agent.taking and agent.outgoing().request.free_slots == 0
+    assert agent.remote.fetches == 0 and restarts == []  # type: ignore[attr-defined]
+    clock.t += LEASE / 2
+    agent.upgrading()
+    assert agent.remote.fetches == 0 and restarts == []  # type: ignore[attr-defined]
+    agent.work.forget(run)  # its result acknowledged
+    agent.upgrading()
+    (env,) = restarts
+    home = tmp_path / "home"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(home / "current")
+    assert env[upgrade.RELAUNCHED] == sha256(archive)
+    assert agent.backend.stopped == 1  # type: ignore[attr-defined]
+    assert (home / "current" / "agent" / "main.py").is_file()
+
+
+def test_a_mismatch_leaves_the_agent_taking_work_with_its_old_self(tmp_path: Path) -> None:
+    agent, clock, restarts = _agent(tmp_path, another_archive())
+    agent.upgrade.served(sha256(agent_archive()))
+    agent.upgrading()
+    assert agent.remote.fetches == 1 and restarts == []  # type: ignore[attr-defined]
+    assert agent.taking and agent.outgoing().request.free_slots == 2
+    assert agent.backend.stopped == 0  # type: ignore[attr-defined]
+    agent.upgrading()  # within the backoff: not fetched again
+    assert agent.remote.fetches == 1  # type: ignore[attr-defined]
+    clock.t += upgrade.RETRY_FIRST_SECONDS
+    agent.upgrading()
+    assert agent.remote.fetches == 2  # type: ignore[attr-defined]
