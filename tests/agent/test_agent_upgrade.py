@@ -9,10 +9,12 @@ import io
 import os
 import tarfile
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from agent import main as agent_main
 from agent import upgrade
@@ -20,7 +22,10 @@ from agent.errors import ControllerError
 from agent.jobs import JobRun
 from agent.protocol import AgentSettings
 from agent.settings import Settings
+from sp00ky_infra.client import Client
 from sp00ky_infra.shared.cloud_init import agent_archive
+from tests.agent import test_agent_rejoin as rejoin
+from tests.controllers import backend_events, live_machines, running_controller, wait_for
 
 LEASE = 30.0
 
@@ -245,7 +250,9 @@ class _Remote:
         return self.archive
 
 
-def _agent(tmp_path: Path, archive: bytes) -> tuple[agent_main.Agent, Clock, list[dict[str, str]]]:
+def _looping(
+    tmp_path: Path, archive: bytes
+) -> tuple[agent_main.Agent, Clock, list[dict[str, str]]]:
     credential = tmp_path / "credential"
     credential.write_text("the-credential\n")
     settings = Settings(
@@ -273,7 +280,7 @@ def test_the_agent_takes_no_work_until_its_job_ends_then_restarts_into_the_upgra
     tmp_path: Path,
 ) -> None:
     archive = agent_archive()
-    agent, clock, restarts = _agent(tmp_path, archive)
+    agent, clock, restarts = _looping(tmp_path, archive)
     run = JobRun("j1", "1", "/render", {}, None, 0.0, 2.0)
     agent.work.runs = {"j1": run}
     agent.upgrade.served(sha256(archive))
@@ -294,7 +301,7 @@ def test_the_agent_takes_no_work_until_its_job_ends_then_restarts_into_the_upgra
 
 
 def test_a_mismatch_leaves_the_agent_taking_work_with_its_old_self(tmp_path: Path) -> None:
-    agent, clock, restarts = _agent(tmp_path, another_archive())
+    agent, clock, restarts = _looping(tmp_path, another_archive())
     agent.upgrade.served(sha256(agent_archive()))
     agent.upgrading()
     assert agent.remote.fetches == 1 and restarts == []  # type: ignore[attr-defined]
@@ -305,3 +312,135 @@ def test_a_mismatch_leaves_the_agent_taking_work_with_its_old_self(tmp_path: Pat
     clock.t += upgrade.RETRY_FIRST_SECONDS
     agent.upgrading()
     assert agent.remote.fetches == 2  # type: ignore[attr-defined]
+
+
+# --- a real agent process against a real controller ------------------------------------------
+
+
+class _Forward(BaseHTTPRequestHandler):
+    """Passes each request on to the controller as it came; the agent archive's answer with
+    one byte changed while ``corrupt`` is set (what a broken disk or link would do)."""
+
+    protocol_version = "HTTP/1.1"
+    server: _Proxy
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    def do_POST(self) -> None:
+        self._forward()
+
+    def _forward(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        passed = {k: v for k, v in self.headers.items() if k.lower() in PASSED_HEADERS}
+        answer = requests.request(
+            self.command, self.server.target + self.path, data=body, headers=passed, timeout=60
+        )
+        content = answer.content
+        if self.server.corrupt.is_set() and self.path.endswith("/agent") and answer.ok:
+            content = content[:-1] + bytes([content[-1] ^ 1])
+        self.send_response(answer.status_code)
+        self.send_header("Content-Type", answer.headers.get("Content-Type", "application/json"))
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        self.wfile.write(content)
+
+
+PASSED_HEADERS = ("authorization", "content-type")
+
+
+class _Proxy(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, target: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Forward)
+        self.target = target
+        self.corrupt = threading.Event()
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+def _after(log: Path, first: str, then: str) -> bool:
+    text = log.read_text()
+    return first in text and then in text[text.index(first) :]
+
+
+def test_an_agent_on_another_archive_upgrades_between_jobs_and_rejoins_as_the_same_machine(
+    tmp_path: Path,
+) -> None:
+    """The machine's agent runs another archive than its controller serves (the controller
+    was upgraded under it). A corrupted fetch is refused and the old agent serves a job; the
+    next fetch waits for that job, checks, restarts (the same process) and rejoins as the
+    same machine, which runs the next job: each job once."""
+    config, store_url, client = rejoin._setup(tmp_path)
+    store = client.store
+    served = sha256(agent_archive())
+    home = tmp_path / "home"
+    old = another_archive("the agent before")
+    upgrade.install(home, old, sha256(old), Lines())
+    with running_controller(
+        tmp_path, config, store_url, SPKY_POOL_TIMINGS=rejoin.TIMINGS
+    ) as controller:
+        (machine,) = wait_for(lambda: live_machines(store, "render", "ready"), what="ready")
+        assert store.machines.get(machine).agent == served
+        pid = int(store.machines.get(machine).provider_id or 0)
+        env, cwd = rejoin._agent_env(pid)
+        rejoin._kill_session(pid)
+        proxy = _Proxy(controller.agents_url)
+        proxy.corrupt.set()
+        env = {
+            **upgrade.restart_env(env, home, sha256(old)),
+            "SPKY_AGENT_HOME": str(home),
+            "SPKY_AGENT_CONTROLLER_URL": proxy.url,
+        }
+        log = tmp_path / "agent.log"
+        try:
+            with rejoin._agent(env, cwd, log) as agent:
+                _upgrades(log, proxy, client, machine, served, sha256(old))
+                assert agent.poll() is None  # one process throughout: replaced, never exited
+            started = [
+                e["gameId"]
+                for e in backend_events(tmp_path / "backend.jsonl")
+                if e["event"] == "start"
+            ]
+            assert sorted(started) == ["after", "before"]  # each job ran once
+        finally:
+            proxy.shutdown()
+            proxy.server_close()
+    client.close()
+
+
+def _upgrades(
+    log: Path, proxy: _Proxy, client: Client, machine: str, served: str, old: str
+) -> None:
+    store = client.store
+    wait_for(lambda: "event=upgrade_failed" in log.read_text(), what="the corrupted fetch")
+    assert f"the controller named {served}" in log.read_text()
+    assert store.machines.get(machine).agent == old  # its rejoin said which it runs
+    before = client.run("renderer", "/render", {"gameId": "before", "seconds": 4})
+    wait_for(lambda: store.get(before.id).status == "processing", what="the job before")
+    proxy.corrupt.clear()
+    wait_for(lambda: _after(log, "event=upgrade_restart", "event=ready"), timeout=60, what="up")
+    text = log.read_text()
+    restart = text.index("event=upgrade_restart")
+    assert f"event=result job={before.id}" in text[:restart]  # never while a job runs
+    assert "event=upgrade_waiting" in text[:restart]
+    assert f"event=rejoined pool=render backend=renderer slots=1 agent={served}" in text[restart:]
+    assert "event=join " not in text
+    after = client.run("renderer", "/render", {"gameId": "after"})
+    done = wait_for(
+        lambda: store.get(after.id).status == "success" and store.get(after.id),
+        timeout=30,
+        what="the job after",
+    )
+    assert done.machine == machine and store.machines.get(machine).agent == served
+    for job in (before, after):
+        assert store.get(job.id).status == "success" and store.get(job.id).attempt_number == 1
+    assert [m.name for m in store.machines.live("render")] == [machine]  # no new machine
