@@ -272,7 +272,7 @@ def _looping(
     agent.backend = _Backend()  # type: ignore[assignment]
     agent.remote = _Remote(archive)  # type: ignore[assignment]
     restarts: list[dict[str, str]] = []
-    agent.execute = restarts.append  # type: ignore[method-assign,assignment]
+    agent.execute = restarts.append  # type: ignore[assignment]
     return agent, clock, restarts
 
 
