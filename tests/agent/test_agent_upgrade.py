@@ -424,7 +424,8 @@ def _upgrades(
     wait_for(lambda: "event=upgrade_failed" in log.read_text(), what="the corrupted fetch")
     assert f"the controller named {served}" in log.read_text()
     assert store.machines.get(machine).agent == old  # its rejoin said which it runs
-    before = client.run("renderer", "/render", {"gameId": "before", "seconds": 4})
+    # longer than the first retry's backoff (at most RETRY_FIRST_SECONDS), well within a lease
+    before = client.run("renderer", "/render", {"gameId": "before", "seconds": 7})
     wait_for(lambda: store.get(before.id).status == "processing", what="the job before")
     proxy.corrupt.clear()
     wait_for(lambda: _after(log, "event=upgrade_restart", "event=ready"), timeout=60, what="up")
