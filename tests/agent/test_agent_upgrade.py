@@ -9,12 +9,11 @@ import io
 import os
 import tarfile
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from agent import main as agent_main
 from agent import upgrade
@@ -24,8 +23,11 @@ from agent.protocol import AgentSettings
 from agent.settings import Settings
 from sp00ky_infra.client import Client
 from sp00ky_infra.shared.cloud_init import agent_archive
+from tests.agent import test_agent_bootstrap as bootstrap
 from tests.agent import test_agent_rejoin as rejoin
+from tests.agent.test_agent_bootstrap import Hop
 from tests.controllers import backend_events, live_machines, running_controller, wait_for
+from tests.images.test_images import Logged
 
 LEASE = 30.0
 
@@ -42,20 +44,8 @@ class Clock:
         return event.is_set()
 
 
-class Lines:
-    """A Log that keeps its lines: (event, fields)."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, dict[str, Any]]] = []
-
-    def __call__(self, event: str, **fields: Any) -> None:
-        self.lines.append((event, fields))
-
-    def events(self) -> list[str]:
-        return [event for event, _ in self.lines]
-
-    def last(self, event: str) -> dict[str, Any]:
-        return [fields for name, fields in self.lines if name == event][-1]
+def _last(lines: Logged, event: str) -> dict[str, Any]:
+    return [fields for name, fields in lines.events if name == event][-1]
 
 
 def sha256(data: bytes) -> str:
@@ -78,8 +68,10 @@ def another_archive(marker: str = "another") -> bytes:
     return buffer.getvalue()
 
 
-def _upgrade(home: Path | None, own: str | None = "a" * 64) -> tuple[upgrade.Upgrade, Clock, Lines]:
-    clock, lines = Clock(), Lines()
+def _upgrade(
+    home: Path | None, own: str | None = "a" * 64
+) -> tuple[upgrade.Upgrade, Clock, Logged]:
+    clock, lines = Clock(), Logged()
     return upgrade.Upgrade(home, own, lines, clock), clock, lines
 
 
@@ -88,19 +80,19 @@ def test_no_upgrade_while_a_job_runs_and_at_once_when_none_does(tmp_path: Path) 
     assert plan.step(1, LEASE) == "claim"  # nothing due
     served = sha256(agent_archive())
     plan.served(served)
-    assert lines.last("upgrade_due") == {"served": served, "running": "a" * 64}
+    assert _last(lines, "upgrade_due") == {"served": served, "running": "a" * 64}
     # a job runs: no new work, no upgrade, for as long as it runs within a lease
     for _ in range(29):
         assert plan.step(1, LEASE) == "hold"
         clock.t += 1.0
-    assert lines.events().count("upgrade_waiting") == 1
+    assert lines.names().count("upgrade_waiting") == 1
     assert plan.step(0, LEASE) == "go"  # it ended (its result acknowledged): now
     release = plan.attempt(agent_archive)
     assert release == tmp_path / "releases" / served
     assert (release / "agent" / "__init__.py").is_file()
     assert (release / "install-agent.sh").is_file()
     assert os.readlink(tmp_path / "current") == f"releases/{served}"
-    assert lines.events()[-3:] == ["upgrade_fetched", "upgrade_unpacked", "upgrade_switched"]
+    assert lines.names()[-3:] == ["upgrade_fetched", "upgrade_unpacked", "upgrade_switched"]
 
 
 def test_a_job_longer_than_a_lease_defers_the_upgrade_and_the_agent_works_on(
@@ -112,7 +104,7 @@ def test_a_job_longer_than_a_lease_defers_the_upgrade_and_the_agent_works_on(
     clock.t += LEASE
     assert plan.step(1, LEASE) == "claim"  # it takes work again
     wait = plan.retry_at - clock.t
-    assert lines.last("upgrade_deferred")["retry_in"] == f"{wait:.1f}s"
+    assert _last(lines, "upgrade_deferred")["retry_in"] == f"{wait:.1f}s"
     assert upgrade.RETRY_FIRST_SECONDS / 2 <= wait <= upgrade.RETRY_FIRST_SECONDS
     clock.t += wait - 0.1
     assert plan.step(0, LEASE) == "claim"  # not before its retry time, even idle
@@ -132,7 +124,7 @@ def test_an_archive_not_the_one_named_keeps_the_old_agent_and_backs_off(tmp_path
     for attempt in range(4):
         assert plan.step(0, LEASE) == "go"
         assert plan.attempt(lambda: another_archive()) is None
-        failed = lines.last("upgrade_failed")
+        failed = _last(lines, "upgrade_failed")
         assert f"the controller named {named}" in failed["reason"]
         waits.append(plan.retry_at - clock.t)
         assert failed["retry_in"] == f"{waits[-1]:.1f}s"
@@ -151,7 +143,7 @@ def test_an_archive_not_the_one_named_keeps_the_old_agent_and_backs_off(tmp_path
         raise ControllerError("cannot reach the controller: refused")
 
     assert plan.attempt(unreachable) is None
-    assert "cannot reach" in lines.last("upgrade_failed")["reason"]
+    assert "cannot reach" in _last(lines, "upgrade_failed")["reason"]
 
 
 def test_an_archive_that_does_not_unpack_keeps_the_old_agent(tmp_path: Path) -> None:
@@ -160,7 +152,7 @@ def test_an_archive_that_does_not_unpack_keeps_the_old_agent(tmp_path: Path) -> 
         plan.served(sha256(broken))
         assert plan.step(0, LEASE) == "go"
         assert plan.attempt(lambda archive=broken: archive) is None  # type: ignore[misc]
-        assert "upgrade_failed" in lines.events()
+        assert "upgrade_failed" in lines.names()
         assert not (tmp_path / "current").exists()
         assert list((tmp_path / "releases").iterdir()) == []  # no partial release left
 
@@ -182,12 +174,12 @@ def test_the_first_join_names_the_agent_installed_first_and_no_upgrade_follows(
     assert plan.own == served and plan.step(0, LEASE) == "claim"
     assert (tmp_path / "installed").read_text().strip() == served
     assert upgrade.own_sha256(tmp_path, tmp_path / "agent") == served  # after a restart
-    assert "upgrade_due" not in lines.events()
+    assert "upgrade_due" not in lines.names()
     # without a home the agent never upgrades: said once, and it takes work
     homeless, _, lines = _upgrade(None)
     for _ in range(3):
         homeless.served(served)
-    assert lines.events() == ["upgrade_skipped"] and homeless.step(0, LEASE) == "claim"
+    assert lines.names() == ["upgrade_skipped"] and homeless.step(0, LEASE) == "claim"
 
 
 def test_a_release_names_itself_and_its_home(tmp_path: Path) -> None:
@@ -206,7 +198,7 @@ def test_an_agent_started_from_the_one_installed_first_runs_current_instead(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ran: list[dict[str, str]] = []
-    lines = Lines()
+    lines = Logged()
     upgrade.relaunch(str(tmp_path), lines, lambda env: ran.append(dict(env)))
     assert ran == []  # never upgraded
     sha = sha256(agent_archive())
@@ -216,7 +208,7 @@ def test_an_agent_started_from_the_one_installed_first_runs_current_instead(
     upgrade.relaunch(str(tmp_path), lines, lambda env: ran.append(dict(env)))
     (env,) = ran
     assert env["PYTHONPATH"] == f"{tmp_path / 'current'}{os.pathsep}/opt/sp00ky"
-    assert env[upgrade.RELAUNCHED] == sha and lines.last("relaunch") == {"release": sha}
+    assert env[upgrade.RELAUNCHED] == sha and _last(lines, "relaunch") == {"release": sha}
     # started by that relaunch and still not running it: never again (no exec loop)
     monkeypatch.setenv(upgrade.RELAUNCHED, sha)
     upgrade.relaunch(str(tmp_path), lines, lambda env: ran.append(dict(env)))
@@ -317,54 +309,10 @@ def test_a_mismatch_leaves_the_agent_taking_work_with_its_old_self(tmp_path: Pat
 # --- a real agent process against a real controller ------------------------------------------
 
 
-class _Forward(BaseHTTPRequestHandler):
-    """Passes each request on to the controller as it came; the agent archive's answer with
-    one byte changed while ``corrupt`` is set (what a broken disk or link would do)."""
-
-    protocol_version = "HTTP/1.1"
-    server: _Proxy
-
-    def log_message(self, *_: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self._forward()
-
-    def do_POST(self) -> None:
-        self._forward()
-
-    def _forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        passed = {k: v for k, v in self.headers.items() if k.lower() in PASSED_HEADERS}
-        answer = requests.request(
-            self.command, self.server.target + self.path, data=body, headers=passed, timeout=60
-        )
-        content = answer.content
-        if self.server.corrupt.is_set() and self.path.endswith("/agent") and answer.ok:
-            content = content[:-1] + bytes([content[-1] ^ 1])
-        self.send_response(answer.status_code)
-        self.send_header("Content-Type", answer.headers.get("Content-Type", "application/json"))
-        self.send_header("Content-Length", str(len(content)))
-        self.end_headers()
-        self.wfile.write(content)
-
-
-PASSED_HEADERS = ("authorization", "content-type")
-
-
-class _Proxy(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, target: str) -> None:
-        super().__init__(("127.0.0.1", 0), _Forward)
-        self.target = target
-        self.corrupt = threading.Event()
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+def _flipped(corrupt: threading.Event) -> Callable[[bytes], bytes]:
+    """The agent archive with its last byte changed while ``corrupt`` is set (what a broken
+    disk or link would do), else as served."""
+    return lambda archive: archive[:-1] + bytes([archive[-1] ^ 1]) if corrupt.is_set() else archive
 
 
 def _after(log: Path, first: str, then: str) -> bool:
@@ -384,7 +332,7 @@ def test_an_agent_on_another_archive_upgrades_between_jobs_and_rejoins_as_the_sa
     served = sha256(agent_archive())
     home = tmp_path / "home"
     old = another_archive("the agent before")
-    upgrade.install(home, old, sha256(old), Lines())
+    upgrade.install(home, old, sha256(old), Logged())
     with running_controller(
         tmp_path, config, store_url, SPKY_POOL_TIMINGS=rejoin.TIMINGS
     ) as controller:
@@ -393,32 +341,26 @@ def test_an_agent_on_another_archive_upgrades_between_jobs_and_rejoins_as_the_sa
         pid = int(store.machines.get(machine).provider_id or 0)
         env, cwd = rejoin._agent_env(pid)
         rejoin._kill_session(pid)
-        proxy = _Proxy(controller.agents_url)
-        proxy.corrupt.set()
-        env = {
-            **upgrade.restart_env(env, home, sha256(old)),
-            "SPKY_AGENT_HOME": str(home),
-            "SPKY_AGENT_CONTROLLER_URL": proxy.url,
-        }
+        corrupt = threading.Event()
+        corrupt.set()
         log = tmp_path / "agent.log"
-        try:
+        with bootstrap._hop(Hop(controller.agents_url, alter=_flipped(corrupt))) as url:
+            env = {
+                **upgrade.restart_env(env, home, sha256(old)),
+                "SPKY_AGENT_HOME": str(home),
+                "SPKY_AGENT_CONTROLLER_URL": url,
+            }
             with rejoin._agent(env, cwd, log) as agent:
-                _upgrades(log, proxy, client, machine, served, sha256(old))
+                _upgrades(log, corrupt, client, machine, served, sha256(old))
                 assert agent.poll() is None  # one process throughout: replaced, never exited
-            started = [
-                e["gameId"]
-                for e in backend_events(tmp_path / "backend.jsonl")
-                if e["event"] == "start"
-            ]
-            assert sorted(started) == ["after", "before"]  # each job ran once
-        finally:
-            proxy.shutdown()
-            proxy.server_close()
+        events = backend_events(tmp_path / "backend.jsonl")
+        started = [each["gameId"] for each in events if each["event"] == "start"]
+        assert sorted(started) == ["after", "before"]  # each job ran once
     client.close()
 
 
 def _upgrades(
-    log: Path, proxy: _Proxy, client: Client, machine: str, served: str, old: str
+    log: Path, corrupt: threading.Event, client: Client, machine: str, served: str, old: str
 ) -> None:
     store = client.store
     wait_for(lambda: "event=upgrade_failed" in log.read_text(), what="the corrupted fetch")
@@ -427,7 +369,7 @@ def _upgrades(
     # longer than the first retry's backoff (at most RETRY_FIRST_SECONDS), well within a lease
     before = client.run("renderer", "/render", {"gameId": "before", "seconds": 7})
     wait_for(lambda: store.get(before.id).status == "processing", what="the job before")
-    proxy.corrupt.clear()
+    corrupt.clear()
     wait_for(lambda: _after(log, "event=upgrade_restart", "event=ready"), timeout=60, what="up")
     text = log.read_text()
     restart = text.index("event=upgrade_restart")
