@@ -241,10 +241,10 @@ class Agent:
         while True:
             code = self.ending()
             if code is None:
+                self.upgrading()  # before a recycle: an upgrade restarts the backend anyway
                 code = self.keep_backend()
             if code is not None:
                 return code
-            self.upgrading()
             outgoing = self.outgoing()
             reply = self.send(outgoing)
             if isinstance(reply, int):
@@ -424,10 +424,11 @@ class Agent:
         self.taking = step == "claim"
         if step != "go":
             return
-        timeout = max(HTTP_FETCH_SECONDS, self.config.lease / 3)
-        release = self.upgrade.attempt(lambda: self.fetch_agent(timeout))
-        if release is not None:
-            self.restart_into(release)
+        env = self.restart_env()
+        if env is not None:
+            timeout = max(HTTP_FETCH_SECONDS, self.config.lease / 3)
+            if self.upgrade.attempt(lambda: self.fetch_agent(timeout)) is not None:
+                self.restart(env)
         self.taking = True
 
     def fetch_agent(self, timeout: float) -> bytes:
@@ -435,22 +436,26 @@ class Agent:
         self.work.last_contact = time.monotonic()
         return archive
 
-    def restart_into(self, release: Path) -> None:
-        """Replace this process with the agent of ``release``: the backend stopped first, the
-        machine credential where the new agent reads it (without it, it could not rejoin:
-        then no restart, and the upgrade is tried again later)."""
-        home = self.upgrade.home
-        assert home is not None
-        env = upgrade.restart_env(os.environ, home, release.name)
+    def restart_env(self) -> dict[str, str] | None:
+        """The environment the upgraded agent runs with, its machine credential on disk where
+        it reads it; None (the upgrade tried again later) when it is not: the new agent could
+        not rejoin."""
+        home, target = self.upgrade.home, self.upgrade.target
+        assert home is not None and target is not None
+        env = upgrade.restart_env(os.environ, home, target)
         kept = self.settings.credential_file
         if not kept and self.credential:  # no credential file: kept beside the releases
             kept = env["SPKY_AGENT_CREDENTIAL_FILE"] = str(home / "credential")
             Credentials(kept, self.log).save(self.credential)
         if not kept or not Path(kept).is_file():
             self.upgrade.later("upgrade_failed", "the machine credential is not on disk")
-            return
+            return None
+        return env
+
+    def restart(self, env: dict[str, str]) -> None:
+        """Replace this process with the upgraded agent, the backend stopped first."""
         self.backend.stop()
-        self.log("upgrade_restart", release=release.name)
+        self.log("upgrade_restart", release=env[upgrade.RELAUNCHED])
         try:
             self.execute(env)
         except OSError as exc:  # the loop starts the backend again (keep_backend)

@@ -4,6 +4,7 @@ is not the one named, or does not unpack, keeps the old agent, tried again after
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -387,3 +388,23 @@ def _upgrades(
     for job in (before, after):
         assert store.get(job.id).status == "success" and store.get(job.id).attempt_number == 1
     assert [m.name for m in store.machines.live("render")] == [machine]  # no new machine
+
+
+def test_the_restart_keeps_the_machine_credential_or_does_not_happen(tmp_path: Path) -> None:
+    archive = agent_archive()
+    agent, _, restarts = _looping(tmp_path, archive)
+    Path(agent.settings.credential_file).unlink()  # never saved (a full disk at the join)
+    agent.credential = "the-credential"
+    agent.upgrade.served(sha256(archive))
+    agent.upgrading()
+    assert restarts == [] and agent.remote.fetches == 0  # type: ignore[attr-defined]
+    assert agent.taking and agent.backend.stopped == 0  # type: ignore[attr-defined]
+    # no credential file setting (a machine container): kept beside the releases for the
+    # new agent, which is told where
+    agent.settings = dataclasses.replace(agent.settings, credential_file="")
+    agent.upgrade.retry_at = 0.0
+    agent.upgrading()
+    (env,) = restarts
+    kept = tmp_path / "home" / "credential"
+    assert env["SPKY_AGENT_CREDENTIAL_FILE"] == str(kept)
+    assert kept.read_text() == "the-credential\n" and kept.stat().st_mode & 0o777 == 0o600
