@@ -496,7 +496,8 @@ class Agent:
             self.drop(stopping, stop.reason)
         for work in reply.assignments:
             self.take_work(work, sent)
-        self.upgrade.served(reply.agent)
+        # no agent named: the controller serves the one this machine runs (rolled back, say)
+        self.upgrade.served(reply.agent or self.upgrade.own)
         if reply.drain and not self.draining:
             self.draining = True
             self.log("draining", reason="controller")

@@ -191,6 +191,8 @@ class Upgrade:
         if self.own is None and first_join:
             self._installed(sha256)
         if sha256 == self.own:
+            if self.target is not None:
+                self.log("upgrade_cancelled", served=sha256)
             self.target = None
             return
         self.target, self.attempts, self.quiet_since = sha256, 0, None
@@ -203,7 +205,8 @@ class Upgrade:
     def _installed(self, sha256: str) -> None:
         self.own = sha256
         if self.home is not None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # unkept, a restart upgrades once needlessly
+                self.home.mkdir(parents=True, exist_ok=True)
                 (self.home / "installed").write_text(sha256 + "\n")
 
     def step(self, busy: int, lease: float) -> Step:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sp00ky_infra.client import Client, either
+from sp00ky_infra.controller.agents import served_agent
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.costs import pool_cost
 from sp00ky_infra.controller.errors import NotLeader, Refusal
@@ -14,7 +15,6 @@ from sp00ky_infra.controller.leadership import leader_url
 from sp00ky_infra.controller.reconcile import shape_of
 from sp00ky_infra.policy.machines import LIVE_STATES, Reason
 from sp00ky_infra.policy.sizing import capacity, desired_machines, queue_cap
-from sp00ky_infra.shared import cloud_init
 from sp00ky_infra.store import Job
 from sp00ky_infra.store.machines import MachineNotFound
 from sp00ky_infra.store.retention import counters_json, since_time
@@ -84,12 +84,12 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
         "cost": cost_view(controller, name, now, counts),
     }
     if machines:
-        served = cloud_init.agent_sha256()  # agent_current: False for a machine on an old agent
+        served = served_agent()  # agent_current: False for a machine on an old agent
         view["machine_list"] = [
             {
                 **m.as_json(),
                 "busy_slots": busy.get(m.name, 0),
-                "agent_current": None if m.agent is None else m.agent == served,
+                "agent_current": None if None in (m.agent, served) else m.agent == served,
             }
             for m in live
         ]

@@ -11,6 +11,7 @@ and the claim with the COMMIT (read after it: the reply is built from what commi
 
 from __future__ import annotations
 
+import functools
 import hmac
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -85,7 +86,6 @@ class Agents:
     def __init__(self, controller: Controller, line: Line | None = None) -> None:
         self.controller = controller
         self.line = line  # None: every look claims (no long-polls wait: tests, in process)
-        self._served: str | None = None
 
     @property
     def store(self) -> SqlStore:
@@ -149,7 +149,9 @@ class Agents:
             )
         except (Conflict, MachineNotFound) as exc:
             raise Unauthorized(str(exc)) from exc
-        self.store.machines.ran_agent(name, agent or self.served_agent())
+        ran = agent or served_agent()
+        if ran:
+            self.store.machines.ran_agent(name, ran)
         return self._session_reply(machine, session, credential)
 
     def rejoin(self, name: str, credential: str, agent: str | None = None) -> JoinReply:
@@ -194,15 +196,8 @@ class Agents:
             ),
             settings=self.agent_settings(pool),
             credential=credential,
-            agent=self.served_agent(),
+            agent=served_agent(),
         )
-
-    def served_agent(self) -> str:
-        """The sha256 of the agent archive this controller serves (taken once: every poll
-        reply compares it with its machine's)."""
-        if self._served is None:
-            self._served = cloud_init.agent_sha256()
-        return self._served
 
     def image_source(self, pool: str) -> ImageSource | None:
         """Where the pool's machines fetch its image; the registry's credentials ride here,
@@ -447,7 +442,7 @@ class Agents:
             self.controller.measures.claimed(
                 job.attempt or "", sight.machine.pool, sight.now - job.run_after
             )
-        served = self.served_agent()
+        served = served_agent()
         return PollReply(
             assignments=assignments,
             stop=stale + offer.cancelled,
@@ -455,7 +450,7 @@ class Agents:
             lease=sight.pool.lease,
             now=sight.now,
             results=acks,
-            agent=served if sight.machine.agent not in (None, served) else None,
+            agent=served if served and sight.machine.agent not in (None, served) else None,
         )
 
     # --- results ---------------------------------------------------------------------------
@@ -574,6 +569,18 @@ class Agents:
             raise Refusal(str(exc)) from exc
         self._ended(machine.pool, report.status, started_at, done.status, last_code(done), now)
         return done.status
+
+
+@functools.cache
+def served_agent() -> str | None:
+    """The sha256 of the agent archive this controller serves (taken once: every poll reply
+    compares it with its machine's); None where this install has no archive to serve (a
+    package installed without the checkout's cloud-init/: local machines only, which run the
+    agent installed with it)."""
+    try:
+        return cloud_init.agent_sha256()
+    except OSError:
+        return None
 
 
 def machine_env(backend: Backend, root: str = ".") -> dict[str, str]:

@@ -20,7 +20,7 @@ AGENT_DESCRIPTION = (
 class JoinRequest(BaseModel):
     machine: str
     token: str = Field(description="The one-time join token from the machine's user-data.")
-    agent: str | None = Field(default=None, description=AGENT_DESCRIPTION)
+    agent: str | None = Field(default=None, max_length=64, description=AGENT_DESCRIPTION)
 
 
 class RejoinRequest(BaseModel):
@@ -29,7 +29,7 @@ class RejoinRequest(BaseModel):
     credential: str = Field(
         description="The machine credential of its first join (from its credential file)."
     )
-    agent: str | None = Field(default=None, description=AGENT_DESCRIPTION)
+    agent: str | None = Field(default=None, max_length=64, description=AGENT_DESCRIPTION)
 
 
 class RegistryCredentials(BaseModel):

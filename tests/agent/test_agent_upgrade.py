@@ -176,6 +176,11 @@ def test_the_first_join_names_the_agent_installed_first_and_no_upgrade_follows(
     assert (tmp_path / "installed").read_text().strip() == served
     assert upgrade.own_sha256(tmp_path, tmp_path / "agent") == served  # after a restart
     assert "upgrade_due" not in lines.names()
+    # served another, then its own again (a controller rolled back): nothing left to do
+    plan.served("c" * 64)
+    assert plan.step(0, LEASE) == "go"
+    plan.served(served)
+    assert plan.step(0, LEASE) == "claim" and lines.names()[-1] == "upgrade_cancelled"
     # without a home the agent never upgrades: said once, and it takes work
     homeless, _, lines = _upgrade(None)
     for _ in range(3):
