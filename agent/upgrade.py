@@ -12,6 +12,7 @@ mismatch, an archive that does not unpack), with backoff, the old agent serving 
 Under the agent's home (``settings.agent_home``; /opt/sp00ky on a VM):
 
     releases/SHA256/            an archive unpacked whole: its agent/, install-agent.sh, unit
+                                (the one switched to, and the one running until it ends)
     current -> releases/SHA256  the agent to run, switched by renaming a new link over it
     installed                   the sha256 of the agent installed first (home/agent)
 
@@ -129,6 +130,14 @@ def install(home: Path, archive: bytes, expected: str, log: Log) -> Path:
     return release
 
 
+def prune(home: Path, keep: set[str | None]) -> None:
+    """The releases but those in ``keep`` removed, and what an interrupted unpack left."""
+    with contextlib.suppress(OSError):
+        for entry in (home / "releases").iterdir():
+            if entry.name not in keep:
+                shutil.rmtree(entry, ignore_errors=True)
+
+
 def _unpack(archive: bytes, into: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:bz2") as tar:
         # Checked already; the filter (no links out, no devices), where this Python has it,
@@ -234,12 +243,14 @@ class Upgrade:
         try:
             archive = fetch()
             self.log("upgrade_fetched", bytes=len(archive))
-            return install(self.home, archive, self.target, self.log)
+            release = install(self.home, archive, self.target, self.log)
         except Gone:
             raise
         except (ControllerError, UpgradeError) as exc:
             self.later("upgrade_failed", str(exc))
             return None
+        prune(self.home, {self.target, self.own})  # the new one, and this one's until it ends
+        return release
 
     def later(self, event: str, reason: str) -> None:
         wait = backoff(self.attempts, RETRY_FIRST_SECONDS, RETRY_CAP_SECONDS)

@@ -88,12 +88,15 @@ def test_no_upgrade_while_a_job_runs_and_at_once_when_none_does(tmp_path: Path) 
         clock.t += 1.0
     assert lines.names().count("upgrade_waiting") == 1
     assert plan.step(0, LEASE) == "go"  # it ended (its result acknowledged): now
+    for left in ("a" * 64, "d" * 64, ".interrupted-unpack"):  # this one's, an older one
+        (tmp_path / "releases" / left).mkdir(parents=True)
     release = plan.attempt(agent_archive)
     assert release == tmp_path / "releases" / served
     assert (release / "agent" / "__init__.py").is_file()
     assert (release / "install-agent.sh").is_file()
     assert os.readlink(tmp_path / "current") == f"releases/{served}"
     assert lines.names()[-3:] == ["upgrade_fetched", "upgrade_unpacked", "upgrade_switched"]
+    assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == sorted(["a" * 64, served])
 
 
 def test_a_job_longer_than_a_lease_defers_the_upgrade_and_the_agent_works_on(
