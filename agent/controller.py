@@ -114,7 +114,7 @@ class Controller:
         self.machine = machine
         self.session_token: str | None = None
         self.link = Link(self.url)
-        self.http = requests.Session()  # the image stream only
+        self.http = requests.Session()  # the image stream and the agent archive only
         for scheme in ("http://", "https://"):
             self.http.mount(scheme, _NoDelay(pool_connections=1, pool_maxsize=1))
 
@@ -139,16 +139,17 @@ class Controller:
         except ValueError as exc:
             raise ProtocolError(f"POST {path}: the answer is not JSON ({exc})") from exc
 
-    def join(self, token: str) -> JoinReply:
-        body = JoinRequest(machine=self.machine, token=token)
+    def join(self, token: str, agent: str | None = None) -> JoinReply:
+        """``agent``: the sha256 of the agent archive this agent runs, when it knows."""
+        body = JoinRequest(machine=self.machine, token=token, agent=agent)
         reply = JoinReply.from_json(self._post("/v1/join", body.to_json()))
         self.session_token = reply.session
         return reply
 
-    def rejoin(self, credential: str) -> JoinReply:
+    def rejoin(self, credential: str, agent: str | None = None) -> JoinReply:
         """After a reboot or a restart: the machine credential of the first join for a new
         session."""
-        body = RejoinRequest(credential=credential)
+        body = RejoinRequest(credential=credential, agent=agent)
         path = f"/v1/machines/{self.machine}/rejoin"
         reply = JoinReply.from_json(self._post(path, body.to_json()))
         self.session_token = reply.session
@@ -174,11 +175,23 @@ class Controller:
     def image(self, image_id: str, read_timeout: float = 60.0) -> requests.Response:
         """The controller's stream of a served image (a ``docker save`` tar), still unread:
         the caller reads it chunk by chunk and closes it."""
+        return self._get(f"images/{image_id}", read_timeout, stream=True)
+
+    def agent_archive(self, read_timeout: float) -> bytes:
+        """The agent archive the controller serves (tar.bz2, tens of KiB), fetched with the
+        session, for an upgrade to check and unpack."""
+        try:
+            return self._get("agent", read_timeout, stream=False).content
+        except requests.RequestException as exc:
+            raise ControllerError(f"cannot fetch the agent archive: {exc}") from exc
+
+    def _get(self, path: str, read_timeout: float, stream: bool) -> requests.Response:
+        """A GET of the machine's ``path`` with the session: the answer when 200."""
         headers = {"Authorization": f"Bearer {self.session_token}"}
-        url = f"{self.url}/v1/machines/{self.machine}/images/{image_id}"
+        url = f"{self.url}/v1/machines/{self.machine}/{path}"
         try:
             answer = self.http.get(
-                url, headers=headers, stream=True, timeout=(HTTP_SLACK_SECONDS, read_timeout)
+                url, headers=headers, stream=stream, timeout=(HTTP_SLACK_SECONDS, read_timeout)
             )
         except requests.RequestException as exc:
             raise ControllerError(f"cannot reach the controller: {exc}") from exc

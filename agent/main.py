@@ -13,11 +13,16 @@ The unit (cloud-init/sp00ky-agent.service) restarts none of 3 and 4: a VM never 
 
 The first join issues a machine credential, kept in ``settings.credential_file`` (0600, never
 logged); an agent that finds it there rejoins with it instead of its one-time join token.
+
+When the controller serves another agent than this one, the agent upgrades itself once it
+runs no job (``agent.upgrade``): it takes no new work meanwhile, then replaces its process
+with the new agent, which rejoins as the same machine.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import subprocess
 import sys
@@ -28,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from agent import controller as remote
-from agent import http_headers
+from agent import http_headers, upgrade
 from agent.backend import Backend
+from agent.clock import Monotonic
 from agent.courier import Courier
 from agent.credentials import Credentials
 from agent.errors import ControllerError, Gone, Refused, SettingsError, Unreachable
@@ -56,6 +62,9 @@ UNREACHABLE = 7  # no answer to join within the budget: the unit restarts the ag
 # Results a poll may carry in all, as JSON: well under the controller's 256 KiB for a poll's
 # body (controller/limits.py); a larger result is posted on its own (up to 1 MiB).
 POLL_RESULTS_BYTES = 128 * 1024
+# An upgrade's fetch of the agent archive (tens of KiB) may take this long, or a third of the
+# lease if longer: no job runs meanwhile.
+HTTP_FETCH_SECONDS = 30.0
 # A poll that would carry results first waits this long for the jobs the last poll started,
 # so that it carries their results too rather than leave them to the poll after.
 SETTLE_SECONDS = 0.008
@@ -89,6 +98,11 @@ class Agent:
         courier = remote.Controller(settings.controller_url, settings.machine)
         self.courier = Courier(self.work, courier, self.log)
         self.watchdog = Watchdog(self.work, self.backend, self.log)
+        home = upgrade.home_of(settings.agent_home)
+        self.upgrade = upgrade.Upgrade(home, upgrade.own_sha256(home), self.log, Monotonic())
+        self.taking = True  # False while a due upgrade waits for the jobs running to end
+        self.credential: str | None = None  # the machine's, for a restart that keeps it
+        self.execute = upgrade.execute  # replaces the process (a test's stand-in returns)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -121,8 +135,16 @@ class Agent:
         saving.start()
         self.config: AgentSettings = joined.settings
         self.work.lease, self.work.margin = self.config.lease, safety_margin(self.config.lease)
+        self.credential = joined.credential or credential
+        self.upgrade.served(joined.agent, first_join=not credential)
         backend = joined.backend
-        self.log(f"{how}ed", pool=joined.pool, backend=backend.name, slots=self.config.slots)
+        self.log(
+            f"{how}ed",
+            pool=joined.pool,
+            backend=backend.name,
+            slots=self.config.slots,
+            agent=self.upgrade.own,
+        )
         try:
             problem = self.backend.boot(backend, joined.pool, self.config.boot_timeout)
         finally:
@@ -158,9 +180,9 @@ class Agent:
         while True:
             try:
                 if credential:
-                    reply = self.remote.rejoin(credential)
+                    reply = self.remote.rejoin(credential, self.upgrade.own)
                 else:
-                    reply = self.remote.join(self.settings.join_token)
+                    reply = self.remote.join(self.settings.join_token, self.upgrade.own)
                 self.work.last_contact = time.monotonic()
                 return reply
             except (Refused, Gone):
@@ -219,6 +241,7 @@ class Agent:
         while True:
             code = self.ending()
             if code is None:
+                self.upgrading()  # before a recycle: an upgrade restarts the backend anyway
                 code = self.keep_backend()
             if code is not None:
                 return code
@@ -264,7 +287,7 @@ class Agent:
         """The next poll: the results it carries, the attempts still running (the leases due
         a renewal), the free slots and how long it may be held."""
         work = self.work
-        alive = not self.draining and self.backend.alive()
+        alive = not self.draining and self.taking and self.backend.alive()
         with work.lock:
             carried = self._carried()
             busy = len(work.runs) - len(carried)
@@ -386,6 +409,58 @@ class Agent:
                     return
                 work.lock.wait(max(fresh) - now)
 
+    # --- the upgrade -----------------------------------------------------------------------
+
+    def upgrading(self) -> None:
+        """While an upgrade is due: no new work until the jobs held end (for at most a lease),
+        then the upgrade and a restart into it (the process replaced), or its failure
+        (logged, tried again after a backoff). Never while the agent drains or stops."""
+        if self.draining or self.stopping:
+            self.taking = True
+            return
+        with self.work.lock:
+            busy = len(self.work.runs)
+        step = self.upgrade.step(busy, self.config.lease)
+        self.taking = step == "claim"
+        if step != "go":
+            return
+        env = self.restart_env()
+        if env is not None:
+            timeout = max(HTTP_FETCH_SECONDS, self.config.lease / 3)
+            if self.upgrade.attempt(lambda: self.fetch_agent(timeout)) is not None:
+                self.restart(env)
+        self.taking = True
+
+    def fetch_agent(self, timeout: float) -> bytes:
+        archive: bytes = self.remote.agent_archive(timeout)
+        self.work.last_contact = time.monotonic()
+        return archive
+
+    def restart_env(self) -> dict[str, str] | None:
+        """The environment the upgraded agent runs with, its machine credential on disk where
+        it reads it; None (the upgrade tried again later) when it is not: the new agent could
+        not rejoin."""
+        home, target = self.upgrade.home, self.upgrade.target
+        assert home is not None and target is not None
+        env = upgrade.restart_env(os.environ, home, target)
+        kept = self.settings.credential_file
+        if not kept and self.credential:  # no credential file: kept beside the releases
+            kept = env["SPKY_AGENT_CREDENTIAL_FILE"] = str(home / "credential")
+            Credentials(kept, self.log).save(self.credential)
+        if not kept or not Path(kept).is_file():
+            self.upgrade.later("upgrade_failed", "the machine credential is not on disk")
+            return None
+        return env
+
+    def restart(self, env: dict[str, str]) -> None:
+        """Replace this process with the upgraded agent, the backend stopped first."""
+        self.backend.stop()
+        self.log("upgrade_restart", release=env[upgrade.RELAUNCHED])
+        try:
+            self.execute(env)
+        except OSError as exc:  # the loop starts the backend again (keep_backend)
+            self.upgrade.later("upgrade_failed", f"cannot restart into it: {exc}")
+
     # --- the answer ------------------------------------------------------------------------
 
     def acknowledged(self, reply: PollReply, carried: list[JobRun]) -> None:
@@ -421,6 +496,8 @@ class Agent:
             self.drop(stopping, stop.reason)
         for work in reply.assignments:
             self.take_work(work, sent)
+        # no agent named: the controller serves the one this machine runs (rolled back, say)
+        self.upgrade.served(reply.agent or self.upgrade.own)
         if reply.drain and not self.draining:
             self.draining = True
             self.log("draining", reason="controller")
@@ -500,6 +577,7 @@ def main() -> int:
     if not Path(settings.workdir).is_dir():
         print(f"agent: SPKY_AGENT_WORKDIR {settings.workdir} is not a directory", file=sys.stderr)
         return 2
+    upgrade.relaunch(settings.agent_home, functools.partial(log, settings.machine))
     agent = Agent(settings)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, agent.on_signal)

@@ -19,6 +19,9 @@ controller does.
     GET  .../images/ID (no body)     the image as a docker save tar (ImageSource "controller")
     any error answer                 Problem
 
+    GET  .../agent     (no body)     the agent archive (tar.bz2) an upgrade fetches, checked
+                                     against the sha256 of the join or poll reply's ``agent``
+
     before the join, the bootstrap (agent/bootstrap.py), its join token as bearer:
     GET  .../agent     (no body)     the agent archive (tar.bz2), checked against the
                                      user-data's sha256 before it is unpacked
@@ -56,11 +59,13 @@ class Message:
 class JoinRequest(Message):
     machine: str
     token: str  # the one-time join token from the machine's user-data
+    agent: str | None = None  # the sha256 of the agent archive it runs, when it knows
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RejoinRequest(Message):
     credential: str  # the machine credential of its first join (from its credential file)
+    agent: str | None = None  # the sha256 of the agent archive it runs, when it knows
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +112,7 @@ class JoinReply(Message):
     backend: BackendInfo
     settings: AgentSettings
     credential: str | None = None  # issued at the first join only: kept in a 0600 file
+    agent: str | None = None  # the sha256 of the agent archive the controller serves
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,6 +200,7 @@ class PollReply(Message):
     lease: float
     now: float
     results: tuple[ResultAck, ...] = ()  # one for each result the poll carried
+    agent: str | None = None  # only while the machine runs another agent than the one served
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

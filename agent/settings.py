@@ -32,6 +32,10 @@ class Settings:
     # HOME and the locale: on a machine that is a container, the image's ENV (the docker
     # provisioner lists them). Nothing else of the agent's environment reaches the backend.
     inherit_env: tuple[str, ...] = ()
+    # Where the agent unpacks the archives it upgrades to and names the one it runs
+    # (agent/upgrade.py). Default: where it was installed from its archive (/opt/sp00ky on a
+    # VM); empty when it was not (a checkout, a machine image): it then never upgrades.
+    agent_home: str = ""
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -53,6 +57,7 @@ class Settings:
             ("workdir", "SPKY_AGENT_WORKDIR"),
             ("image", "SPKY_AGENT_IMAGE"),
             ("credential_file", "SPKY_AGENT_CREDENTIAL_FILE"),
+            ("agent_home", "SPKY_AGENT_HOME"),
         ):
             if env.get(name):
                 values[key] = env[name]

@@ -147,6 +147,7 @@ def get(name: str, as_json: bool) -> None:
         click.echo(
             f"  {machine['name']:<20} {machine['state']:<9} busy {machine['busy_slots']}"
             + (f"  ({machine['drain_reason']})" if machine.get("drain_reason") else "")
+            + ("  on an old agent" if machine.get("agent_current") is False else "")
         )
     for incident in pool["incidents"]:
         click.echo(f"  incident {incident['kind']}: {incident['message']}")

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sp00ky_infra.client import Client, either
+from sp00ky_infra.controller.agents import served_agent
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.costs import pool_cost
 from sp00ky_infra.controller.errors import NotLeader, Refusal
@@ -84,7 +85,15 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
         "cost": cost_view(controller, name, now, counts),
     }
     if machines:
-        view["machine_list"] = [{**m.as_json(), "busy_slots": busy.get(m.name, 0)} for m in live]
+        served = served_agent()  # agent_current: False for a machine on an old agent
+        view["machine_list"] = [
+            {
+                **m.as_json(),
+                "busy_slots": busy.get(m.name, 0),
+                "agent_current": None if None in (m.agent, served) else m.agent == served,
+            }
+            for m in live
+        ]
         view["waiting"] = waiting_entries(controller, name, now)
         view["recent"] = recent_entries(controller, name)
     return view

@@ -11,6 +11,7 @@ and the claim with the COMMIT (read after it: the reply is built from what commi
 
 from __future__ import annotations
 
+import functools
 import hmac
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -128,9 +129,11 @@ class Agents:
 
     # --- joining ----------------------------------------------------------------------------
 
-    def join(self, name: str, token: str) -> JoinReply:
+    def join(self, name: str, token: str, agent: str | None = None) -> JoinReply:
         """Trade a one-time join token for a session, the backend's spec and its env, and the
-        machine credential its agent rejoins with after a reboot (issued only here, once)."""
+        machine credential its agent rejoins with after a reboot (issued only here, once).
+        ``agent``: the archive the agent says it runs; one that does not say runs the one
+        served (its bootstrap checked it against the sha256 this controller pinned)."""
         self.require_leader()
         now = self.controller.clock()
         try:
@@ -146,15 +149,19 @@ class Agents:
             )
         except (Conflict, MachineNotFound) as exc:
             raise Unauthorized(str(exc)) from exc
+        ran = agent or served_agent()
+        if ran:
+            self.store.machines.ran_agent(name, ran)
         return self._session_reply(machine, session, credential)
 
-    def rejoin(self, name: str, credential: str) -> JoinReply:
+    def rejoin(self, name: str, credential: str, agent: str | None = None) -> JoinReply:
         """A machine's agent back after a reboot or a restart, with the credential of its first
         join: a new session and the same reply as a join (without a new credential). The state
         stays: a ready machine is ready, and polls as before; the jobs still bound to it are
         resent by its polls (the same attempts, under their leases), so none runs twice.
-        Unauthorized for an unknown machine or another credential, Gone for a machine that is
-        failed or destroyed."""
+        ``agent``: the archive the agent says it runs now (one that does not say runs the one
+        recorded before). Unauthorized for an unknown machine or another credential, Gone for
+        a machine that is failed or destroyed."""
         offered = tokens.credential_hash(credential)
         self._holding(name, lambda m: m.credential_hash, offered, "credential")
         now = self.controller.clock()
@@ -165,6 +172,8 @@ class Agents:
             )
         except Conflict as exc:  # failed or destroyed since it was read
             raise Gone(f"machine {name} is no longer live; shut down ({exc})") from exc
+        if agent:
+            self.store.machines.ran_agent(name, agent)
         return self._session_reply(machine, session, None)
 
     def _session_reply(self, machine: Machine, session: str, credential: str | None) -> JoinReply:
@@ -187,6 +196,7 @@ class Agents:
             ),
             settings=self.agent_settings(pool),
             credential=credential,
+            agent=served_agent(),
         )
 
     def image_source(self, pool: str) -> ImageSource | None:
@@ -242,9 +252,14 @@ class Agents:
             raise Unauthorized(f"machine {name} has joined: its join token is spent")
         return machine
 
-    def agent_archive(self, name: str, token: str) -> bytes:
-        """The agent archive, for the bootstrap to check against the user-data's sha256."""
-        self.booting(name, token)
+    def agent_archive(self, name: str, bearer: str) -> bytes:
+        """The agent archive: for the bootstrap to check against the user-data's sha256 (with
+        the join token, before the join), or for a joined agent's upgrade (with its session)
+        to check against the sha256 of its join or poll reply."""
+        try:
+            self.authenticate(name, bearer)
+        except Unauthorized:
+            self.booting(name, bearer)
         return cloud_init.agent_archive()
 
     def boot_failed(self, name: str, token: str, reason: str) -> None:
@@ -426,6 +441,7 @@ class Agents:
             self.controller.measures.claimed(
                 job.attempt or "", sight.machine.pool, sight.now - job.run_after
             )
+        served = served_agent()
         return PollReply(
             assignments=assignments,
             stop=stale + offer.cancelled,
@@ -433,6 +449,7 @@ class Agents:
             lease=sight.pool.lease,
             now=sight.now,
             results=acks,
+            agent=served if served and sight.machine.agent not in (None, served) else None,
         )
 
     # --- results ---------------------------------------------------------------------------
@@ -551,6 +568,18 @@ class Agents:
             raise Refusal(str(exc)) from exc
         self._ended(machine.pool, report.status, started_at, done.status, last_code(done), now)
         return done.status
+
+
+@functools.cache
+def served_agent() -> str | None:
+    """The sha256 of the agent archive this controller serves (taken once: every poll reply
+    compares it with its machine's); None where this install has no archive to serve (a
+    package installed without the checkout's cloud-init/: local machines only, which run the
+    agent installed with it)."""
+    try:
+        return cloud_init.agent_sha256()
+    except OSError:
+        return None
 
 
 def machine_env(backend: Backend, root: str = ".") -> dict[str, str]:

@@ -220,14 +220,14 @@ def agents_app(controller: Controller, hub: Hub) -> HotRoutes:
     @app.post("/v1/join", responses=ERRORS)
     def join(body: JoinRequest) -> JoinReply:
         """Trade the machine's one-time join token for a session, the backend and its env."""
-        return agents.join(body.machine, body.token)
+        return agents.join(body.machine, body.token, body.agent)
 
     @app.post("/v1/machines/{name}/rejoin", responses=ERRORS)
     def rejoin(name: str, body: RejoinRequest) -> JoinReply:
         """After a reboot or a restart: trade the machine credential of the first join for a
         new session (the reply of a join, without a new credential). 401 for another
         credential or an unknown machine, 410 for a failed or destroyed one."""
-        return agents.rejoin(name, body.credential)
+        return agents.rejoin(name, body.credential, body.agent)
 
     @app.get(
         "/v1/machines/{name}/agent",
@@ -236,10 +236,12 @@ def agents_app(controller: Controller, hub: Hub) -> HotRoutes:
     )
     def agent(name: str, authorization: Annotated[str | None, Header()] = None) -> Response:
         """The agent archive (tar.bz2), for the machine's bootstrap to check against the
-        sha256 its user-data pins, then install. Authorized by the machine's join token
-        (`Authorization: Bearer <join token>`) until the machine joins; the join still spends
-        it. 401 for a bad token, an unknown machine or one that has joined."""
-        archive = agents.agent_archive(name, _session(authorization, "join token"))
+        sha256 its user-data pins, then install; and for a joined agent that upgrades itself
+        to the sha256 of its join or poll reply's `agent`. Authorized by the machine's join
+        token (`Authorization: Bearer <join token>`) until the machine joins (the join still
+        spends it), then by its session. 401 for a bad token or session, or an unknown
+        machine."""
+        archive = agents.agent_archive(name, _session(authorization, "join token or session"))
         return Response(archive, media_type="application/x-bzip2")
 
     @app.post("/v1/machines/{name}/boot-failed", responses=ERRORS)

@@ -11,10 +11,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+AGENT_DESCRIPTION = (
+    "The sha256 of the agent archive the agent runs, when it knows (it ran from an archive it "
+    "upgraded to, or was told at its first join): the controller records it."
+)
+
 
 class JoinRequest(BaseModel):
     machine: str
     token: str = Field(description="The one-time join token from the machine's user-data.")
+    agent: str | None = Field(default=None, max_length=64, description=AGENT_DESCRIPTION)
 
 
 class RejoinRequest(BaseModel):
@@ -23,6 +29,7 @@ class RejoinRequest(BaseModel):
     credential: str = Field(
         description="The machine credential of its first join (from its credential file)."
     )
+    agent: str | None = Field(default=None, max_length=64, description=AGENT_DESCRIPTION)
 
 
 class RegistryCredentials(BaseModel):
@@ -76,6 +83,12 @@ class JoinReply(BaseModel):
         default=None,
         description="The machine credential, issued at the first join only (a rejoin keeps "
         "it): the agent keeps it in a 0600 file and rejoins with it after a reboot.",
+    )
+    agent: str | None = Field(
+        default=None,
+        description="The sha256 of the agent archive this controller serves "
+        "(GET /v1/machines/{name}/agent): an agent that runs another upgrades itself to it once "
+        "it runs no job. An agent that does not know the field ignores it.",
     )
 
 
@@ -178,6 +191,11 @@ class PollReply(BaseModel):
     now: float
     results: list[ResultAck] = Field(
         default_factory=list, description="One for each result the poll carried."
+    )
+    agent: str | None = Field(
+        default=None,
+        description="Only while the machine runs another agent than the one this controller "
+        "serves (as its last join or rejoin said): that archive's sha256, as in the join reply.",
     )
 
 

@@ -21,7 +21,7 @@ from sp00ky_infra.store.model import Conflict, StoreError
 MACHINE_COLUMNS = (
     "name, pool, provider, state, revision, slots, created_at, updated_at, joined_at, ready_at, "
     "last_seen_at, idle_since, drain_reason, drained, failed_reason, destroyed_at, provider_id, "
-    "provider_state, session_hash, credential_hash, failed_at"
+    "provider_state, session_hash, credential_hash, failed_at, agent"
 )
 IncidentKind = Literal["pool_breaker_open"]
 
@@ -63,6 +63,7 @@ class Machine:
     session_hash: str | None
     credential_hash: str | None = None  # the machine credential's, issued at its first join
     failed_at: float | None = None  # when it failed (a destroy moves updated_at on, not this)
+    agent: str | None = None  # the sha256 of the agent archive it runs, as its last join said
 
     def as_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in MACHINE_COLUMNS.replace(" ", "").split(",")}
@@ -154,7 +155,7 @@ def _columns(found: Rule, now: float, change: Change) -> list[tuple[str, Any]]:
 def _machine(row: Sequence[Any]) -> Machine:
     (name, pool, provider, state, revision, slots, created_at, updated_at, joined_at, ready_at,
      last_seen_at, idle_since, drain_reason, drained, failed_reason, destroyed_at, provider_id,
-     provider_state, session_hash, credential_hash, failed_at) = row  # fmt: skip
+     provider_state, session_hash, credential_hash, failed_at, agent) = row  # fmt: skip
     return Machine(
         name=name,
         pool=pool,
@@ -177,6 +178,7 @@ def _machine(row: Sequence[Any]) -> Machine:
         session_hash=session_hash,
         credential_hash=credential_hash,
         failed_at=failed_at,
+        agent=agent,
     )
 
 
@@ -281,6 +283,10 @@ class MachineTable:
             if sql.rowcount != 1:
                 raise Conflict(f"machine {name!r} cannot rejoin: not live, or another credential")
         return self.get(name)
+
+    def ran_agent(self, name: str, agent: str) -> None:
+        """Its agent said at a join or rejoin that it runs the agent archive ``agent``."""
+        self._set(name, ("agent", agent))
 
     def seen(self, name: str, now: float) -> None:
         """Its agent polled at ``now``."""

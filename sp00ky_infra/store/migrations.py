@@ -507,4 +507,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             "UNIQUE (schedule, fire_at, item)",
         ),
     ),
+    Migration(
+        15,
+        "the agent archive each machine's agent runs (its sha256), as its last join said",
+        ("ALTER TABLE machines ADD COLUMN agent TEXT",),
+    ),
 )

@@ -204,11 +204,11 @@ class _Remote:
         self.answers = list(answers)
         self.calls: list[str] = []
 
-    def join(self, token: str) -> None:
+    def join(self, token: str, agent: str | None = None) -> None:
         self.calls.append("join")
         raise self.answers.pop(0)
 
-    def rejoin(self, credential: str) -> None:
+    def rejoin(self, credential: str, agent: str | None = None) -> None:
         self.calls.append(f"rejoin {credential}")
         raise self.answers.pop(0)
 

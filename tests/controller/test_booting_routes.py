@@ -12,7 +12,7 @@ import requests
 
 from sp00ky_infra.client import Client
 from sp00ky_infra.shared import tokens
-from sp00ky_infra.shared.cloud_init import agent_archive
+from sp00ky_infra.shared.cloud_init import agent_archive, agent_sha256
 from tests.controllers import (
     SECRET,
     ControllerProcess,
@@ -82,6 +82,11 @@ def test_a_join_token_fetches_the_agent_until_its_machine_joins(
     spent = (401, "machine render-fetch1 has joined: its join token is spent")
     assert _error(_agent(controller, "render-fetch1", token)) == spent
     assert _error(_failed(controller, "render-fetch1", token, "too late")) == spent
+    # the joined agent is told what the controller serves, and fetches it with its session
+    assert joined.json()["agent"] == agent_sha256()
+    assert client.store.machines.get("render-fetch1").agent == agent_sha256()  # it runs that
+    fetched = _agent(controller, "render-fetch1", joined.json()["session"])
+    assert fetched.status_code == 200 and fetched.content == agent_archive()
     assert client.store.machines.get("render-fetch1").failed_reason is None
 
 
@@ -96,7 +101,11 @@ def test_only_the_machines_own_unexpired_token_fetches_the_agent(
     forged = tokens.issue_join_token("another-secret", "render-fetch2", now)
     stranger = tokens.issue_join_token(SECRET, "render-ghost", now)
     refused = [  # (machine, token, why)
-        ("render-fetch2", None, "send the join token as `Authorization: Bearer <join token>`"),
+        (
+            "render-fetch2",
+            None,
+            "send the join token or session as `Authorization: Bearer <join token or session>`",
+        ),
         ("render-fetch2", other, "join token is for machine 'render-fetch3', not 'render-fetch2'"),
         ("render-fetch2", expired, "join token has expired"),
         (

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -138,6 +139,8 @@ class LocalProvisioner:
             # the machine credential of its first join (0600): an agent started again with
             # this environment rejoins with it
             "SPKY_AGENT_CREDENTIAL_FILE": str(self._credential_file(spec.name).resolve()),
+            # where it unpacks the agent a restarted controller serves, and runs it from
+            "SPKY_AGENT_HOME": str(self._agent_home(spec.name).resolve()),
             "PYTHONUNBUFFERED": "1",
         }
         log = open(self.log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 (the child keeps it)
@@ -164,6 +167,9 @@ class LocalProvisioner:
 
     def _credential_file(self, name: str) -> Path:
         return self.log_dir / f"{name}.credential"
+
+    def _agent_home(self, name: str) -> Path:
+        return self.log_dir / f"{name}.agent"
 
     def destroy(self, name: str, provider_id: str | None, provider_state: str | None) -> None:
         """End everything the machine ran, whether or not its agent is alive: every process of
@@ -199,6 +205,7 @@ class LocalProvisioner:
         left = [pid for pid in machine_processes(session, provider_state) if running(pid)]
         if left:
             raise ProvisionerError(f"machine {name}: processes {left} survived SIGKILL")
+        shutil.rmtree(self._agent_home(name), ignore_errors=True)
 
     def close(self) -> None:
         self._reap()
