@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller import explain
 from sp00ky_infra.controller.admin import provider_of
 from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.metrics import exposition
 from sp00ky_infra.controller.provisioners import (
     MachineSpec,
     Outcome,
@@ -173,6 +175,24 @@ def test_each_pool_is_billed_and_shown_as_its_provider(controller: Controller) -
         "provisioner": "docker",
         "declared_provider": "docker",
     }
+
+
+def test_metrics_and_explain_name_each_pools_provider(controller: Controller) -> None:
+    text = exposition(controller).decode()
+    assert (
+        'sp00ky_pool_info{declared_provider="hetzner",pool="render",provider="hetzner",'
+        'provisioner="pulumi"} 1.0' in text
+    )
+    assert (
+        'sp00ky_pool_info{declared_provider="docker",pool="thumbs",provider="docker",'
+        'provisioner="docker"} 1.0' in text
+    )
+    found = explain.pool(controller, "thumbs")
+    assert (found["provider"], found["provisioner"], found["declared_provider"]) == (
+        "docker",
+        "docker",
+        "docker",
+    )
 
 
 def test_the_router_routes_by_pool_and_closes_every_member() -> None:
