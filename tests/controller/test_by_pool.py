@@ -146,7 +146,7 @@ def test_each_pools_machines_are_made_and_destroyed_by_its_own_provisioner(
 def test_adopt_reap_and_outcomes_go_to_each_provisioner_that_can(
     controller: Controller,
 ) -> None:
-    stack, engine = _parts(controller)
+    stack, _ = _parts(controller)
     machines = controller.store.machines
     machines.add("render-a", "render", "pulumi", "r1", 1, 1.0)
     machines.add("thumbs-live", "thumbs", "docker", "r2", 1, 1.0)
