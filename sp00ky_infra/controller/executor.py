@@ -27,6 +27,7 @@ from sp00ky_infra.controller.provisioners import (
     Reaps,
     Refused,
     ReportsOutcomes,
+    made_by,
     members,
     serving,
 )
@@ -231,11 +232,14 @@ class Executor:
             self.store.machines.move(name, Reason.DESTROYED, now)
 
     def destroy(self, pool: str, name: str, now: float) -> bool:
-        """Destroy a draining or failed machine through its pool's provisioner, then its row."""
+        """Destroy a draining or failed machine through the provisioner that made it, then its
+        row."""
         machine = self.store.machines.get(name)
         if machine.state not in DESTROYABLE:
             return False  # destroyed already, or it moved on since it was planned
-        serving(self.provisioner, pool).destroy(name, machine.provider_id, machine.provider_state)
+        made_by(self.provisioner, pool, machine.provider).destroy(
+            name, machine.provider_id, machine.provider_state
+        )
         if not self.store.machines.move(name, Reason.DESTROYED, now):
             return False
         self.event(
@@ -278,9 +282,8 @@ class Executor:
     def _gone(self, machine: Machine) -> bool:
         if machine.state != "destroyed":
             return False
-        return not isinstance(serving(self.provisioner, machine.pool), ReportsOutcomes) or (
-            machine.provider_state == "destroyed"
-        )
+        maker = made_by(self.provisioner, machine.pool, machine.provider)
+        return not isinstance(maker, ReportsOutcomes) or (machine.provider_state == "destroyed")
 
     # --- the agents --------------------------------------------------------------------------
 

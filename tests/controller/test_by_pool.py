@@ -143,6 +143,19 @@ def test_each_pools_machines_are_made_and_destroyed_by_its_own_provisioner(
     assert (stack.destroyed, engine.destroyed) == ([vm.name], [container.name])
 
 
+def test_a_machine_is_destroyed_by_the_provisioner_that_made_it(controller: Controller) -> None:
+    """A machine of a pool no more in the file, or whose pool's provider changed since: its
+    row names what made it, and that one destroys it."""
+    stack, engine = _parts(controller)
+    machines, executor = controller.store.machines, controller.executor
+    machines.add("gone-1a2b3c", "gone", "docker", "r", 1, 1.0)  # a pool removed since
+    machines.add("render-4d5e6f", "render", "docker", "r", 1, 1.0)  # render was docker then
+    for name, pool in (("gone-1a2b3c", "gone"), ("render-4d5e6f", "render")):
+        assert executor.fail(pool, name, Reason.BOOT_TIMEOUT, 2.0)
+        assert executor.destroy(pool, name, 3.0)
+    assert (engine.destroyed, stack.destroyed) == (["gone-1a2b3c", "render-4d5e6f"], [])
+
+
 def test_adopt_reap_and_outcomes_go_to_each_provisioner_that_can(
     controller: Controller,
 ) -> None:

@@ -15,6 +15,7 @@ from sp00ky_infra.controller.provisioners.base import (
     Refused,
     ReportsOutcomes,
     Routes,
+    made_by,
     members,
     serving,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "Refused",
     "ReportsOutcomes",
     "Routes",
+    "made_by",
     "members",
     "serving",
 ]

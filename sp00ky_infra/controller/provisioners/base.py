@@ -130,3 +130,13 @@ def serving(provisioner: Provisioner, pool: str) -> Provisioner:
 def members(provisioner: Provisioner) -> list[Provisioner]:
     """The provisioners behind ``provisioner``: itself, unless it routes."""
     return list(provisioner.members()) if isinstance(provisioner, Routes) else [provisioner]
+
+
+def made_by(provisioner: Provisioner, pool: str, maker: str) -> Provisioner:
+    """The provisioner of a machine of ``pool`` whose row names ``maker`` (the provisioner's
+    name when it was made): that one, even when the pool is served otherwise now (its provider
+    changed) or no more (removed), else the pool's."""
+    for member in members(provisioner):
+        if member.name == maker:
+            return member
+    return serving(provisioner, pool)
