@@ -114,6 +114,27 @@ def _prod_stack(folder: Path, pulumi_bin: str, config: Path) -> StackProject:
     return project
 
 
+def _controller_env(
+    project: StackProject, cloud: FakeHetzner, name: str, address: str
+) -> dict[str, str]:
+    """No SPKY_POOL_PROVIDER: each pool on its own provider. The agents' endpoint listens at
+    ``address`` (HOST:PORT), which containers and the cloud's servers both reach."""
+    host, port = address.rsplit(":", 1)
+    return {
+        **{k: v for k, v in project.env.items() if k.startswith(("PULUMI", "PATH"))},
+        "SPKY_POOL_PROVIDER": "",
+        "SPKY_PULUMI_STACK": "prod",
+        "SPKY_PULUMI_DIR": str(project.dir),
+        "SPKY_PROJECT": name,
+        "SPKY_POOL_HOST": host,
+        "SPKY_POOL_PORT": port,
+        "SPKY_POOL_PUBLIC_URL": f"http://{address}",
+        "SPKY_POOL_TIMINGS": "lease=10s,idleTimeout=60s,bootTimeout=180s",
+        "HCLOUD_TOKEN": TOKEN,
+        "HCLOUD_ENDPOINT": cloud.url,
+    }
+
+
 def _free_port(host: str) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
@@ -160,25 +181,12 @@ def test_one_controller_runs_each_pool_on_its_own_provider(
     port = _free_port(gateway)
     with FakeHetzner(boot=cast(Booter, ProcessBooter(tmp_path))) as cloud:
         project = _prod_stack(tmp_path, pulumi_bin, config)
-        env = {
-            **{k: v for k, v in project.env.items() if k.startswith(("PULUMI", "PATH"))},
-            "SPKY_POOL_PROVIDER": "",  # unset: each pool on its own provider
-            "SPKY_PULUMI_STACK": "prod",
-            "SPKY_PULUMI_DIR": str(project.dir),
-            "SPKY_PROJECT": project_name,
-            "SPKY_POOL_HOST": gateway,
-            "SPKY_POOL_PORT": str(port),
-            "SPKY_POOL_PUBLIC_URL": f"http://{gateway}:{port}",
-            "SPKY_POOL_TIMINGS": "lease=10s,idleTimeout=60s,bootTimeout=180s",
-            "HCLOUD_TOKEN": TOKEN,
-            "HCLOUD_ENDPOINT": cloud.url,
-        }
+        env = _controller_env(project, cloud, project_name, f"{gateway}:{port}")
         controller = ControllerProcess(tmp_path / "controller", config, store_url, env)
         jobs = Client(store_url, config)
         client = engine.connect()
         try:
             controller.start(timeout=300)
-            controller.env["SPKY_POOL_PORT"] = str(port)
             render = jobs.run("renderer", "/render", {"gameId": "vm", "seconds": 0}).id
             thumb = jobs.run("thumbnailer", "/render", {"gameId": "box", "seconds": 0}).id
             wait_for(
