@@ -96,6 +96,7 @@ class ControllerProcess:
             "SPKY_STORE": self.store_url,
             "SPKY_POOL_PORT": "0",
             "SPKY_ADMIN_PORT": "0",
+            "SPKY_POOL_PROVIDER": "local",  # every pool as local processes, unless told
             "SPKY_POOL_SECRET": SECRET,
             "SPKY_ADMIN_TOKEN": ADMIN_TOKEN,
             "SPKY_TICK": "200ms",

@@ -23,6 +23,7 @@ from sp00ky_infra import engine
 from sp00ky_infra.cli.jobs import refusals
 from sp00ky_infra.cli.progress import image_progress
 from sp00ky_infra.client import Client, payload_from_text
+from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.controller import admin, preflight
 from sp00ky_infra.controller.images import ImagesError
@@ -37,13 +38,15 @@ from sp00ky_infra.store.postgres import redact
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 BUILD_TAIL_LINES = 12  # of a failed image build's output, in the refusal
 MACHINE_KINDS = {"docker": "Docker containers", "local": "local processes"}
+RUN_ON = {"docker": "docker", "local": "local processes"}  # a pool's start-up line under dev
 
 
 def _start(settings: ControllerSettings, fresh: bool = False) -> Runtime:
-    found = preflight.problems(settings, os.environ)
+    pools = load_config(settings.config_path).pools  # a ConfigError: refusals() says it
+    found = preflight.problems(settings, os.environ, pools)
     if found:
         click.echo(
-            f"error: cannot start with the {settings.provider} provisioner; fix first:", err=True
+            "error: cannot start: a pool's provider is not served here; fix first:", err=True
         )
         for problem in found:
             click.echo(f"  - {problem.line()}", err=True)
@@ -273,6 +276,10 @@ def _announce(console: Console, file: str, kind: str, runtime: Runtime, queued: 
         + (f"; {len(queued)} job(s) queued" if queued else "")
         + ". Ctrl-C stops everything."
     )
+    for name, pool in runtime.controller.pools.items():
+        console.print(
+            f"dev: pool {name}: provider {pool.provider} in {file}, run on {RUN_ON[kind]} by dev"
+        )
     if not runtime.controller.leader:
         console.print("dev: " + _standby(runtime) + "; waiting for leadership")
 

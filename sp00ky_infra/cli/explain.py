@@ -13,7 +13,7 @@ import click
 
 from sp00ky_infra.cli.cloud import cloud_option
 from sp00ky_infra.cli.jobs import json_option
-from sp00ky_infra.cli.pools import call
+from sp00ky_infra.cli.pools import call, provider_phrase
 
 
 @click.command()
@@ -44,6 +44,8 @@ def _job_text(found: dict[str, Any]) -> str:
 
 def _pool_text(found: dict[str, Any]) -> str:
     lines = [f"pool {found['pool']}: {found['rule']}"]
+    if "provider" in found:
+        lines.append(f"  on {provider_phrase(found)}, its machines made by {found['provisioner']}")
     lines.append(
         f"  has {found['current']} serving machine(s); creates {found['create']} this tick"
         + ("; PAUSED" if found["paused"] else "")

@@ -122,6 +122,14 @@ def list_(as_json: bool) -> None:
     Console(width=160 if not sys.stdout.isatty() else None).print(table)
 
 
+def provider_phrase(found: dict[str, Any]) -> str:
+    """A pool's provider as served, ``hetzner``, and as declared when that differs: ``local
+    (hetzner in sp00ky.yml)``."""
+    declared = found.get("declared_provider")
+    served = str(found["provider"])
+    return served if declared in (None, served) else f"{served} ({declared} in sp00ky.yml)"
+
+
 @pools.command()
 @click.argument("name")
 @json_option
@@ -132,7 +140,7 @@ def get(name: str, as_json: bool) -> None:
         click.echo(json.dumps(pool, indent=2))
         return
     click.echo(
-        f"{pool['name']}: backend {pool['backend']} on {pool['provider']}; "
+        f"{pool['name']}: backend {pool['backend']} on {provider_phrase(pool)}; "
         f"desired {pool['desired']} (min {pool['min']}, max {pool['max']}, "
         f"{'autoscale' if pool['autoscale'] else 'fixed'}, {pool['slots']} slot(s)); "
         f"queued {pool['queue']['queued']}, running {pool['queue']['running']}; "

@@ -12,6 +12,8 @@ from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.costs import pool_cost
 from sp00ky_infra.controller.errors import NotLeader, Refusal
 from sp00ky_infra.controller.leadership import leader_url
+from sp00ky_infra.controller.provisioners import serving
+from sp00ky_infra.controller.provisioners.by_pool import runs_on
 from sp00ky_infra.controller.reconcile import shape_of
 from sp00ky_infra.policy.machines import LIVE_STATES, Reason
 from sp00ky_infra.policy.sizing import capacity, desired_machines, queue_cap
@@ -63,7 +65,7 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
     view: dict[str, Any] = {
         "name": name,
         "backend": controller.backends[name].name,
-        "provider": controller.provisioner.name,
+        **provider_of(controller, name),
         "min": pool.min,
         "max": pool.max,
         "autoscale": pool.autoscale,
@@ -97,6 +99,18 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
         view["waiting"] = waiting_entries(controller, name, now)
         view["recent"] = recent_entries(controller, name)
     return view
+
+
+def provider_of(controller: Controller, name: str) -> dict[str, str]:
+    """What the pool's machines run on as served (``provider``: hetzner, docker or local),
+    what makes them (``provisioner``: pulumi, docker or local) and the provider sp00ky.yml
+    declares (``declared_provider``), which SPKY_POOL_PROVIDER or ``dev`` may override."""
+    provisioner = serving(controller.provisioner, name)
+    return {
+        "provider": runs_on(provisioner, controller.settings.stack_provider),
+        "provisioner": provisioner.name,
+        "declared_provider": controller.pools[name].provider,
+    }
 
 
 WAITING_SHOWN = 50  # the head of the queue; `queue.queued` counts them all

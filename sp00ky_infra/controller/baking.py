@@ -36,6 +36,7 @@ from sp00ky_infra.controller.bake import BakeError, BakeRequest, ImageFeed, bake
 from sp00ky_infra.controller.images import ImageServer, PoolImage
 from sp00ky_infra.controller.pricing import refresh_snapshots
 from sp00ky_infra.controller.provisioners import Provisioner
+from sp00ky_infra.controller.provisioners.by_pool import ByPool
 from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.hetzner.client import HetznerAPI
@@ -213,8 +214,11 @@ def start_bakes(
     asks for ``baked``: started once the controller leads (``on_leadership``); the
     provisioner keeps them (``bakes``) and closes them."""
     requests = baked_requests(config, settings.project or "dev", images)
-    if not requests or not isinstance(provisioner, PulumiProvisioner):
+    members = provisioner.members() if isinstance(provisioner, ByPool) else [provisioner]
+    stack = next((m for m in members if isinstance(m, PulumiProvisioner)), None)
+    if not requests or stack is None:
         return None
+    provisioner = stack  # the hetzner pools' (each pool on its own provider)
     if provisioner.runs_on != "hetzner":
         log.warning("the stack's machines are containers: pools %s boot no snapshot",
                     ", ".join(requests))  # fmt: skip

@@ -27,6 +27,9 @@ from sp00ky_infra.controller.provisioners import (
     Reaps,
     Refused,
     ReportsOutcomes,
+    made_by,
+    members,
+    serving,
 )
 from sp00ky_infra.controller.provisioners.output import ShowsOutput, backend_lines
 from sp00ky_infra.controller.settings import ControllerSettings
@@ -109,13 +112,15 @@ class Executor:
     # --- moves -------------------------------------------------------------------------------
 
     def create(self, deployment: Deployment, pool: str, now: float) -> bool:
-        """Ask the provisioner for one machine; False when it was refused (a failed boot)."""
+        """Ask the pool's provisioner for one machine; False when it was refused (a failed
+        boot)."""
         settings = self.settings
         name = machine_name(pool)
+        provisioner = serving(self.provisioner, pool)
         machine = self.store.machines.add(
             name,
             pool,
-            self.provisioner.name,
+            provisioner.name,
             deployment.revisions[pool],
             deployment.pools[pool].slots,
             now,
@@ -128,14 +133,14 @@ class Executor:
                     f"the project's machine cap is {settings.max_machines} (all pools, booting "
                     "and draining included)"
                 )
-            made = self.provisioner.create(
+            made = provisioner.create(
                 MachineSpec(
                     name=name,
                     pool=pool,
                     backend=deployment.backends[pool].name,
                     revision=machine.revision,
                     controller_url=settings.agents_url,
-                    join_token=self._join_token(name, now),
+                    join_token=self._join_token(provisioner, name, now),
                     workdir=deployment.config.root,
                 )
             )
@@ -148,7 +153,7 @@ class Executor:
             now,
             Change(provider_id=made.provider_id, provider_state=made.provider_state),
         )
-        self.event(now, pool, "scale_up", f"{name} requested ({self.provisioner.name})")
+        self.event(now, pool, "scale_up", f"{name} requested ({provisioner.name})")
         return True
 
     def _check_env(self, deployment: Deployment, pool: str) -> None:
@@ -160,9 +165,9 @@ class Executor:
         except EnvSourceError as exc:
             raise Refused(str(exc)) from exc
 
-    def _join_token(self, name: str, now: float) -> str | None:
+    def _join_token(self, provisioner: Provisioner, name: str, now: float) -> str | None:
         """A join token for a provisioner that delivers it; the Pulumi program issues its own."""
-        if not self.provisioner.delivers_join_token:
+        if not provisioner.delivers_join_token:
             return None
         return tokens.issue_join_token(self.settings.secret, name, now, self.settings.join_ttl)
 
@@ -196,10 +201,11 @@ class Executor:
         if machine.state not in ("requested", "booting") or settings is None:
             return None
         why = f"not ready within the boot timeout ({settings.boot_timeout:g}s)"
-        if machine.state == "requested" or not isinstance(self.provisioner, ShowsOutput):
+        provisioner = serving(self.provisioner, pool)
+        if machine.state == "requested" or not isinstance(provisioner, ShowsOutput):
             return why
         try:
-            lines = backend_lines(self.provisioner.last_output(name, machine.provider_id))
+            lines = backend_lines(provisioner.last_output(name, machine.provider_id))
         except Exception as exc:  # the output is a help, never a reason to fail otherwise
             log.warning("output of machine %s: %s", name, exc)
             return why
@@ -226,11 +232,14 @@ class Executor:
             self.store.machines.move(name, Reason.DESTROYED, now)
 
     def destroy(self, pool: str, name: str, now: float) -> bool:
-        """Destroy a draining or failed machine through its provisioner, then its row."""
+        """Destroy a draining or failed machine through the provisioner that made it, then its
+        row."""
         machine = self.store.machines.get(name)
         if machine.state not in DESTROYABLE:
             return False  # destroyed already, or it moved on since it was planned
-        self.provisioner.destroy(name, machine.provider_id, machine.provider_state)
+        made_by(self.provisioner, pool, machine.provider).destroy(
+            name, machine.provider_id, machine.provider_state
+        )
         if not self.store.machines.move(name, Reason.DESTROYED, now):
             return False
         self.event(
@@ -273,9 +282,8 @@ class Executor:
     def _gone(self, machine: Machine) -> bool:
         if machine.state != "destroyed":
             return False
-        return not isinstance(self.provisioner, ReportsOutcomes) or (
-            machine.provider_state == "destroyed"
-        )
+        maker = made_by(self.provisioner, machine.pool, machine.provider)
+        return not isinstance(maker, ReportsOutcomes) or (machine.provider_state == "destroyed")
 
     # --- the agents --------------------------------------------------------------------------
 
@@ -351,10 +359,9 @@ class Executor:
     def record_outcomes(self, now: float) -> None:
         """What an asynchronous provisioner (Pulumi) reports back: servers created (their ids
         go on the rows, so a restarted controller knows what exists) or refused (failed boots)."""
-        if not isinstance(self.provisioner, ReportsOutcomes):
-            return
         machines = self.store.machines
-        for outcome in self.provisioner.outcomes():
+        reported = [p for p in members(self.provisioner) if isinstance(p, ReportsOutcomes)]
+        for outcome in [outcome for each in reported for outcome in each.outcomes()]:
             try:
                 machine = machines.get(outcome.machine)
             except MachineNotFound:  # a machine unknown to the store: nothing to record
@@ -367,27 +374,30 @@ class Executor:
                 self.refused(machine.pool, outcome.machine, outcome.detail, now)
 
     def adopt(self) -> None:
-        """Hand the provisioner the machines the store has (this controller starts leading)."""
-        if not isinstance(self.provisioner, Adopts):
-            return
-        live: dict[str, dict[str, str]] = {}
-        for machine in self.store.machines.live():
-            if machine.provider == self.provisioner.name:
-                live.setdefault(machine.pool, {})[machine.name] = machine.revision
-        self.provisioner.adopt(live)
+        """Hand each provisioner the machines the store has of it (this controller starts
+        leading)."""
+        for provisioner in members(self.provisioner):
+            if not isinstance(provisioner, Adopts):
+                continue
+            live: dict[str, dict[str, str]] = {}
+            for machine in self.store.machines.live():
+                if machine.provider == provisioner.name:
+                    live.setdefault(machine.pool, {})[machine.name] = machine.revision
+            provisioner.adopt(live)
 
     def reap(self, now: float, keep_live: bool = True) -> int:
         """Remove what an earlier run left behind and say so in the rows. The machines the
         store has live keep running and reconnect (a restart loses nothing), unless
         ``keep_live`` is False (``dev``: a new run starts from nothing)."""
-        if not isinstance(self.provisioner, Reaps):
-            return 0
-        keep: set[str] = set()
-        if keep_live:
-            keep = {
-                m.name for m in self.store.machines.live() if m.provider == self.provisioner.name
-            }
-        reaped = self.provisioner.reap(keep)
+        reaped: list[str] = []
+        for provisioner in members(self.provisioner):
+            if not isinstance(provisioner, Reaps):
+                continue
+            keep: set[str] = set()
+            if keep_live:
+                live = self.store.machines.live()
+                keep = {m.name for m in live if m.provider == provisioner.name}
+            reaped += provisioner.reap(keep)
         for name in reaped:
             self.store.machines.move(name, Reason.LEFT_BEHIND, now)
         return len(reaped)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sp00ky_infra.controller.admin import NotFound, _pool
+from sp00ky_infra.controller.admin import NotFound, _pool, provider_of
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner
 from sp00ky_infra.controller.reconcile import observe
@@ -44,7 +44,11 @@ def pool(controller: Controller, name: str) -> dict[str, Any]:
     now = controller.clock()
     view, plan = _planned(controller, name, now)
     last = last_failed_boot(controller, name)
-    return {"at": now, **explain_pool(view, plan, now, last, bake_state(controller, name))}
+    return {
+        "at": now,
+        **explain_pool(view, plan, now, last, bake_state(controller, name)),
+        **provider_of(controller, name),
+    }
 
 
 def job(controller: Controller, job_id: str) -> dict[str, Any]:

@@ -28,6 +28,8 @@ Read at scrape time:
   pool's snapshots as last listed from Hetzner's API (``pricing.py``), their size and what
   they cost a month; 0 for a pool listed with none, no sample when never listed
 - ``sp00ky_breaker_open{pool}``, ``sp00ky_pool_paused{pool}``, ``sp00ky_leader``
+- ``sp00ky_pool_info{pool,provider,provisioner,declared_provider}``: 1 per pool; what its
+  machines run on as served, what makes them, and what sp00ky.yml declares (admin.py)
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from sp00ky_infra.controller.admin import provider_of
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.costs import FREE, cached_prices, pool_price
 from sp00ky_infra.policy.cost import pool_bill
@@ -122,6 +125,9 @@ def queue_readings(controller: Controller) -> QueueReadings:
     return found
 
 
+PROVIDER_LABELS = ("provider", "provisioner", "declared_provider")
+
+
 class ControllerCollector(Collector):
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
@@ -148,6 +154,11 @@ class ControllerCollector(Collector):
             "sp00ky_breaker_open", "1 while the pool's breaker stops boots.", labels=["pool"]
         )
         paused = GaugeMetricFamily("sp00ky_pool_paused", "1 while paused.", labels=["pool"])
+        info = GaugeMetricFamily(
+            "sp00ky_pool_info",
+            "1 per pool: its provider as served, its provisioner, its provider in sp00ky.yml.",
+            labels=["pool", *PROVIDER_LABELS],
+        )
         by_state = Counter((m.pool, m.state) for m in store.machines.live())
         plans = controller.plans
         queues = queue_readings(controller).get(list(controller.pools))
@@ -165,11 +176,13 @@ class ControllerCollector(Collector):
             flags = controller.pool_states.get(name)
             breaker.add_metric([name], 1.0 if flags.breaker.is_open(now) else 0.0)
             paused.add_metric([name], 1.0 if flags.paused else 0.0)
+            served = provider_of(controller, name)
+            info.add_metric([name, *(served[label] for label in PROVIDER_LABELS)], 1.0)
         leader = GaugeMetricFamily("sp00ky_leader", "1 while this controller leads its store.")
         leader.add_metric([], 1.0 if controller.leader else 0.0)
         yield from (jobs, oldest, machines, desired)
         yield from self._costs(now)
-        yield from (breaker, paused, leader)
+        yield from (breaker, paused, info, leader)
 
     def _costs(self, now: float) -> Iterator[Metric]:
         """Each pool's machine time, bill and price, the price as ``costs.priced`` finds it."""

@@ -1,15 +1,18 @@
-"""What each provisioner needs, checked when the controller starts (not at the first scale-up,
-when a missing CLI or token would only open the breaker).
+"""What each provisioner in use needs, checked when the controller starts (not at the first
+scale-up, when a missing CLI or token would only open the breaker).
 
-``problems(settings, env)`` returns every problem found, each a ``Problem`` saying what is
-wrong and what to do; ``dev`` and ``controller`` refuse to start (exit 2) when there is one.
+``problems(settings, env, pools)`` returns every problem found, each a ``Problem`` naming the
+pools it stops, their provider and what to set; ``dev`` and ``controller`` refuse to start
+(exit 2) when there is one. A pool is served by SPKY_POOL_PROVIDER's provisioner when it is
+set, else by its own provider's (settings.PROVISIONER_OF):
 
 - local: nothing beyond Python (agents are subprocesses of this one).
 - docker: a Docker engine that answers (DOCKER_HOST, else the local socket).
-- pulumi: the pulumi extra (the SDK) and the pulumi CLI on PATH; SPKY_PROJECT; the Pulumi
-  project (Pulumi.yaml) and the stack's config file in it; a public URL (SPKY_POOL_PUBLIC_URL)
-  that machines elsewhere can reach (not a loopback or unspecified address); and what the
-  stack's provider needs: HCLOUD_TOKEN for hetzner, a Docker engine for docker.
+- pulumi (hetzner pools): the pulumi extra (the SDK) and the pulumi CLI on PATH;
+  SPKY_PROJECT; the Pulumi project (Pulumi.yaml) and the stack's config file in it; a public
+  URL (SPKY_POOL_PUBLIC_URL) that machines elsewhere can reach (not a loopback or
+  unspecified address); and what the stack's provider needs: HCLOUD_TOKEN for hetzner, a
+  Docker engine for docker (a hetzner pool's stack run on this host).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from sp00ky_infra.config.model import Pool
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.shared.extras import install_command, installed
 
@@ -59,24 +63,41 @@ def docker_answers() -> str | None:
 def problems(
     settings: ControllerSettings,
     env: Mapping[str, str],
+    pools: Mapping[str, Pool],
     docker_probe: Callable[[], str | None] = docker_answers,
     which: Callable[[str], str | None] = shutil.which,
 ) -> list[Problem]:
-    """Everything the provisioner of ``settings`` lacks, in the order to fix it."""
-    if settings.provider == "docker":
-        return _docker(docker_probe, "SPKY_POOL_PROVIDER=docker (or SPKY_POOL_DOCKER=1)")
-    if settings.provider == "pulumi":
-        return _pulumi(settings, env, docker_probe, which)
-    return []
+    """Everything the provisioners serving ``pools`` lack, in the order to fix it."""
+    found: list[Problem] = []
+    for provisioner, names in settings.serving(pools).items():
+        who = _who(settings, names, pools)
+        if provisioner == "docker":
+            found += _docker(docker_probe, who)
+        elif provisioner == "pulumi":
+            found += _pulumi(settings, env, docker_probe, which, who)
+    return found
 
 
-def _docker(probe: Callable[[], str | None], who: str) -> list[Problem]:
+def _who(settings: ControllerSettings, names: list[str], pools: Mapping[str, Pool]) -> str:
+    """The pools a problem stops, and why they are served as they are: ``pool render
+    (provider hetzner) needs``, ``pools a, b (SPKY_POOL_PROVIDER=docker) need``."""
+    why = f"SPKY_POOL_PROVIDER={settings.provider}" if settings.provider else ""
+    if not why:
+        why = "provider " + ", ".join(sorted({pools[name].provider for name in names}))
+    if len(names) == 1:
+        return f"pool {names[0]} ({why}) needs"
+    return f"pools {', '.join(names)} ({why}) need"
+
+
+def _docker(
+    probe: Callable[[], str | None], who: str, because: str = "its machines are containers"
+) -> list[Problem]:
     why = probe()
     if why is None:
         return []
     return [
         Problem(
-            f"{who} runs machines as containers, but no Docker engine answers ({why})",
+            f"{who} a Docker engine ({because}), but none answers ({why})",
             "start Docker (or set DOCKER_HOST to one that runs), or use local processes "
             "(SPKY_POOL_PROVIDER=local; dev --machines local)",
         )
@@ -88,20 +109,21 @@ def _pulumi(
     env: Mapping[str, str],
     docker_probe: Callable[[], str | None],
     which: Callable[[str], str | None],
+    who: str,
 ) -> list[Problem]:
     found: list[Problem] = []
     if not installed("pulumi"):
         found.append(
             Problem(
-                "SPKY_POOL_PROVIDER=pulumi runs stacks through the Pulumi SDK, but the pulumi "
-                "extra is not installed",
+                f"{who} the Pulumi SDK (a stack makes its machines), but the pulumi extra is "
+                "not installed",
                 install_command("pulumi"),
             )
         )
     if which("pulumi") is None:
         found.append(
             Problem(
-                "SPKY_POOL_PROVIDER=pulumi runs `pulumi up`, but no pulumi CLI is on PATH",
+                f"{who} the pulumi CLI (`pulumi up` makes its machines), but none is on PATH",
                 "install it (https://www.pulumi.com/docs/install/) or put the engine built "
                 "here on PATH: PATH=$(scripts/pulumi-engine --path):$PATH",
             )
@@ -109,26 +131,28 @@ def _pulumi(
     if not settings.project:
         found.append(
             Problem(
-                "SPKY_PROJECT is not set",
+                f"{who} SPKY_PROJECT, which is not set",
                 "the stack labels its machines with the project, and the guardian reads this "
                 "controller's heartbeat under the same name. Set it",
             )
         )
-    provider = _stack_provider(settings, found)
-    found += _public_url(settings.public_url)
+    provider = _stack_provider(settings, found, who)
+    found += _public_url(settings.public_url, who)
     if provider == "hetzner" and not env.get("HCLOUD_TOKEN"):
         found.append(
             Problem(
-                f"stack {settings.pulumi_stack} makes Hetzner servers, but HCLOUD_TOKEN is not set",
+                f"{who} HCLOUD_TOKEN (stack {settings.pulumi_stack} makes Hetzner servers), "
+                "which is not set",
                 "export HCLOUD_TOKEN with a read/write API token of the Hetzner project",
             )
         )
     if provider == "docker":
-        found += _docker(docker_probe, f"stack {settings.pulumi_stack} (sp00ky:provider docker)")
+        because = f"stack {settings.pulumi_stack} is sp00ky:provider docker: containers here"
+        found += _docker(docker_probe, who, because)
     return found
 
 
-def _stack_provider(settings: ControllerSettings, found: list[Problem]) -> str | None:
+def _stack_provider(settings: ControllerSettings, found: list[Problem], who: str) -> str | None:
     """The stack's ``sp00ky:provider`` (hetzner when unset), or None when the project or the
     stack's config file cannot be read (a problem is added)."""
     folder = Path(settings.pulumi_dir)
@@ -138,7 +162,8 @@ def _stack_provider(settings: ControllerSettings, found: list[Problem]) -> str |
     except (OSError, yaml.YAMLError) as exc:
         found.append(
             Problem(
-                f"no Pulumi project at {project_file} ({exc.__class__.__name__})",
+                f"{who} a Pulumi project, but there is none at {project_file} "
+                f"({exc.__class__.__name__})",
                 "set SPKY_PULUMI_DIR to the directory of this repository's Pulumi.yaml",
             )
         )
@@ -150,8 +175,8 @@ def _stack_provider(settings: ControllerSettings, found: list[Problem]) -> str |
     except (OSError, yaml.YAMLError) as exc:
         found.append(
             Problem(
-                f"stack {settings.pulumi_stack} has no config file {stack_file} "
-                f"({exc.__class__.__name__})",
+                f"{who} stack {settings.pulumi_stack}, but it has no config file "
+                f"{stack_file} ({exc.__class__.__name__})",
                 "set SPKY_PULUMI_STACK to an existing stack (stacks/Pulumi.prod.yaml is "
                 "hetzner, stacks/Pulumi.local.yaml docker), or create its file with "
                 "sp00ky:provider and sp00ky:configFile",
@@ -162,14 +187,14 @@ def _stack_provider(settings: ControllerSettings, found: list[Problem]) -> str |
     return str(config.get("sp00ky:provider") or "hetzner")
 
 
-def _public_url(url: str) -> list[Problem]:
+def _public_url(url: str, who: str) -> list[Problem]:
     """Machines elsewhere dial SPKY_POOL_PUBLIC_URL: it must be set, http(s), and not an
     address that means this host only."""
     if not url:
         return [
             Problem(
-                "SPKY_POOL_PUBLIC_URL is not set, so machines would dial this controller at "
-                "a loopback address",
+                f"{who} SPKY_POOL_PUBLIC_URL, which is not set, so machines would dial this "
+                "controller at a loopback address",
                 "set it to the URL machines reach the agents' endpoint at, e.g. "
                 "https://pool.example.com (a proxy in front of SPKY_POOL_PORT)",
             )
@@ -178,7 +203,7 @@ def _public_url(url: str) -> list[Problem]:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return [
             Problem(
-                f"SPKY_POOL_PUBLIC_URL {url!r} is not an http(s) URL",
+                f"{who} SPKY_POOL_PUBLIC_URL to be an http(s) URL, but it is {url!r}",
                 "set it to the URL machines reach the agents' endpoint at, e.g. "
                 "https://pool.example.com",
             )
@@ -186,8 +211,8 @@ def _public_url(url: str) -> list[Problem]:
     if _local_only(parts.hostname):
         return [
             Problem(
-                f"SPKY_POOL_PUBLIC_URL {url!r} names this host only ({parts.hostname}); "
-                "machines elsewhere cannot reach it",
+                f"{who} SPKY_POOL_PUBLIC_URL to reach this controller, but {url!r} names "
+                f"this host only ({parts.hostname}); machines elsewhere cannot reach it",
                 "use a public name or address of this controller (or of its proxy)",
             )
         ]

@@ -17,11 +17,13 @@ from sp00ky_infra.config.model import Pool
 from sp00ky_infra.controller.core import Controller, last_code
 from sp00ky_infra.controller.orphans import maybe_cancel_orphaned
 from sp00ky_infra.controller.pricing import maybe_refresh_prices
+from sp00ky_infra.controller.provisioners import Routes, serving
 from sp00ky_infra.controller.schedules import fire_schedules
 from sp00ky_infra.controller.state import Deployment
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.hetzner.heartbeat import stamp_heartbeat
 from sp00ky_infra.policy.breaker import Breaker
+from sp00ky_infra.policy.cost import Billing
 from sp00ky_infra.policy.plan import (
     MachineView,
     Plan,
@@ -145,9 +147,9 @@ def _views(
         [(each.table, cap) for each, cap in zip(observed, caps, strict=True)], now
     )
     views = []
-    billing = controller.settings.billing
     for each, slots in zip(observed, queued, strict=True):
         name = each.terms.pool
+        billing = billing_of(controller, name)
         state = controller.pool_states.get(name)
         found = machines[name]
         views.append(
@@ -166,6 +168,14 @@ def _views(
             )
         )
     return views
+
+
+def billing_of(controller: Controller, pool: str) -> Billing | None:
+    """How the pool's machines are billed: by the provider that serves it, when each pool
+    is on its own (a routing provisioner), else by the controller's one."""
+    if not isinstance(controller.provisioner, Routes):
+        return controller.settings.billing
+    return controller.settings.billing_for(serving(controller.provisioner, pool).name)
 
 
 def plan_of(controller: Controller, view: PoolView, now: float) -> tuple[PoolView, Plan]:

@@ -11,7 +11,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +29,13 @@ from sp00ky_infra.controller.hub import Hub
 from sp00ky_infra.controller.images import ImagesError, ImageServer, PoolImage, settle_images
 from sp00ky_infra.controller.leadership import LeaderRecord, state_file, write_leader
 from sp00ky_infra.controller.limits import ADMIN_RULES, AGENTS_RULES, InputLimits
-from sp00ky_infra.controller.provisioners import HasGateway, Provisioner, Refused
+from sp00ky_infra.controller.provisioners import (
+    HasGateway,
+    Provisioner,
+    Refused,
+    members,
+)
+from sp00ky_infra.controller.provisioners.by_pool import ByPool
 from sp00ky_infra.controller.provisioners.local import LocalProvisioner
 from sp00ky_infra.controller.reconcile import TickReport, tick
 from sp00ky_infra.controller.registry import RegistryError, Resolver, load_auths
@@ -68,10 +74,38 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def make_provisioner(settings: ControllerSettings, config: Config) -> Provisioner:
-    if settings.provider == "local":
+    """SPKY_POOL_PROVIDER's one provisioner for every pool, else one per provider in use,
+    routed per pool (each made once; those made already are closed when one fails)."""
+    if settings.provider:
+        return _provisioner(settings.provider, settings, config)
+    made: dict[str, Provisioner] = {}
+    try:
+        for kind, pools in settings.serving(config.pools).items():
+            made[kind] = _provisioner(kind, settings, config, pools)
+    except BaseException:
+        for provisioner in made.values():
+            provisioner.close()
+        raise
+    return ByPool(
+        {name: made[settings.provisioner_for(pool)] for name, pool in config.pools.items()}
+    )
+
+
+def _provisioner(
+    kind: str, settings: ControllerSettings, config: Config, pools: list[str] | None = None
+) -> Provisioner:
+    """The ``kind`` provisioner (local, docker, pulumi), for ``pools`` (None: every pool)."""
+    if kind == "local":
         return LocalProvisioner(Path(settings.state_dir) / "machines")
-    if settings.provider == "pulumi":
+    if kind == "pulumi":
         return pulumi_provisioner(settings)
+    return docker_provisioner(settings, config, config.pools if pools is None else pools)
+
+
+def docker_provisioner(
+    settings: ControllerSettings, config: Config, pools: Iterable[str]
+) -> Provisioner:
+    """Docker machines, with the images of ``pools``' backends built or pulled."""
     from sp00ky_infra.controller.provisioners.docker import Build, DockerProvisioner, Pull
 
     docker = DockerProvisioner(settings.docker_network, settings.project or "dev")
@@ -80,7 +114,7 @@ def make_provisioner(settings: ControllerSettings, config: Config) -> Provisione
         auths = load_auths(settings.registry_auth)
     except RegistryError as exc:
         raise SettingsError(str(exc)) from exc
-    for pool in config.pools:
+    for pool in pools:
         backend = config.backend_for(pool)
         if backend.deploy.image:  # a registry image wins over a dockerfile, as on VMs
             reference = parse_image(backend.deploy.image)
@@ -99,7 +133,7 @@ def settle(
     """Each pool's image, once per deploy, when machines fetch it (settings.settles_images):
     registry tags resolved to digests, dockerfile images built here and served. ImagesError
     (the start is refused) names the pool and what to set."""
-    if not settings.settles_images:
+    if not settings.settles_images(config.pools):
         return {}, None
     server, no_engine = None, ""
     if any(not config.backend_for(pool).deploy.image for pool in config.pools):
@@ -140,6 +174,18 @@ def pulumi_provisioner(settings: ControllerSettings) -> Provisioner:
         provisioner.close()
         raise SettingsError(f"stack {stack} ({folder}): {exc}") from exc
     return provisioner
+
+
+def _served_settings(settings: ControllerSettings, provisioner: Provisioner) -> ControllerSettings:
+    """What the provisioners say of this host: where machine containers reach it (their
+    network's gateway: listen there, unless told where), and a stack's sp00ky:provider."""
+    for member in members(provisioner):
+        if isinstance(member, HasGateway) and settings.pool_host == "127.0.0.1":
+            settings = replace(settings, pool_host=member.gateway())
+        runs_on = getattr(member, "runs_on", None)  # a pulumi stack's sp00ky:provider
+        if isinstance(runs_on, str):
+            settings = replace(settings, stack_provider=runs_on)
+    return settings
 
 
 class Dispatcher(threading.Thread):
@@ -258,12 +304,7 @@ class Runtime:
         except Exception:
             provisioner.close()
             raise
-        if isinstance(provisioner, HasGateway) and settings.pool_host == "127.0.0.1":
-            # machine containers reach this host at their network's gateway: listen there
-            settings = replace(settings, pool_host=provisioner.gateway())
-        runs_on = getattr(provisioner, "runs_on", None)  # a pulumi stack's sp00ky:provider
-        if isinstance(runs_on, str):
-            settings = replace(settings, stack_provider=runs_on)
+        settings = _served_settings(settings, provisioner)
         self.agents_socket = bind(settings.pool_host, settings.pool_port)
         self.admin_socket = bind(settings.admin_host, settings.admin_port)
         settings = replace(

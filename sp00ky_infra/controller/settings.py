@@ -37,6 +37,10 @@ TIMING_KEYS = {
     "maxLifetime": "max_lifetime",
     "maxJobDuration": "max_job_duration",
 }
+# What serves a pool's provider (sp00ky.yml's pool.provider) when SPKY_POOL_PROVIDER is unset:
+# hetzner pools are the Pulumi stack's, docker pools containers on this host's engine.
+PROVISIONER_OF = {"hetzner": "pulumi", "docker": "docker"}
+OVERRIDES = ("local", "docker")  # SPKY_POOL_PROVIDER: every pool on this, whatever the file says
 
 
 class SettingsError(ControllerError, ValueError):
@@ -88,7 +92,9 @@ class ControllerSettings:
     admin_host: str = "127.0.0.1"  # SPKY_ADMIN_HOST
     admin_port: int = DEFAULT_ADMIN_PORT  # SPKY_ADMIN_PORT
     admin_token: str = ""  # SPKY_ADMIN_TOKEN (default: generated into .sp00ky/admin-token)
-    provider: str = "local"  # SPKY_POOL_PROVIDER: local | docker | pulumi (SPKY_POOL_DOCKER=1)
+    # SPKY_POOL_PROVIDER: local | docker runs every pool on it (SPKY_POOL_DOCKER=1: docker);
+    # "" (from_env's default): each pool on its own provider (PROVISIONER_OF)
+    provider: str = "local"
     docker_network: str = ""  # SPKY_POOL_DOCKER_NETWORK
     tick: float = DEFAULT_TICK_SECONDS  # SPKY_TICK
     poll_wait: float = MAX_POLL_WAIT_SECONDS
@@ -119,18 +125,34 @@ class ControllerSettings:
 
     @property
     def billing(self) -> Billing | None:
-        """How this controller's machines are billed: Hetzner's per started hour (pulumi,
-        on a hetzner stack); local and docker machines cost nothing, unless
-        SPKY_BILLING_HOUR says otherwise."""
-        provider = self.stack_provider if self.provider == "pulumi" else self.provider
+        """How the machines of this controller's one provisioner (SPKY_POOL_PROVIDER) are
+        billed; each pool's, when each is on its own provider: ``billing_for``."""
+        return self.billing_for(self.provider)
+
+    def billing_for(self, provisioner: str) -> Billing | None:
+        """How a provisioner's machines are billed: Hetzner's per started hour (pulumi, on a
+        hetzner stack); local and docker machines cost nothing, unless SPKY_BILLING_HOUR
+        says otherwise."""
+        provider = self.stack_provider if provisioner == "pulumi" else provisioner
         if provider != "hetzner" and self.billing_hour is None:
             return None
         return Billing.of(provider, self.tick, self.billing_hour or HOUR)
 
-    @property
-    def settles_images(self) -> bool:
-        """Whether machines fetch their backend's image, so the controller settles it."""
-        return self.pool_images or self.provider == "pulumi"
+    def provisioner_for(self, pool: Pool) -> str:
+        """What makes ``pool``'s machines: SPKY_POOL_PROVIDER's, else its provider's."""
+        return self.provider or PROVISIONER_OF[pool.provider]
+
+    def serving(self, pools: Mapping[str, Pool]) -> dict[str, list[str]]:
+        """Each provisioner in use (local, docker, pulumi) and the pools it serves."""
+        found: dict[str, list[str]] = {}
+        for name, pool in pools.items():
+            found.setdefault(self.provisioner_for(pool), []).append(name)
+        return found
+
+    def settles_images(self, pools: Mapping[str, Pool]) -> bool:
+        """Whether machines fetch their backend's image, so the controller settles it: VMs
+        (the Pulumi stack's) always do."""
+        return self.pool_images or "pulumi" in self.serving(pools)
 
     @property
     def agents_url(self) -> str:
@@ -155,9 +177,7 @@ class ControllerSettings:
             "admin_host": env.get("SPKY_ADMIN_HOST", "127.0.0.1"),
             "admin_port": _int(env, "SPKY_ADMIN_PORT", DEFAULT_ADMIN_PORT),
             "admin_token": env.get("SPKY_ADMIN_TOKEN", ""),
-            "provider": "docker"
-            if env.get("SPKY_POOL_DOCKER") == "1"
-            else env.get("SPKY_POOL_PROVIDER", "local"),
+            "provider": _provider(env),
             "docker_network": env.get("SPKY_POOL_DOCKER_NETWORK", ""),
             "tick": _seconds(env, "SPKY_TICK", DEFAULT_TICK_SECONDS),
             "max_machines": _int(env, "SPKY_POOL_MAX_MACHINES", None),
@@ -177,10 +197,10 @@ class ControllerSettings:
         values["store_url"] = values["store_url"] or default_store_url(str(values["config_path"]))
         values.setdefault("state_dir", str(project_state_dir(str(values["config_path"]))))
         settings = cls(**values)  # type: ignore[arg-type]
-        if settings.provider not in ("local", "docker", "pulumi"):
+        if settings.provider not in ("", *OVERRIDES):
             raise SettingsError(
-                f"SPKY_POOL_PROVIDER: {settings.provider!r} is not a provisioner; "
-                "use local, docker or pulumi"
+                f"SPKY_POOL_PROVIDER: {settings.provider!r} is not a provisioner; use local or "
+                "docker to run every pool on it, or leave it unset: each pool on its own provider"
             )
         return settings
 
@@ -197,6 +217,15 @@ class ControllerSettings:
                 )
             secret = secrets.token_urlsafe(32)
         return replace(self, admin_token=admin_token, secret=secret)
+
+
+def _provider(env: Mapping[str, str]) -> str:
+    """SPKY_POOL_PROVIDER's override; pulumi (what the stack was named before each pool had
+    its own provider) is the same as unset: hetzner pools are the stack's."""
+    if env.get("SPKY_POOL_DOCKER") == "1":
+        return "docker"
+    provider = env.get("SPKY_POOL_PROVIDER", "")
+    return "" if provider == "pulumi" else provider
 
 
 def read_or_create_token(path: Path) -> str:

@@ -160,20 +160,17 @@ def build(
     project: str,
     images: Mapping[str, str] | None = None,
 ) -> dict[str, pulumi.ComponentResource]:
-    """One component per pool of ``config``, with the machines the stack asks for;
-    ``images``: what a ``baked`` pool's new machines boot, by pool (``sp00ky:images``)."""
+    """One component per pool the stack serves (``served_pools``), with the machines the
+    stack asks for; ``images``: what a ``baked`` pool's new machines boot, by pool
+    (``sp00ky:images``)."""
     if not isinstance(machines, Desired):
         machines = Desired.parse(machines)
-    unknown = sorted(set(machines.pools) - set(config.pools))
-    if unknown:
-        raise ValueError(
-            f"sp00ky:machines names pools that sp00ky.yml does not declare: {', '.join(unknown)}"
-        )
+    served = served_pools(config, machines)
     network = None
     if provider == "docker":
         network = DockerNetwork("sp00ky-network", name=names.network_name(project), project=project)
     components: dict[str, pulumi.ComponentResource] = {}
-    for name, pool in config.pools.items():
+    for name, pool in served.items():
         backend = config.backend_for(name)
         args = PoolArgs(
             project=project,
@@ -192,3 +189,23 @@ def build(
         else:
             components[name] = HetznerPool(name, args)
     return components
+
+
+def served_pools(config: Config, machines: Desired) -> dict[str, Pool]:
+    """The pools a stack serves: sp00ky.yml's hetzner pools (a stack whose sp00ky:provider is
+    docker runs them on this host). Its docker pools are containers the controller makes on
+    its own engine: the stack makes nothing for them, not even a firewall. ValueError when
+    sp00ky:machines names a pool that is not the stack's."""
+    served = {name: pool for name, pool in config.pools.items() if pool.provider == "hetzner"}
+    unknown = sorted(set(machines.pools) - set(config.pools))
+    if unknown:
+        raise ValueError(
+            f"sp00ky:machines names pools that sp00ky.yml does not declare: {', '.join(unknown)}"
+        )
+    elsewhere = sorted(set(machines.pools) - set(served))
+    if elsewhere:
+        raise ValueError(
+            f"sp00ky:machines names pools that are not hetzner pools: {', '.join(elsewhere)} "
+            "(the controller runs a docker pool's machines on its own Docker engine)"
+        )
+    return served

@@ -175,7 +175,14 @@ def test_pools_commands(tmp_path: Path) -> None:
         table = cli("pools", "list", env=env).stdout
         assert "render" in table and "1 ready" in table
         shown = cli("pools", "get", "render", env=env).stdout
-        assert "render: backend renderer on local; desired 1" in shown and machine in shown
+        assert "render: backend renderer on local (hetzner in sp00ky.yml); desired 1" in shown
+        assert machine in shown
+        got = json.loads(cli("pools", "get", "render", "--json", env=env).stdout)
+        assert (got["provider"], got["provisioner"], got["declared_provider"]) == (
+            "local",
+            "local",
+            "hetzner",
+        )
         assert cli("pools", "pause", "render", env=env).stdout.strip() == "render: paused"
         assert json.loads(cli("pools", "get", "render", "--json", env=env).stdout)["paused"] is True
         assert cli("pools", "resume", "render", env=env).stdout.strip() == "render: resumed"
@@ -202,7 +209,8 @@ def test_controller_refuses_bad_settings_naming_the_variable(tmp_path: Path) -> 
         ({"SPKY_POOL_PROVIDER": "aws"}, "SPKY_POOL_PROVIDER: 'aws' is not a provisioner"),
         (
             {"SPKY_POOL_PROVIDER": "pulumi", "SPKY_POOL_SECRET": "s"},
-            "SPKY_PROJECT is not set: the stack labels its machines with the project",
+            "pool render (provider hetzner) needs SPKY_PROJECT, which is not set: the stack "
+            "labels its machines with the project",
         ),
     ):
         # in process: each is refused before the controller opens anything

@@ -54,6 +54,9 @@ def test_dev_without_a_docker_engine_runs_local_processes_and_says_why(tmp_path:
     assert first.startswith("dev: machines are local processes (no Docker engine answers: ")
     assert first.endswith("--machines docker once one runs)")
     assert "dev: sp00ky.yml on local processes;" in done.stdout
+    # the file's pool is a hetzner pool: dev says it runs it here all the same
+    pool_line = "dev: pool render: provider hetzner in sp00ky.yml, run on local processes by dev"
+    assert pool_line in done.stdout.splitlines()
     assert "1 of 1 job(s) succeeded" in done.stdout
 
 
@@ -125,6 +128,7 @@ def test_dev_runs_docker_machines_by_default_and_removes_an_earlier_runs(
         "local processes instead)"
     )
     assert "dev: sp00ky.yml on Docker containers;" in done.stdout
+    assert "dev: pool render: provider hetzner in sp00ky.yml, run on docker by dev" in lines
     assert "1 of 1 job(s) succeeded" in done.stdout
     assert "render destroyed:" in done.stdout  # idle, by the pool itself
     assert _containers(name) == []  # the leftover went at start, the machine at the end

@@ -59,10 +59,10 @@ def test_the_pulumi_controller_without_the_extra_is_refused_before_it_starts() -
         "controller", "--config", "examples/sp00ky.yml", env={"SPKY_POOL_PROVIDER": "pulumi"}
     )
     assert done.returncode == 2
-    assert "error: cannot start with the pulumi provisioner; fix first:" in done.stderr
+    assert "error: cannot start: a pool's provider is not served here; fix first:" in done.stderr
     assert (
-        "  - SPKY_POOL_PROVIDER=pulumi runs stacks through the Pulumi SDK, but the pulumi extra "
-        "is not installed: pip install 'sp00ky-infra[pulumi]'\n" in done.stderr
+        "  - pool render (provider hetzner) needs the Pulumi SDK (a stack makes its machines), "
+        "but the pulumi extra is not installed: pip install 'sp00ky-infra[pulumi]'\n" in done.stderr
     )
     assert "Traceback" not in done.stderr
 

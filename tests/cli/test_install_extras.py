@@ -147,7 +147,7 @@ def test_the_pulumi_controller_names_its_extra(spooky: Run) -> None:
     done = spooky("controller", "--config", "sp00ky.yml", SPKY_POOL_PROVIDER="pulumi")
     assert done.returncode == 2
     assert (
-        "  - SPKY_POOL_PROVIDER=pulumi runs stacks through the Pulumi SDK, but the pulumi extra "
-        "is not installed: pip install 'sp00ky-infra[pulumi]'\n" in done.stderr
+        "  - pool render (provider hetzner) needs the Pulumi SDK (a stack makes its machines), "
+        "but the pulumi extra is not installed: pip install 'sp00ky-infra[pulumi]'\n" in done.stderr
     )
     assert "Traceback" not in done.stderr

@@ -27,11 +27,14 @@ from sp00ky_infra.controller.baking import (
     baked_requests,
     outcome_line,
     parse_outcome,
+    start_bakes,
 )
 from sp00ky_infra.controller.images import PoolImage
 from sp00ky_infra.controller.pricing import refresh_snapshots
 from sp00ky_infra.controller.provisioners import MachineSpec
+from sp00ky_infra.controller.provisioners.by_pool import ByPool
 from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner
+from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.hetzner.client import HetznerAPI
 from sp00ky_infra.infra.machine import create_server
 from sp00ky_infra.infra.program import boot_image
@@ -277,3 +280,19 @@ def test_a_stopping_controller_deletes_the_server_of_a_bake_under_way(
     assert bake_server["id"] not in cloud.servers and cloud.snapshots == {}
     state = bakes.state("render")
     assert state is not None and state.status == "failed" and STOPPED in state.reason
+
+
+def test_the_bakes_start_on_the_stack_of_a_controller_that_serves_pools_by_provider(
+    tmp_path: Path, cloud: FakeHetzner
+) -> None:
+    config = _config(tmp_path)
+    stack = PulumiProvisioner(lambda: ProgramStack(cloud, config))
+    routed = ByPool({"render": stack})
+    settings = ControllerSettings(secret="s", project="shop", state_dir=str(tmp_path))
+    try:
+        bakes = start_bakes(settings, config, routed, {"render": IMAGE}, None)
+        assert bakes is not None and stack.bakes is bakes
+        state = bakes.state("render")
+        assert state is not None and (state.status, state.image) == ("baking", "docker-ce")
+    finally:
+        stack.close()

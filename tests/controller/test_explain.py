@@ -180,3 +180,7 @@ def test_explain_pool_gives_the_sizing_rule_and_each_machines_reason(tmp_path: P
         env = {"SPKY_ADMIN_URL": controller.admin_url, "SPKY_ADMIN_TOKEN": ADMIN_TOKEN}
         text = cli("explain", "pool", "render", env=env).stdout
         assert text.startswith("pool render: capacity = busy 0 + queued 0 + buffer 1")
+        # a hetzner pool run on local processes (SPKY_POOL_PROVIDER=local): both said
+        assert text.splitlines()[1] == (
+            "  on local (hetzner in sp00ky.yml), its machines made by local"
+        )

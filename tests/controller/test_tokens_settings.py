@@ -65,13 +65,34 @@ def test_settings_from_the_environment() -> None:
     assert ControllerSettings.from_env({"SPKY_POOL_DOCKER": "1"}).provider == "docker"
 
 
+def test_unset_the_provider_follows_each_pool_and_an_override_takes_every_pool() -> None:
+    hetzner, docker = Pool(name="render"), Pool(name="thumbs", provider="docker")
+    pools = {"render": hetzner, "thumbs": docker}
+    for unset in ({}, {"SPKY_POOL_PROVIDER": "pulumi"}):  # pulumi: the stack's former name
+        own = ControllerSettings.from_env(unset)
+        assert own.provider == ""
+        assert own.serving(pools) == {"pulumi": ["render"], "docker": ["thumbs"]}
+        assert own.settles_images(pools) and not own.settles_images({"thumbs": docker})
+    every = ControllerSettings.from_env({"SPKY_POOL_PROVIDER": "local"})
+    assert every.serving(pools) == {"local": ["render", "thumbs"]}
+    assert ControllerSettings.from_env({"SPKY_POOL_DOCKER": "1"}).serving(pools) == {
+        "docker": ["render", "thumbs"]
+    }
+    with pytest.raises(SettingsError, match="'aws' is not a provisioner; use local or docker"):
+        ControllerSettings.from_env({"SPKY_POOL_PROVIDER": "aws"})
+
+
 def test_a_remote_provisioner_needs_a_stable_secret(tmp_path: object) -> None:
     settings = ControllerSettings.from_env({"SPKY_POOL_DOCKER": "1"}, state_dir=str(tmp_path))
     with pytest.raises(SettingsError, match="SPKY_POOL_SECRET is not set"):
         settings.with_secrets()
-    local = ControllerSettings.from_env({}, state_dir=str(tmp_path)).with_secrets()
+    own = ControllerSettings.from_env({}, state_dir=str(tmp_path))  # each pool's own provider
+    with pytest.raises(SettingsError, match="SPKY_POOL_SECRET is not set"):
+        own.with_secrets()
+    local_env = {"SPKY_POOL_PROVIDER": "local"}
+    local = ControllerSettings.from_env(local_env, state_dir=str(tmp_path)).with_secrets()
     assert local.secret and local.admin_token
-    again = ControllerSettings.from_env({}, state_dir=str(tmp_path)).with_secrets()
+    again = ControllerSettings.from_env(local_env, state_dir=str(tmp_path)).with_secrets()
     assert again.admin_token == local.admin_token  # kept in the state dir for the CLI
 
 

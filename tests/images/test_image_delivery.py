@@ -211,7 +211,7 @@ def _start(folder: Path, config: Path, **env: str) -> subprocess.CompletedProces
         cwd=folder, capture_output=True, text=True, timeout=60,
         env={**os.environ, "SPKY_CONFIG": str(config), "SPKY_STORE": f"sqlite:///{folder}/s.db",
              "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0", "SPKY_POOL_SECRET": SECRET,
-             "SPKY_POOL_IMAGES": "1", **env},
+             "SPKY_POOL_IMAGES": "1", "SPKY_POOL_PROVIDER": "local", **env},
     )  # fmt: skip
 
 

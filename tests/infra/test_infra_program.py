@@ -50,12 +50,12 @@ class Mocks(pulumi.runtime.Mocks):
         return {}, None
 
 
-def _config(tmp_path: Path, *changes: tuple[str, Any]) -> Any:
+def _config(tmp_path: Path, *changes: tuple[str, Any], batch: dict[str, Any] | None = None) -> Any:
     data = varied(
         ("pools.render.machine", {"type": "cpx42", "locations": ["fsn1", "nbg1"],
                                   "types": ["ccx33"], "image": "sp00ky/agent=abc"}),
         ("apps.renderer.env", {"API_KEY": BACKEND_SECRET, "MODE": "fast-render-mode"}),
-        ("pools.batch", {"min": 1}),
+        ("pools.batch", {"min": 1, **(batch or {})}),
         ("apps.batcher", {
             "type": "backend", "runOn": {"pool": "batch"},
             "method": {"type": "outbox", "table": "batch_job"},
@@ -72,13 +72,13 @@ def _config(tmp_path: Path, *changes: tuple[str, Any]) -> Any:
 
 def _run_program(
     tmp_path: Path, provider: str, machines: dict[str, Any], images: dict[str, str] | None = None,
-    *changes: tuple[str, Any],
+    *changes: tuple[str, Any], batch: dict[str, Any] | None = None,
 ) -> Mocks:  # fmt: skip
     from sp00ky_infra.infra.program import build
 
     mocks = Mocks()
     pulumi.runtime.set_mocks(mocks, project="shop", stack="prod", preview=False)
-    config = _config(tmp_path, *changes)
+    config = _config(tmp_path, *changes, batch=batch)
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def program() -> pulumi.Output[Any]:
@@ -133,6 +133,26 @@ def test_every_hetzner_pool_has_a_firewall_with_no_inbound_rule(tmp_path: Path) 
         }
         # nothing says rules: the provider makes it with none (no inbound, all outbound)
         assert sorted(firewall.inputs) == ["__provider", "labels", "name"]
+
+
+@pytest.mark.parametrize("stack", ["hetzner", "docker"])
+def test_a_stack_makes_nothing_for_a_docker_pool(tmp_path: Path, stack: str) -> None:
+    """Pool batch is provider docker: its machines are containers the controller makes on its
+    own engine; the stack (hetzner, or docker: a hetzner pool's stack run here) serves
+    render only, and refuses machines of batch rather than drop them."""
+    render = {"render": ["render-a1"]}
+    mocks = _run_program(tmp_path, stack, render, batch={"provider": "docker"})
+    pools = [r.name for r in mocks.resources if r.typ.startswith("sp00ky:infra:")]
+    assert pools == ["render"]
+    assert [f.name for f in _provided_by(mocks, HetznerFirewallProvider)] == (
+        ["render-firewall"] if stack == "hetzner" else []
+    )
+    assert all("batch" not in r.name for r in mocks.resources)
+    from sp00ky_infra.infra.program import build
+
+    config = _config(tmp_path, batch={"provider": "docker"})
+    with pytest.raises(ValueError, match="names pools that are not hetzner pools: batch"):
+        build(config, stack, {**render, "batch": ["batch-x9"]}, "https://p", SECRET, "shop")
 
 
 def test_machines_follow_the_stack_name_for_name_with_firewall_labels_and_x86(

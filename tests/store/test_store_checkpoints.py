@@ -104,7 +104,7 @@ def test_a_controller_checkpoints_its_sqlite_store_in_the_background(tmp_path: P
     app = backend_app("render", "render_job", tmp_path / "backend.jsonl")
     config = project(tmp_path, {"render": {"min": 0, "autoscale": True, "max": 1}}, {"r": app})
     settings = ControllerSettings.from_env(
-        {"SPKY_POOL_SECRET": SECRET, "SPKY_ADMIN_TOKEN": ADMIN_TOKEN,
+        {"SPKY_POOL_SECRET": SECRET, "SPKY_ADMIN_TOKEN": ADMIN_TOKEN, "SPKY_POOL_PROVIDER": "local",
          "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0"},
         config_path=str(config), store_url=f"sqlite:///{tmp_path}/state.db",
         state_dir=str(tmp_path / "dev"),

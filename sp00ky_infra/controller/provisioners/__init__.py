@@ -1,4 +1,5 @@
-"""Where machines come from, behind one port: ``local`` (agent subprocesses), ``docker``."""
+"""Where machines come from, behind one port: ``local`` (agent subprocesses), ``docker``,
+``pulumi`` (a stack), and ``by_pool`` (each pool on its own)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from sp00ky_infra.controller.provisioners.base import (
     Reaps,
     Refused,
     ReportsOutcomes,
+    Routes,
+    made_by,
+    members,
+    serving,
 )
 
 __all__ = [
@@ -26,4 +31,8 @@ __all__ = [
     "Reaps",
     "Refused",
     "ReportsOutcomes",
+    "Routes",
+    "made_by",
+    "members",
+    "serving",
 ]

@@ -10,6 +10,9 @@ Every provisioner is a ``Provisioner``. What only some can do is declared, never
   as live, at start (``dev``: all of them).
 - ``HasGateway``: machines reach the controller at an address of their own network.
 - ``ReportsOutcomes``: creates asynchronously and reports per machine afterwards.
+- ``Routes``: serves each pool through a provisioner of its own (``by_pool.py``): what a
+  pool's machines can do is its own provisioner's (``serving``), and what acts on all
+  machines (adopt, reap, outcomes) asks each provisioner (``members``).
 
 ProvisionerError (a ControllerError, controller/errors.py)
 └── Refused   the provider will not create the machine (a cap, a quota): a failed boot
@@ -17,7 +20,7 @@ ProvisionerError (a ControllerError, controller/errors.py)
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -106,3 +109,34 @@ class ReportsOutcomes(Protocol):
     def outcomes(self) -> list[Outcome]:
         """What happened to machines since the last call."""
         ...
+
+
+@runtime_checkable
+class Routes(Protocol):
+    def serving(self, pool: str) -> Provisioner:
+        """The provisioner of ``pool``'s machines."""
+        ...
+
+    def members(self) -> Sequence[Provisioner]:
+        """Each provisioner it routes to, once."""
+        ...
+
+
+def serving(provisioner: Provisioner, pool: str) -> Provisioner:
+    """The provisioner that makes ``pool``'s machines: ``provisioner`` itself, unless it routes."""
+    return provisioner.serving(pool) if isinstance(provisioner, Routes) else provisioner
+
+
+def members(provisioner: Provisioner) -> list[Provisioner]:
+    """The provisioners behind ``provisioner``: itself, unless it routes."""
+    return list(provisioner.members()) if isinstance(provisioner, Routes) else [provisioner]
+
+
+def made_by(provisioner: Provisioner, pool: str, maker: str) -> Provisioner:
+    """The provisioner of a machine of ``pool`` whose row names ``maker`` (the provisioner's
+    name when it was made): that one, even when the pool is served otherwise now (its provider
+    changed) or no more (removed), else the pool's."""
+    for member in members(provisioner):
+        if member.name == maker:
+            return member
+    return serving(provisioner, pool)
