@@ -33,9 +33,10 @@ from sp00ky_infra.policy.jobs import (
     json_problem,
 )
 from sp00ky_infra.store import InvalidJob, Job, NewJob, SqlStore, open_store, store_url
+from sp00ky_infra.store.capacity import CapacityChanging, KeptCapacity
 from sp00ky_infra.store.policies import DEFAULT_MAX_RETRIES, TablePolicy
 
-POLICY_SECONDS = 2.0  # one tick: how stale a client's view of the tables' policies may be
+POLICY_SECONDS = 2.0  # one tick: how stale a client's view of policies and capacities may be
 
 
 class PayloadTooLarge(InvalidJob):
@@ -56,19 +57,29 @@ class Client:
         self.store = store if isinstance(store, SqlStore) else open_store(store_url(store, beside))
         self._specs: dict[tuple[str, str], str] = {}  # (root, spec): its path (_spec)
         self._policies: dict[str, TablePolicy] = {}
+        self._capacities: dict[str, KeptCapacity] = {}
         self._policies_at = -math.inf
 
     def close(self) -> None:
         self.store.close()
 
     def _policy(self, table: str) -> TablePolicy:
-        """The table's kept policy, read at most every POLICY_SECONDS (a retune reaches new
-        jobs within that)."""
+        """The table's kept policy (a retune reaches new jobs within POLICY_SECONDS)."""
+        self._refresh()
+        return self._policies.get(table) or TablePolicy()
+
+    def _capacity(self, pool: str) -> KeptCapacity | None:
+        """The pool's kept capacity, as fresh as the policies."""
+        self._refresh()
+        return self._capacities.get(pool)
+
+    def _refresh(self) -> None:
+        """The tables' policies and the pools' capacities, read at most every POLICY_SECONDS."""
         now = time.monotonic()
         if now - self._policies_at > POLICY_SECONDS:
             self._policies = {t: kept.policy for t, kept in self.store.policies.read().items()}
+            self._capacities = self.store.capacities.read()
             self._policies_at = now
-        return self._policies.get(table) or TablePolicy()
 
     def __enter__(self) -> Client:
         return self
@@ -114,6 +125,9 @@ class Client:
         _check_json(payload)
         own_wait = None if queue_timeout is None else job_queue_timeout(queue_timeout)
         table, pool = self._destination(backend, path, payload, timeout, slots)
+        changing = self._capacity(pool.name) if pool else None
+        if changing is not None and changing.draining_from is not None:
+            raise CapacityChanging(changing.refusal())
         table_retries, table_strategy = self._policy(table).retries
         max_retries = table_retries if max_retries is None else max_retries
         retry_strategy = retry_strategy or table_strategy

@@ -147,6 +147,13 @@ def get(name: str, as_json: bool) -> None:
         f"breaker {'open' if pool['breaker']['open'] else 'closed'}"
         + ("; PAUSED" if pool["paused"] else "")
     )
+    change = pool.get("capacity_change")
+    if change:
+        click.echo(
+            f"  capacity: lowering from {change['draining_from']} to {change['slots']} slots "
+            f"since {when(change['changed_at'])}: the jobs queued before it drain first; new "
+            "jobs are refused until they have"
+        )
     click.echo("  " + _cost_line(pool["cost"]))
     snapshots = _snapshots_line(pool["cost"])
     if snapshots:

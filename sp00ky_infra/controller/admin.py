@@ -50,7 +50,7 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
     """One pool as the admin API and `pools get` show it."""
     _pool(controller, name)
     now = controller.clock()
-    pool = controller.pools[name]
+    pool = controller.declared.pools[name]  # as the file says; a capacity change widens it
     table = controller.table_of(name)
     store = controller.store
     live = store.machines.live(name)
@@ -72,6 +72,7 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
         "buffer": pool.buffer,
         "slots": pool.slots,
         "paused": state.paused,
+        "capacity_change": _capacity_change(controller, name),
         "capacity": capacity(shape, busy_slots, queued_slots),
         "desired": desired_machines(shape, busy_slots, queued_slots),
         "machines": dict(Counter(m.state for m in live if m.state in LIVE_STATES)),
@@ -111,6 +112,12 @@ def provider_of(controller: Controller, name: str) -> dict[str, str]:
         "provisioner": provisioner.name,
         "declared_provider": controller.pools[name].provider,
     }
+
+
+def _capacity_change(controller: Controller, name: str) -> dict[str, Any] | None:
+    """A lowered capacity that still drains the queue of the higher one, or None."""
+    kept = controller.capacities.get(name)
+    return kept.to_json() if kept is not None and kept.draining_from is not None else None
 
 
 WAITING_SHOWN = 50  # the head of the queue; `queue.queued` counts them all

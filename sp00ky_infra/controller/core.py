@@ -8,8 +8,10 @@ Its errors (ControllerError and below, with their HTTP statuses) are in ``errors
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from sp00ky_infra.config import Backend, Config, Pool
 from sp00ky_infra.controller.executor import Executor
@@ -27,6 +29,7 @@ from sp00ky_infra.controller.state import (
 )
 from sp00ky_infra.policy.plan import Plan, PoolView
 from sp00ky_infra.store import Job, SqlStore
+from sp00ky_infra.store.capacity import KeptCapacity
 from sp00ky_infra.store.machines import MachineNotFound
 from sp00ky_infra.store.policies import TablePolicy, declared_policies
 
@@ -71,6 +74,7 @@ class Controller:
         self.plans: Mapping[str, Plan] = {}  # the last tick's, by pool (what /metrics shows)
         self.planned_views: Mapping[str, PoolView] = {}  # what each of those was made from
         self.policies: Mapping[str, TablePolicy] = {}  # by table, as read at the last tick
+        self.capacities: Mapping[str, KeptCapacity] = {}  # by pool, as read at the last tick
         self.executor = Executor(
             settings, store, provisioner, self.pool_states, self.events, self.wake, self.measures
         )
@@ -79,12 +83,30 @@ class Controller:
     def load(self, config: Config, images: Mapping[str, PoolImage] | None = None) -> None:
         """Take a (new) configuration, with each pool's image as settled for it (pinned in the
         revisions). Pause flags live in the store: a deploy never un-pauses."""
-        self.deployment = Deployment.of(config, self.settings.pool, images)
+        self.declared = Deployment.of(config, self.settings.pool, images)
+        self.deployment = self.declared
         self.pool_states.reload(self.deployment.pools)
         written = self.store.policies.declare(declared_policies(config), self.clock())
         if written:
             log.info("event=job_policy tables=%s written from sp00ky.yml", ",".join(written))
+        capacities = {name: pool.limit * pool.slots for name, pool in self.declared.pools.items()}
+        for kept in self.store.capacities.declare(capacities, self.clock()):
+            if kept.draining_from is not None:
+                log.info("pool=%s event=capacity lowering from %d to %d slots: the jobs queued "
+                         "now drain first, new ones are refused meanwhile", kept.pool,
+                         kept.draining_from, kept.capacity)  # fmt: skip
         self.read_policies()
+        self.read_capacities()
+
+    def read_capacities(self) -> None:
+        """Each pool's capacity as the store holds it: a pool that still drains the queue of
+        a higher one is sized by that one (``widened``) until it has."""
+        self.capacities = self.store.capacities.read()
+        pools = {
+            name: widened(pool, self.capacities.get(name))
+            for name, pool in self.declared.pools.items()
+        }
+        self.deployment = replace(self.declared, pools=pools)
 
     def read_policies(self) -> None:
         """Each table's job policy as kept in the store (every tick: a live retune counts
@@ -178,3 +200,14 @@ class Controller:
 def last_code(job: Job) -> str:
     """The code of a job's last error ("" when it has none)."""
     return str(job.errors[-1].get("code", "")) if job.errors else ""
+
+
+def widened(pool: Pool, kept: KeptCapacity | None) -> Pool:
+    """``pool`` sized to the capacity in force: while a lowered capacity drains its old queue,
+    the higher one's machines (never fewer than the file's)."""
+    if kept is None or kept.draining_from is None or pool.slots <= 0:
+        return pool
+    machines = math.ceil(kept.draining_from / pool.slots)
+    if pool.autoscale:
+        return replace(pool, max=max(pool.max or 0, machines))
+    return replace(pool, min=max(pool.min, machines))

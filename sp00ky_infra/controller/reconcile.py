@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from sp00ky_infra.config.model import Pool
+from sp00ky_infra.controller.capacity import settle_capacities
 from sp00ky_infra.controller.core import Controller, last_code
 from sp00ky_infra.controller.orphans import maybe_cancel_orphaned
 from sp00ky_infra.controller.pricing import maybe_refresh_prices
@@ -201,6 +202,7 @@ def tick(controller: Controller) -> TickReport:
     executor.record_outcomes(now)  # servers an asynchronous provisioner reported gone count
     fenced = fence(controller, now)
     controller.read_policies()  # a live retune counts from this tick
+    settle_capacities(controller, now)  # a lowered capacity whose old queue drained
     swept = controller.store.sweep(now)
     for job_id in swept.lease_expired:
         log.info("event=lease_expired job=%s", job_id)

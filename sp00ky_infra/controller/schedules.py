@@ -49,6 +49,7 @@ from sp00ky_infra.store import (
     QueueFull,
     StoreError,
 )
+from sp00ky_infra.store.capacity import CapacityChanging
 from sp00ky_infra.store.fan_out import FanOutQueryError, FanOuts, read_only_rows
 from sp00ky_infra.store.policies import TablePolicy
 from sp00ky_infra.store.schedules import Fired, ScheduleState, ScheduleTable
@@ -192,6 +193,9 @@ def job_for(controller: Controller, schedule: Schedule, item: str | None = None)
     if backend.spec:
         check_payload(config.resolve(backend.spec), backend.name, schedule.route, payload)
     pool = config.pools.get(backend.pool)
+    changing = controller.capacities.get(backend.pool)
+    if changing is not None and changing.draining_from is not None:
+        raise CapacityChanging(changing.refusal())  # refused with a warning, tried each tick
     max_retries, strategy = (controller.policies.get(backend.method.table) or TablePolicy()).retries
     return NewJob(
         backend=backend.name,

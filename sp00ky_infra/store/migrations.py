@@ -512,4 +512,19 @@ MIGRATIONS: tuple[Migration, ...] = (
         "the agent archive each machine's agent runs (its sha256), as its last join said",
         ("ALTER TABLE machines ADD COLUMN agent TEXT",),
     ),
+    Migration(
+        16,
+        "each pool's capacity as admission holds it, a lowered one after its old queue drains",
+        (
+            """
+            CREATE TABLE pool_capacity (
+                pool TEXT PRIMARY KEY,
+                capacity INTEGER NOT NULL CHECK (capacity >= 0),
+                draining_from INTEGER,
+                changed_at DOUBLE PRECISION,
+                updated_at DOUBLE PRECISION NOT NULL
+            )
+            """,
+        ),
+    ),
 )

@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from sp00ky_infra.store.capacity import CapacityTable
 from sp00ky_infra.store.dialect import Dialect
 from sp00ky_infra.store.jobs import JobTable
 from sp00ky_infra.store.machines import MachineTable, PoolTable
@@ -87,6 +88,10 @@ class SqlStore(Dialect):
     @functools.cached_property
     def policies(self) -> PolicyTable:
         return PolicyTable(self)
+
+    @functools.cached_property
+    def capacities(self) -> CapacityTable:
+        return CapacityTable(self)
 
     # --- the tables' calls the store answers too (callers name the store, not the table) --
 
