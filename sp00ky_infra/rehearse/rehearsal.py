@@ -305,9 +305,9 @@ class Rehearsal:
     ) -> Config:
         """The config this run rehearses: the user's, or its path's copy, the pools'
         snapshots baked first where the path boots them (the bake timed on its own)."""
-        images = self._images(config, pools)
         if self.path is None:
             return config
+        images = self._images(config, pools)
         if None in images.values():
             self.say("baking the pools' snapshots (timed apart from the machines' boots)")
             self._baked = bake_pools(config, pools, cloud, self._project, self.say)
