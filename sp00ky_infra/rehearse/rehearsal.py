@@ -12,6 +12,10 @@ store, the stack and its secrets live in a working directory of the rehearsal's 
 Each machine's create-to-ready time is split into phases (``phases``). The verdict says what
 worked, what failed (with its cause, from those phases and the server's console), and what
 would differ in the cloud, with the estimate of the same phases on Hetzner.
+
+An image path (``phases.PATHS``: default, fallback, baked) rehearses the config with every
+Hetzner pool's ``machine.image`` set to the path's (``paths.py``; the baked path bakes the
+pools' snapshots first); ``rehearse_paths`` runs several in turn, to be set side by side.
 """
 
 from __future__ import annotations
@@ -282,8 +286,8 @@ class Rehearsal:
         with FakeHetzner(boot=booter) as cloud:
             try:
                 config = self._take_path(config, pools, cloud, report)
-                for name in pools:  # a pool's own snapshot, which only its project has
-                    if self._baked is None:
+                if self._baked is None:  # a pool's own snapshot, which only its project has
+                    for name in pools:
                         cloud.stand_in(config.pools[name].machine.image)
                 self._rehearse(config, pools, engine, booter, cloud, work, report)
             finally:
