@@ -247,3 +247,15 @@ def test_one_paths_report_prints_its_estimate_with_sources() -> None:
     create = next(line for line in lines if line.strip().startswith("create") and "[" in line)
     assert create.split() == ["create", "16.0s", "[2]"]
     assert any(line.startswith("    [2] POST /servers to a running server") for line in lines)
+
+
+def test_an_unknown_path_is_a_usage_error_that_names_the_paths() -> None:
+    from click.testing import CliRunner
+
+    from sp00ky_infra.cli.rehearse import rehearse
+
+    done = CliRunner().invoke(rehearse, ["sp00ky.yml", "--paths", "default,snapshot"])
+    assert done.exit_code == 2
+    assert "Invalid value for --paths: unknown path snapshot: say all, or some of default, " in (
+        done.output
+    )
