@@ -12,13 +12,14 @@ Printed per path: each phase's median (max) over every machine of every round, t
 create-to-ready, the rehearsal's Hetzner estimate, the downloads, and the bake's time (outside
 every create-to-ready). Needs a Docker engine, the rehearsal image (and its variant without
 Docker for the fallback) and the pulumi CLI, like `rehearse` itself; a round of the three
-paths takes five minutes or so.
+paths takes five minutes or so. The load average before and after is printed beside them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -146,11 +147,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         paths = parse_paths(args.paths) if args.paths else None
     except ValueError as exc:
         parser.error(str(exc))
+    before = os.getloadavg()[0]
     results = run(args.rounds, args.jobs, paths)
+    load = f"load average {before:.1f} before, {os.getloadavg()[0]:.1f} after"
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({"paths": results, "load": load}, indent=2))
     else:
         show(results)
+        print(f"  ({load}: a busy host slows every phase)")
     record("boot", figures(results))
 
 
