@@ -32,6 +32,7 @@ PATH_IMAGES: dict[str, str | None] = {
     "fallback": "debian-12",
     "baked": None,
 }
+SNAPSHOT_PATHS = ("baked",)  # the paths whose machines boot the pool's baked snapshot
 
 # Hetzner's own log of a boot: the GitLab fleeting plugin tutorial (2024-11-13, two cpx21
 # servers from debian-12 in hel1, cloud-init installing docker-ce from Docker's repository)

@@ -48,10 +48,11 @@ from sp00ky_infra.rehearse.boot import Booter
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.rehearse.errors import RehearseError
 from sp00ky_infra.rehearse.image import Recipe, ensure_image, image_exists
-from sp00ky_infra.rehearse.paths import BAKE_BASE, Baked, bake_pools, path_config
+from sp00ky_infra.rehearse.paths import BAKE_BASE, bake_pools, path_config
 from sp00ky_infra.rehearse.phases import (
     PATH_IMAGES,
     SNAPSHOT_NOTE,
+    SNAPSHOT_PATHS,
     Timeline,
     agent_events,
     cause,
@@ -233,7 +234,6 @@ class Rehearsal:
         self.path = path  # an image path (phases.PATHS); None: the pools' own images
         self._config_file = self.config_path  # what this run reads: the path's copy, if any
         self._project = f"rehearse-{secrets.token_hex(3)}"
-        self._baked: Baked | None = None
         self.jobs = jobs
         self.backend = backend
         self.route = route
@@ -286,7 +286,7 @@ class Rehearsal:
         with FakeHetzner(boot=booter) as cloud:
             try:
                 config = self._take_path(config, pools, cloud, report)
-                if self._baked is None:  # a pool's own snapshot, which only its project has
+                if self.path not in SNAPSHOT_PATHS:  # a pool's own, which only its project has
                     for name in pools:
                         cloud.stand_in(config.pools[name].machine.image)
                 self._rehearse(config, pools, engine, booter, cloud, work, report)
@@ -314,10 +314,10 @@ class Rehearsal:
         images = self._images(config, pools)
         if None in images.values():
             self.say("baking the pools' snapshots (timed apart from the machines' boots)")
-            self._baked = bake_pools(config, pools, cloud, self._project, self.say)
-            report.bake_seconds = self._baked.seconds
-            self.say(f"baked in {self._baked.seconds:.0f}s")
-            images = {**images, **self._baked.images}
+            baked = bake_pools(config, pools, cloud, self._project, self.say)
+            report.bake_seconds = baked.seconds
+            self.say(f"baked in {baked.seconds:.0f}s")
+            images = {**images, **baked.images}
         chosen = {pool: image for pool, image in images.items() if image is not None}
         self._config_file = path_config(self.config_path, chosen)
         try:
@@ -332,14 +332,13 @@ class Rehearsal:
         rehearsal variant without it when that is built (``scripts/rehearsal-image
         --without-docker``), else the rehearsal image; the findings say which, and the
         estimate adds the install then."""
-        chosen = self._images(config, pools)
-        named = {pool: image for pool, image in chosen.items() if image is not None}
-        baking = len(named) < len(chosen)
+        baking = self.path in SNAPSHOT_PATHS
+        named = {} if baking else {p: i for p, i in self._images(config, pools).items() if i}
         bare = sorted({i for i in named.values() if has_docker(i) is False})
         variant = Recipe().without_docker().tag
         built = bool(bare or baking) and image_exists(variant)
         report.cloud.extend(image_notes(named, installs_here=built))
-        report.cloud.extend(f"{pool}: {SNAPSHOT_NOTE}" for pool in chosen if pool not in named)
+        report.cloud.extend(f"{pool}: {SNAPSHOT_NOTE}" for pool in pools if baking)
         self._unmeasured_install = bool(bare) and not built
         # a bake server starts from an image without Docker too, as on Hetzner
         mapped = [*bare, BAKE_BASE] if baking else bare
@@ -640,7 +639,7 @@ class Rehearsal:
         if ready and not report.failed:
             report.worked.append("the pools went back to zero and their servers were deleted")
         booted = [m.phases for m in ready]
-        how = (self._unmeasured_install, self._baked is not None)  # (install, snapshot)
+        how = (self._unmeasured_install, self.path in SNAPSHOT_PATHS)  # (install, snapshot)
         report.estimate = estimate(booted, *how)
         report.estimate_sources = {p: f.source for p, f in estimate_figures(booted, *how).items()}
         report.downloads = count_downloads([m.downloads for m in report.machines])

@@ -22,6 +22,7 @@ from sp00ky_infra.rehearse.phases import (
     PATHS,
     PHASES,
     SNAPSHOT_CREATE,
+    SNAPSHOT_PATHS,
     TOTAL,
     Timeline,
     count_downloads,
@@ -152,7 +153,8 @@ def test_the_estimate_says_where_each_phase_comes_from() -> None:
 def test_paths_are_all_or_some_in_the_order_given() -> None:
     assert parse_paths("all") == PATHS == ("default", "fallback", "baked")
     assert parse_paths("baked, default,baked") == ("baked", "default")
-    assert PATH_IMAGES == {"default": "docker-ce", "fallback": "debian-12", "baked": None}
+    assert (PATH_IMAGES["default"], PATH_IMAGES["fallback"]) == ("docker-ce", "debian-12")
+    assert SNAPSHOT_PATHS == ("baked",)
     with pytest.raises(ValueError) as unknown:
         parse_paths("default,snapshot")
     assert (
