@@ -231,7 +231,8 @@ def test_the_agent_archive_holds_the_agent_and_installs_it_as_a_service() -> Non
     ]
     assert {"3", "4"} <= set(prevent.split("=", 1)[1].split())
     assert "docker.io" in script and "python3-requests" in script
-    assert "systemctl enable --now" in script
+    assert "systemctl enable --no-reload sp00ky-agent.service" in script  # at every boot
+    assert "systemctl start docker.service sp00ky-agent.service" in script  # and now
     assert agent_archive.__wrapped__() == archive  # reproducible
 
 
