@@ -195,6 +195,9 @@ def user_data(machine: str, controller_url: str, join_token: str, runtime: str =
             },
         ],
         "runcmd": [["python3", "/opt/sp00ky/bootstrap.py", agent_sha256()]],
+        # The host keys cloud-init makes before anything else runs: an RSA key of 3072 bits
+        # alone takes a second or more of the boot, and DSA is obsolete
+        "ssh_genkeytypes": ["ed25519", "ecdsa"],
     }
     text = "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False, width=1000)
     if len(text.encode()) > USER_DATA_LIMIT:

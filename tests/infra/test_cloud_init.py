@@ -201,6 +201,7 @@ def test_the_user_data_pins_the_fetched_agent_and_carries_only_its_bootstrap() -
     settings = json.loads(files["/etc/sp00ky/agent.json"])
     assert settings["credential_file"] == "/etc/sp00ky/credential"
     assert settings["poweroff"] == ["systemctl", "poweroff"]
+    assert document["ssh_genkeytypes"] == ["ed25519", "ecdsa"]  # no RSA key made at boot
     assert user_data("m", "u", "t") == user_data("m", "u", "t")  # reproducible, hash and all
 
 
