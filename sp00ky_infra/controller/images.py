@@ -117,7 +117,7 @@ class ImageServer:
         if saved is not None:
             return _chunks(saved)
         try:  # the engine's save answers 500, not 404, for an image it lost: ask first
-            self.client.api.inspect_image(image_id)
+            self.client.images.get(image_id)
         except ImageNotFound as exc:
             raise UnknownImage(f"image {image_id} is no longer on the controller's engine") from exc
         return self._engine_save(image_id)
