@@ -22,6 +22,7 @@ ImagesError (a ControllerError): the message names the pool, the backend and wha
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -45,6 +46,9 @@ CHUNK_BYTES = 1 << 22  # an image is read and sent 4 MiB at a time
 # How long a machine's request waits for a save under way before it is sent its own stream
 # of ``docker save``: a save takes seconds, and the agent's read timeout is 60 s.
 SAVE_WAIT_SECONDS = 30.0
+# Where the saved images go by default: on disk by convention, where /tmp may be a tmpfs
+# (memory), and an image is never held whole in memory
+SPOOL_DIR = "/var/tmp"
 
 
 class ImagesError(ControllerError):
@@ -67,7 +71,8 @@ class PoolImage:
 class ImageServer:
     """Images built from deploy.dockerfile on the controller's engine, served by id, each
     saved once to a file in a temporary directory of the server's own (in ``spool``, default
-    the system's), made at the first serve and removed at close, or at exit without one."""
+    SPOOL_DIR, else the system's), made at the first serve and removed at close, or at exit
+    without one."""
 
     def __init__(
         self, client: docker.DockerClient, project: str = "dev", spool: str | None = None
@@ -124,7 +129,9 @@ class ImageServer:
 
     def _spool_dir(self) -> Path:
         if self._spool is None:
-            self._spool = Path(tempfile.mkdtemp(prefix="sp00ky-images-", dir=self._spool_in))
+            default = SPOOL_DIR if os.access(SPOOL_DIR, os.W_OK) else None
+            where = self._spool_in or default
+            self._spool = Path(tempfile.mkdtemp(prefix="sp00ky-images-", dir=where))
             weakref.finalize(self, shutil.rmtree, self._spool, True)
         return self._spool
 

@@ -196,7 +196,7 @@ def user_data(machine: str, controller_url: str, join_token: str, runtime: str =
             },
         ],
         "runcmd": [["python3", "/opt/sp00ky/bootstrap.py", agent_sha256()]],
-        # The host keys cloud-init makes before anything else runs: an RSA key of 3072 bits
+        # The host keys cloud-init makes before the bootstrap runs: an RSA key of 3072 bits
         # alone takes a second or more of the boot, and DSA is obsolete
         "ssh_genkeytypes": ["ed25519", "ecdsa"],
     }
