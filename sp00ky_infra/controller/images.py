@@ -26,6 +26,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -156,13 +157,15 @@ class _Save:
         threading.Thread(target=self._run, args=(save,), name="image-save", daemon=True).start()
 
     def _run(self, save: Callable[[], Iterator[bytes]]) -> None:
-        partial = self.path.with_suffix(".partial")
+        partial, started, size = self.path.with_suffix(".partial"), time.monotonic(), 0
         try:
             with partial.open("wb") as out:
                 for chunk in save():
-                    out.write(chunk)
+                    size += out.write(chunk)
             partial.rename(self.path)
             self.ok = True
+            log.info("image %s saved to %s (%.1f MB in %.1f s)", self.path.stem, self.path,
+                     size / 1e6, time.monotonic() - started)  # fmt: skip
         except Exception as exc:  # the thread's end: machines get docker save streamed instead
             log.warning("saving image %s to %s failed: %s", self.path.stem, self.path, exc)
             partial.unlink(missing_ok=True)
