@@ -325,7 +325,7 @@ class Rehearsal:
         """The servers' booter: an image without Docker boots the rehearsal variant without
         it when that is built (``scripts/rehearsal-image --without-docker``), else the
         rehearsal image; the findings say which, and the estimate adds the install then."""
-        chosen = {name: config.pools[name].machine.image for name in pools}
+        chosen = self._images(config, pools)  # the path's, when one is rehearsed
         baked = [name for name, image in chosen.items() if image == BAKED]
         report.cloud.extend(
             f"{name}: machine.image baked: its snapshot is baked before the burst and its "

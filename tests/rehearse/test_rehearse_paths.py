@@ -34,6 +34,7 @@ from sp00ky_infra.rehearse.phases import (
     side_by_side,
 )
 from sp00ky_infra.rehearse.rehearsal import MachineReport, RehearsalReport
+from tests.pulumi_engine import example_config
 
 T0 = 1_765_000_000.0
 
@@ -261,3 +262,25 @@ def test_an_unknown_path_is_a_usage_error_that_names_the_paths() -> None:
     assert "Invalid value for --paths: unknown path snapshot: say all, or some of default, " in (
         done.output
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "finding"),
+    [
+        (None, "render: image docker-ce has Docker"),
+        ("default", "render: image docker-ce has Docker"),
+        ("fallback", "render: image debian-12 has no Docker"),
+        ("baked", "render: machine.image baked: its snapshot is baked before the burst"),
+    ],
+)
+def test_the_servers_boot_the_image_of_the_path_rehearsed(
+    tmp_path: Path, path: str | None, finding: str
+) -> None:
+    from sp00ky_infra.config.loader import load_config
+    from sp00ky_infra.rehearse.rehearsal import Rehearsal
+
+    config_file = example_config(tmp_path)
+    rehearsal = Rehearsal(config_file, path=path)
+    report = RehearsalReport(str(config_file), ["render"], path=path)
+    rehearsal._booter(load_config(config_file), ["render"], "sp00ky-rehearse/any", report)
+    assert any(line.startswith(finding) for line in report.cloud), report.cloud
