@@ -160,4 +160,6 @@ def test_two_image_paths_are_rehearsed_in_turn_and_set_side_by_side(
     install = table["agent install"]
     assert install["fallback"]["median"] > install["default"]["median"] + 5, install
     assert not list(tmp_path.glob(".sp00ky.rehearse-*"))  # each path's config is gone
-    assert _leftovers() == []
+    # its servers are gone (another rehearsal on the host may run)
+    mine = {f"sp00ky-rehearse-{m['name']}" for r in found["paths"].values() for m in r["machines"]}
+    assert set(_leftovers()) & mine == set()
