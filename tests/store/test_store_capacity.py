@@ -22,11 +22,11 @@ def test_a_raise_switches_at_once_and_a_lowering_waits_for_its_old_queue(
     assert lowered == KeptCapacity("render", 2, 8, T0 + 4)
     assert table.read()["render"].in_force == 8
     assert "from 8 to 2 slots" in lowered.refusal()
-    assert table.old_queue(lowered, "render_job") == 1
+    assert table.old_queue_waits(lowered, "render_job")
     store.enqueue(render_job(), T0 + 5)  # queued after the change: not the old queue
     (claimed,) = store.claim("render_job", 1, "c", T0 + 6, 90.0, machine="m1")
     assert claimed.id == before.id and claimed.attempt_number == 1  # admitted as it was
-    assert table.old_queue(lowered, "render_job") == 0
+    assert not table.old_queue_waits(lowered, "render_job")
     table.settle("render", T0 + 7)
     assert table.read()["render"] == KeptCapacity("render", 2)
 
