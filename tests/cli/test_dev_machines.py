@@ -143,11 +143,8 @@ def test_dev_runs_docker_machines_by_default_and_removes_an_earlier_runs(
 
 
 def _networks(name: str) -> list[str]:
-    client = docker.from_env()
-    try:
+    with contextlib.closing(docker.from_env()) as client:
         return [str(network.name) for network in client.networks.list(names=[f"sp00ky-{name}"])]
-    finally:
-        client.close()
 
 
 def test_a_missing_dockerfile_is_one_line_naming_the_path_and_the_fix(
