@@ -546,5 +546,6 @@ def _view(runtime: Runtime) -> Group:
     for event in controller.recent_events(10):
         stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
         events.add_row(stamp, event.pool, event.kind, event.message)
-    leader = "leader" if controller.leader else "waiting for leadership"
+    standby = "stopping" if controller.resigned else "waiting for leadership"
+    leader = "leader" if controller.leader else standby
     return Group(table, events, f"[dim]{leader} · Ctrl-C stops everything[/dim]")

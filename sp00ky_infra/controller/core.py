@@ -167,6 +167,11 @@ class Controller:
                     log.exception("leadership hook failed")
         return leader
 
+    @property
+    def resigned(self) -> bool:
+        """Whether the controller is stopping (``resign``): it leads no more, nor waits to."""
+        return self._resigned
+
     def resign(self) -> None:
         """Stop acting as the leader (the controller is stopping): agents' calls are refused
         as from a standby, so held long-polls end at once. The lock itself is kept until the
