@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sp00ky_infra.shared.shipped import NAMES
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.slow
@@ -39,10 +40,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("install")
     source = work / "source"  # a copy: the build leaves build/ and egg-info beside its sources
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    for name in ("sp00ky_infra", "agent"):
-        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.py", "README.md", "sp00ky_infra", "agent", *NAMES):
+        if (ROOT / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__")
+            shutil.copytree(ROOT / name, source / name, ignore=ignore)
+        else:
+            shutil.copy(ROOT / name, source / name)
     python = sys.executable
     _check(python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps",
            "--no-build-isolation", "--wheel-dir", work / "dist", source, cwd=work)  # fmt: skip
