@@ -10,8 +10,9 @@ import re
 import shlex
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.slow
 SECTION = "## Your own backend in five minutes"
 FILE_BLOCK = re.compile(r"^`([\w.]+)`[^\n]*:\n\n```\w*\n(.*?)```", re.S | re.M)
 SH_BLOCK = re.compile(r"```sh\n(.*?)```", re.S)
-STORE = "sqlite:///.sp00ky/state.db"  # dev's and run's default, beside sp00ky.yml
+Run = Callable[[list[str]], subprocess.CompletedProcess[str]]
 
 
 def section() -> str:
@@ -140,11 +141,7 @@ def test_the_readme_walks_to_a_succeeded_job_from_an_installed_package(
             assert done.returncode == 0, done.stderr
             job = done.stdout.split()[0]
         elif verb == "jobs":
-            shown = wait_for(
-                lambda words=words: "success" in _status(run(words).stdout) and run(words),
-                timeout=90,
-                what=f"{job} to succeed: {(project / 'dev.out').read_text()[-2000:]}",
-            )
+            shown = wait_for(partial(_succeeded, run, words), timeout=90, what=f"{job} done")
             result = comment.split("result: ", 1)[1]
             assert f"result      : {result}" in shown.stdout, shown.stdout
         else:
@@ -154,8 +151,15 @@ def test_the_readme_walks_to_a_succeeded_job_from_an_installed_package(
     _stop(dev_processes[0], project)
 
 
-def _status(shown: str) -> str:
-    return next((line for line in shown.splitlines() if line.startswith("status")), "")
+def _succeeded(run: Run, words: list[str]) -> subprocess.CompletedProcess[str] | None:
+    """``jobs get``'s answer once it says the job succeeded."""
+    shown = run(words)
+    status = next((line for line in shown.stdout.splitlines() if line.startswith("status")), "")
+    return shown if "success" in status else None
+
+
+def _no_session(pid: int) -> bool:
+    return session_members(pid) == []
 
 
 def _stop(dev: subprocess.Popen[str], project: Path) -> None:
@@ -170,6 +174,4 @@ def _stop(dev: subprocess.Popen[str], project: Path) -> None:
         store.close()
     assert machines and {m.state for m in machines} == {"destroyed"}
     sessions = [int(m.provider_id) for m in machines if m.provider_id]
-    assert sessions and all(
-        wait_for(lambda pid=pid: session_members(pid) == [], timeout=10) for pid in sessions
-    )
+    assert sessions and all(wait_for(partial(_no_session, pid), timeout=10) for pid in sessions)

@@ -5,6 +5,7 @@ standby once it has taken over."""
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 
 import requests
@@ -39,7 +40,7 @@ def test_the_balancers_send_the_agents_to_the_leader_alone(tmp_path: Path) -> No
         leader.stop()
         for balancer, (path, expected) in checks.items():
             wait_for(
-                lambda path=path, expected=expected: _passes(standby.agents_url, path, expected),
+                partial(_passes, standby.agents_url, path, expected),
                 timeout=30,
                 what=f"{balancer}'s check passing on the controller that took over",
             )
