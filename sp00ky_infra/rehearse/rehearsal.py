@@ -184,7 +184,11 @@ def pulumi_bin() -> str | None:
         if done.returncode == 0 and done.stdout.strip():
             return done.stdout.strip()
         return None
-    cached = _engine_cache() / f"v{importlib.metadata.version('pulumi')}" / "bin"
+    try:
+        version = importlib.metadata.version("pulumi")
+    except importlib.metadata.PackageNotFoundError:  # the pulumi extra is not installed
+        return None
+    cached = _engine_cache() / f"v{version}" / "bin"
     return str(cached) if os.access(cached / "pulumi", os.X_OK) else None
 
 
