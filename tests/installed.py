@@ -28,11 +28,11 @@ def _check(*args: str | Path, cwd: Path) -> None:
     )
 
 
-def install_package(work: Path) -> Path:
+def install_package(work: Path, extra: str = "") -> Path:
     """The bin directory of a fresh virtualenv under ``work`` holding the wheel and its core
-    dependencies (no extra)."""
+    dependencies, and those of ``extra`` when one is named."""
     source = work / "source"  # a copy: the build leaves build/ and egg-info beside its sources
-    source.mkdir()
+    source.mkdir(parents=True)
     for name in SOURCES:
         if (ROOT / name).is_dir():
             ignore = shutil.ignore_patterns("__pycache__")
@@ -46,7 +46,8 @@ def install_package(work: Path) -> Path:
     # uv installs from its cache of wheels: seconds once the locked versions are in it
     _check(python, "-m", "uv", "venv", "--quiet", "--python", python, work / "venv", cwd=work)
     _check(python, "-m", "uv", "pip", "install", "--quiet", "--python", work / "venv/bin/python",
-           "--constraint", ROOT / "requirements.lock", wheel, cwd=work)  # fmt: skip
+           "--constraint", ROOT / "requirements.lock", f"{wheel}[{extra}]" if extra else wheel,
+           cwd=work)  # fmt: skip
     return work / "venv/bin"
 
 
