@@ -19,6 +19,7 @@ import requests
 
 from tests.conftest import need_service
 from tests.controllers import ControllerProcess, backend_app, two_controllers, wait_for
+from tests.engines import _stop as stop_process
 from tests.helpers import ROOT
 from tests.prometheus import free_port
 
@@ -102,12 +103,7 @@ def _balancer(balancer: str, config: str, folder: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         log.close()
 
 
