@@ -117,8 +117,8 @@ def controller(config_file: str, store_url: str | None) -> None:
     """Run the controller: pools sized every tick, the agents' endpoint and the admin API.
 
     Settings come from the environment (SPKY_POOL_PORT, SPKY_POOL_PUBLIC_URL, SPKY_POOL_SECRET,
-    SPKY_ADMIN_PORT, SPKY_ADMIN_TOKEN, SPKY_TICK, ...; see the README). SIGTERM stops it and
-    leaves the machines running: they reconnect to the next controller.
+    SPKY_ADMIN_PORT, SPKY_ADMIN_TOKEN, SPKY_TICK, ...; see docs/configuration.md). SIGTERM
+    stops it and leaves the machines running: they reconnect to the next controller.
     """
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
     with refusals():

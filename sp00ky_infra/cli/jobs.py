@@ -125,7 +125,7 @@ def no_controller_hint(store: SqlStore, store_url: str, config_file: str | None)
 
 
 # --- run ---------------------------------------------------------------------------------------
-# Every number `run` takes is bounded (README, "Limits"; the bounds live in policy/jobs.py).
+# Every number `run` takes is bounded (docs/jobs.md, "Limits"; the bounds live in policy/jobs.py).
 PRIORITY = click.IntRange(-limits.PRIORITY_BOUND, limits.PRIORITY_BOUND)
 
 

@@ -42,7 +42,7 @@ def _slots() -> Any:
 class StartJob(BaseModel):
     """A manual start's body: `run`'s options. ``queuePriority`` and ``poolSlots`` are the
     docs' names for ``priority`` and ``slots``; give either (both must agree). An unknown
-    field is refused (422) rather than dropped. Every number is bounded (README, "Limits":
+    field is refused (422) rather than dropped. Every number is bounded (docs/jobs.md, "Limits":
     the bounds of policy/jobs.py), so the schema says them and a 422 names the field."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -206,7 +206,7 @@ def admin_app(controller: Controller) -> FastAPI:
 
     @app.get("/metrics", response_class=Response)
     def metrics() -> Response:
-        """Prometheus' text format (README, "Metrics")."""
+        """Prometheus' text format (docs/operations.md, "Metrics")."""
         return Response(exposition(controller), media_type=CONTENT_TYPE)
 
     @app.get("/stats")
