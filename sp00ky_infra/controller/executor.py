@@ -106,14 +106,13 @@ class Executor:
         elif isinstance(action, Create):
             if not self.pools.breaker(pool).allows(now):
                 return  # this plan's own failed boots opened the breaker: no machine for now
-            if self._waits_for_budget(pool, f"{action.count} new machine(s)", now):
+            if self._waits_for_budget(pool, now):
                 return
             for _ in range(action.count):
                 if not self.create(deployment, pool, now):
                     break  # refused: the breaker counts it; try again next tick
         elif isinstance(action, Drain):
-            idle = action.reason is Reason.IDLE_SURPLUS
-            if idle and self._waits_for_budget(pool, f"the drain of idle {action.machine}", now):
+            if action.reason is Reason.IDLE_SURPLUS and self._waits_for_budget(pool, now):
                 return
             self.drain(pool, action.machine, action.reason, now)
         elif isinstance(action, Fail):
@@ -123,16 +122,17 @@ class Executor:
         else:
             self.destroy(pool, action.machine, now)
 
-    def _waits_for_budget(self, pool: str, what: str, now: float) -> bool:
-        """True when ``what`` waits: the pool is on Hetzner and the API budget is below its
-        reserve. Told in the log and the events at most once a minute per pool."""
+    def _waits_for_budget(self, pool: str, now: float) -> bool:
+        """True when a new machine or an idle drain waits: the pool is on Hetzner and the
+        API budget is below its reserve. Told in the log and the events once a minute."""
         if getattr(serving(self.provisioner, pool), "runs_on", None) != "hetzner":
             return False
         if not self.budget.low():
             return False
         if now - self._budget_told.get(pool, -BUDGET_EVENT_SECONDS) >= BUDGET_EVENT_SECONDS:
             self._budget_told[pool] = now
-            self.event(now, pool, "budget_wait", f"{what} wait: {self.budget.why_low()}")
+            told = f"new machines and drains of idle ones wait: {self.budget.why_low()}"
+            self.event(now, pool, "budget_wait", told)
         return True
 
     # --- moves -------------------------------------------------------------------------------
