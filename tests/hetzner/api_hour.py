@@ -30,8 +30,10 @@ from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.infra.machine import HetznerMachineProvider
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.shared import labels
+from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV
 from sp00ky_infra.store import open_store
 from tests.controllers import SECRET, backend_app, project
+from tests.pulumi_engine import StackProject, example_config
 
 MACHINES = 50
 MINUTES = 60
@@ -159,3 +161,39 @@ def an_hour(folder: Path, env: MutableMapping[str, str] | None = None) -> Iterat
                     env.pop(key, None)
                 else:
                     env[key] = value
+
+
+def a_stack(folder: Path, pulumi_bin: str, cloud: FakeHetzner) -> tuple[StackProject, str]:
+    """The prod stack of the example's pool ``render`` against ``cloud``, run as the
+    controller runs it, and the revision its machines carry."""
+    config = example_config(folder, max=MACHINES + 10)
+    stack = StackProject.make(
+        folder, pulumi_bin, "prod",
+        {"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": cloud.url, UPDATED_BY_ENV: CONTROLLER},
+    )  # fmt: skip
+    for key, value in (("provider", "hetzner"), ("configFile", str(config)),
+                       ("project", PROJECT), ("poolUrl", "https://pool.shop.example")):  # fmt: skip
+        stack.config(f"sp00ky:{key}", value)
+    stack.config("sp00ky:poolSecret", SECRET, secret=True)
+    loaded = load_config(config)
+    return stack, loaded.backend_for("render").revision(loaded.pools["render"])
+
+
+def measured_ups(
+    stack: StackProject, cloud: FakeHetzner, revision: str, rounds: int = 1
+) -> dict[str, list[Counter[str]]]:
+    """Real ``pulumi up``s of a stack holding MACHINES machines: what each scale-up (one
+    machine more), scale-down (one less) and unchanged up spent, ``rounds`` of each."""
+    wanted = {f"render-{n}": revision for n in range(MACHINES)}
+    stack.machines({"render": wanted})
+    stack.up()
+    spent: dict[str, list[Counter[str]]] = {"scale_up": [], "scale_down": [], "unchanged": []}
+    for n in range(rounds):
+        extra = {**wanted, f"render-extra{n}": revision}
+        for kind, machines in (("scale_up", extra), ("scale_down", wanted),
+                               ("unchanged", wanted)):  # fmt: skip
+            stack.machines({"render": machines})
+            before = cloud.counted()
+            stack.up()
+            spent[kind].append(cloud.counted() - before)
+    return spent
