@@ -6,20 +6,30 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from google.protobuf import struct_pb2
 from prometheus_client import generate_latest
+from pulumi.dynamic.dynamic import serialize_provider
+from pulumi.runtime.proto import provider_pb2
 
 from sp00ky_infra.controller.metrics import HetznerBudgetCollector
+from sp00ky_infra.controller.provisioners import MachineSpec, Provisioned
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI
 from sp00ky_infra.hetzner.budget import RESERVE_ENV, Budget, pattern, reserve_from_env
 from sp00ky_infra.hetzner.heartbeat import Stamper
+from sp00ky_infra.infra.machine import HetznerMachineProvider
 from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.policy.plan import Create, Destroy, Drain, Plan
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
+from sp00ky_infra.shared import labels
 from tests.controllers import add_ready_machine
+from tests.dynamic_host import dynamic_host
 from tests.hetzner.api_hour import Elsewhere, a_controller, an_hour
+
+URN = "urn:pulumi:prod::shop::sp00ky:infra:HetznerPool$pulumi-python:dynamic:Resource::render-0"
 
 
 @pytest.fixture
@@ -122,7 +132,7 @@ class OnHetzner(Elsewhere):
         self.made: list[str] = []
         self.destroyed: list[str] = []
 
-    def create(self, spec):  # type: ignore[no-untyped-def]
+    def create(self, spec: MachineSpec) -> Provisioned:
         self.made.append(spec.name)
         return super().create(spec)
 
@@ -184,3 +194,29 @@ def test_an_hour_of_50_machines_a_scale_event_a_minute_and_the_guardian_spends_u
         # a 50 of them: six passes see 50, six (after a scale-up) 51
         assert hour.spent["guardian"] == Counter({"GET /servers": 6 + 2 * 6, "GET /firewalls": 12})
         assert hour.total() < 3600 // 3
+
+
+def test_a_refresh_reads_every_machine_from_one_listing_in_the_provider_host(
+    fake: FakeHetzner,
+) -> None:
+    """The reads of a ``pulumi refresh`` come at once, on the provider host's threads."""
+    mine = {labels.PROJECT: "shop", labels.POOL: "render"}
+    ids = [
+        fake.add_server(f"render-{n}", {**mine, labels.MACHINE: f"render-{n}"})["id"]
+        for n in range(50)
+    ]
+    provider = serialize_provider(HetznerMachineProvider())
+    env = {"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": fake.url, "PULUMI_PROJECT": "shop"}
+    with dynamic_host(env) as host:
+
+        def read(server_id: int) -> str:
+            props = struct_pb2.Struct()
+            props.update({"__provider": provider, "labels": mine})
+            request = provider_pb2.ReadRequest(id=str(server_id), urn=URN, properties=props)
+            return str(host.Read(request, timeout=60).id)
+
+        with ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(read, ids)) == [str(i) for i in ids]
+        assert fake.counted() == Counter({"GET /servers": 1})
+        assert read(99999) == ""  # not in the listing: read by id, and gone
+        assert fake.counted() == Counter({"GET /servers": 1, "GET /servers/{id}": 1})
