@@ -8,7 +8,8 @@ spends, out of the 3,600 an hour Hetzner allows a project.
    one destroyed, in turn, by the machine provider in process) and a guardian pass every 5
    minutes; each kind's requests by method and path.
 2. Real ``pulumi up``s on the engine of scripts/pulumi-engine, the stack holding 50 machines:
-   ``--rounds`` scale-ups, scale-downs and unchanged ups, each one's requests.
+   ``--rounds`` scale-ups, scale-downs, unchanged ups and ``pulumi refresh``es, each one's
+   requests.
 3. The hour composed of the two: the ticks and passes as counted, 30 scale-ups and 30
    scale-downs at the engine's counts; beside it the hour with the heartbeat stamped as a
    listing and a PUT each minute (its firewall looked up every time).

@@ -183,17 +183,21 @@ def measured_ups(
     stack: StackProject, cloud: FakeHetzner, revision: str, rounds: int = 1
 ) -> dict[str, list[Counter[str]]]:
     """Real ``pulumi up``s of a stack holding MACHINES machines: what each scale-up (one
-    machine more), scale-down (one less) and unchanged up spent, ``rounds`` of each."""
+    machine more), scale-down (one less), unchanged up and ``pulumi refresh`` spent,
+    ``rounds`` of each."""
     wanted = {f"render-{n}": revision for n in range(MACHINES)}
     stack.machines({"render": wanted})
     stack.up()
-    spent: dict[str, list[Counter[str]]] = {"scale_up": [], "scale_down": [], "unchanged": []}
+    kinds = ("scale_up", "scale_down", "unchanged", "refresh")
+    spent: dict[str, list[Counter[str]]] = {kind: [] for kind in kinds}
     for n in range(rounds):
         extra = {**wanted, f"render-extra{n}": revision}
-        for kind, machines in (("scale_up", extra), ("scale_down", wanted),
-                               ("unchanged", wanted)):  # fmt: skip
+        for kind, machines in zip(kinds, (extra, wanted, wanted, wanted), strict=True):
             stack.machines({"render": machines})
             before = cloud.counted()
-            stack.up()
+            if kind == "refresh":
+                stack.pulumi("refresh", "--yes", "--skip-preview")
+            else:
+                stack.up()
             spent[kind].append(cloud.counted() - before)
     return spent
