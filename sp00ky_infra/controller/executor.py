@@ -122,17 +122,23 @@ class Executor:
         else:
             self.destroy(pool, action.machine, now)
 
-    def _waits_for_budget(self, pool: str, now: float) -> bool:
-        """True when a new machine or an idle drain waits: the pool is on Hetzner and the
-        API budget is below its reserve. Told in the log and the events once a minute."""
+    def budget_holds(self, pool: str) -> str | None:
+        """Why the pool's new machines and idle drains wait for the Hetzner API budget (it
+        is on Hetzner and the budget is below its reserve); None when they do not."""
         if getattr(serving(self.provisioner, pool), "runs_on", None) != "hetzner":
-            return False
+            return None
         if not self.budget.low():
+            return None
+        return f"new machines and drains of idle ones wait: {self.budget.why_low()}"
+
+    def _waits_for_budget(self, pool: str, now: float) -> bool:
+        """``budget_holds``, told in the log and the events at most once a minute a pool."""
+        held = self.budget_holds(pool)
+        if held is None:
             return False
         if now - self._budget_told.get(pool, -BUDGET_EVENT_SECONDS) >= BUDGET_EVENT_SECONDS:
             self._budget_told[pool] = now
-            told = f"new machines and drains of idle ones wait: {self.budget.why_low()}"
-            self.event(now, pool, "budget_wait", told)
+            self.event(now, pool, "budget_wait", held)
         return True
 
     # --- moves -------------------------------------------------------------------------------

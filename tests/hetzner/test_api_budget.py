@@ -15,6 +15,7 @@ from prometheus_client import generate_latest
 from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.runtime.proto import provider_pb2
 
+from sp00ky_infra.controller import explain
 from sp00ky_infra.controller.metrics import HetznerBudgetCollector
 from sp00ky_infra.controller.provisioners import MachineSpec, Provisioned
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI
@@ -167,11 +168,14 @@ def test_below_the_reserve_new_machines_and_idle_drains_wait_and_failed_ones_sti
         assert told[0].startswith("new machines and drains of idle ones wait") and (
             "299 of 3600 requests left this hour, 10% kept for the guardian" in told[0]
         )
+        explained = explain.pool(controller, "render")  # `explain pool` says it too
+        assert explained["api_budget_held"] == told[0] and told[0] in explained["notes"]
         # the budget refilled: the next tick's plan goes ahead
         with FakeHetzner() as fake:
             _api(fake, executor.budget).servers()
         assert executor.apply(low, deployment, now + 1) == []
         assert len(provisioner.made) == 2 and machines.get("render-idle").state == "draining"
+        assert explain.pool(controller, "render")["api_budget_held"] is None
 
 
 def test_an_hour_of_50_machines_a_scale_event_a_minute_and_the_guardian_spends_under_a_third(
