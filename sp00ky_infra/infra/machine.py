@@ -18,8 +18,9 @@ goes to POST /servers as written, a snapshot id as a number (the API takes eithe
 ``schema.IDOrName``), and a label selector becomes the id of the newest available snapshot
 that matches it, found as the Kubernetes cluster-autoscaler's Hetzner provider finds one
 (GET /images?type=snapshot&status=available&label_selector=...&sort=created:desc, with the
-architecture of the pool's x86 server types); none matching is a MachineError naming the
-selector. The image the server was made from is in its outputs (``created_image``).
+architecture of the pool's x86 server types), once for all the creates of an update
+(``hetzner/listing.py``); none matching is a MachineError naming the selector. The image
+the server was made from is in its outputs (``created_image``).
 
 The provider never replaces a server: a deploy is new machines under new names, made and
 drained by the controller (the labels of shared/labels.py). A change of labels is an in-place
@@ -47,7 +48,7 @@ from sp00ky_infra.config.machine_images import image_kind
 from sp00ky_infra.config.model import DEFAULT_MACHINE_IMAGE
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI, Server
 from sp00ky_infra.hetzner.errors import INVALID_INPUT, NOT_FOUND
-from sp00ky_infra.hetzner.listing import Listings
+from sp00ky_infra.hetzner.listing import Kept, Listings
 from sp00ky_infra.infra.errors import InfraError
 from sp00ky_infra.shared import labels
 
@@ -58,6 +59,7 @@ ARCHITECTURE = "x86"  # lint admits x86 server types only (rule SP131)
 # client's backoff (1, 2, 4, 8 s) about 15 s in all.
 BUSY_TRIES = 5
 _LISTINGS = Listings()  # this provider host's: kept for one update's reads
+_NEWEST: Kept[int] = Kept()  # a selector's newest snapshot, kept for one update's creates
 
 
 class MachineError(InfraError):
@@ -72,12 +74,16 @@ def resolve_image(api: HetznerAPI, image: str) -> int | str:
         return int(image)
     if kind != "selector":
         return image
-    params = {"type": "snapshot", "status": "available", "label_selector": image,
+    return _NEWEST.get((api.endpoint, image), lambda: _newest_snapshot(api, image))
+
+
+def _newest_snapshot(api: HetznerAPI, selector: str) -> int:
+    params = {"type": "snapshot", "status": "available", "label_selector": selector,
               "sort": "created:desc", "architecture": ARCHITECTURE}  # fmt: skip
     newest = next(api.paginate("/images", "images", **params), None)
-    if newest is None:
+    if newest is None:  # raised, so not kept: a snapshot made meanwhile is found next time
         raise MachineError(
-            f"no available {ARCHITECTURE} snapshot matches the label selector {image!r} "
+            f"no available {ARCHITECTURE} snapshot matches the label selector {selector!r} "
             "(machine.image); make one with those labels, or name an image instead"
         )
     return int(newest["id"])

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import struct_pb2
@@ -28,7 +29,7 @@ from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.shared import labels
 from tests.controllers import add_ready_machine
 from tests.dynamic_host import dynamic_host
-from tests.hetzner.api_hour import Elsewhere, a_controller, an_hour
+from tests.hetzner.api_hour import Elsewhere, a_controller, an_hour, machine_props
 
 URN = "urn:pulumi:prod::shop::sp00ky:infra:HetznerPool$pulumi-python:dynamic:Resource::render-0"
 
@@ -210,12 +211,10 @@ def test_a_refresh_reads_every_machine_from_one_listing_in_the_provider_host(
         for n in range(50)
     ]
     provider = serialize_provider(HetznerMachineProvider())
-    env = {"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": fake.url, "PULUMI_PROJECT": "shop"}
-    with dynamic_host(env) as host:
+    with dynamic_host(_host_env(fake)) as host:
 
         def read(server_id: int) -> str:
-            props = struct_pb2.Struct()
-            props.update({"__provider": provider, "labels": mine})
+            props = _struct({"__provider": provider, "labels": mine})
             request = provider_pb2.ReadRequest(id=str(server_id), urn=URN, properties=props)
             return str(host.Read(request, timeout=60).id)
 
@@ -224,3 +223,33 @@ def test_a_refresh_reads_every_machine_from_one_listing_in_the_provider_host(
         assert fake.counted() == Counter({"GET /servers": 1})
         assert read(99999) == ""  # not in the listing: read by id, and gone
         assert fake.counted() == Counter({"GET /servers": 1, "GET /servers/{id}": 1})
+
+
+def test_the_creates_of_one_update_resolve_their_snapshot_selector_once(
+    fake: FakeHetzner,
+) -> None:
+    snapshot = fake.add_snapshot({"sp00ky/pool": "render", "sp00ky/role": "snapshot"})
+    provider = serialize_provider(HetznerMachineProvider())
+    with dynamic_host(_host_env(fake)) as host:
+
+        def create(name: str) -> None:
+            props = {**machine_props(name), "image": "sp00ky/pool=render,sp00ky/role=snapshot"}
+            request = provider_pb2.CreateRequest(
+                urn=URN, properties=_struct({"__provider": provider, **props})
+            )
+            host.Create(request, timeout=60)
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(create, [f"render-{n}" for n in range(4)]))
+    assert fake.counted() == Counter({"GET /images": 1, "POST /servers": 4})
+    assert {s["image"]["id"] for s in fake.servers.values()} == {snapshot["id"]}
+
+
+def _host_env(fake: FakeHetzner) -> dict[str, str]:
+    return {"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": fake.url, "PULUMI_PROJECT": "shop"}
+
+
+def _struct(values: dict[str, Any]) -> struct_pb2.Struct:
+    made = struct_pb2.Struct()
+    made.update(values)
+    return made
