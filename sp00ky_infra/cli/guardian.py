@@ -25,7 +25,7 @@ EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 1, 2, 3
 
 def _api() -> HetznerAPI:
     try:
-        return HetznerAPI.from_env()
+        return HetznerAPI.from_env(caller="guardian")
     except HcloudError as exc:
         click.echo(f"error: {exc.message}", err=True)
         sys.exit(EXIT_USAGE)
