@@ -20,6 +20,7 @@ from rich.live import Live
 from rich.table import Table
 
 from sp00ky_infra import engine
+from sp00ky_infra.cli.dev_events import EventPrinter, breaker_lines, clock
 from sp00ky_infra.cli.jobs import refusals
 from sp00ky_infra.cli.progress import image_progress
 from sp00ky_infra.client import Client, payload_from_text
@@ -215,7 +216,7 @@ def dev(
     if burst:
         with refusals():
             queued = _burst(runtime, burst, backend, route, payload)
-    printer = _EventPrinter(runtime, console) if not live_view else None
+    printer = EventPrinter(runtime.controller, console) if not live_view else None
     finished = threading.Event()
 
     def on_tick(report: TickReport) -> None:
@@ -280,6 +281,8 @@ def _announce(console: Console, file: str, kind: str, runtime: Runtime, queued: 
         console.print(
             f"dev: pool {name}: provider {pool.provider} in {file}, run on {RUN_ON[kind]} by dev"
         )
+    for line in breaker_lines(runtime.controller, runtime.controller.clock()):
+        console.print(line)
     if not runtime.controller.leader:
         console.print("dev: " + _standby(runtime) + "; waiting for leadership")
 
@@ -309,7 +312,7 @@ def _run(
 def _end(
     runtime: Runtime,
     console: Console,
-    printer: _EventPrinter | None,
+    printer: EventPrinter | None,
     queued: list[str],
     started: float,
     ledger: _Ledger,
@@ -318,7 +321,7 @@ def _end(
     stopped = _stop_machines(runtime)
     if printer is not None:
         with contextlib.suppress(OSError):
-            printer.flush()
+            printer.flush(force=True)
     summary = _summary(runtime, queued, time.monotonic() - started, ledger)
     runtime.close()
     _say(console, f"dev: stopped; {stopped}. {summary}")
@@ -495,24 +498,6 @@ class _Refresher(threading.Thread):
         self._halt.set()
 
 
-class _EventPrinter:
-    """Without a terminal: each event as a line, as it happens."""
-
-    def __init__(self, runtime: Runtime, console: Console) -> None:
-        self.runtime = runtime
-        self.console = console
-        self.seen = 0.0
-
-    def flush(self) -> None:
-        for event in self.runtime.controller.recent_events(200):
-            if event.at > self.seen:
-                self.seen = event.at
-                stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
-                self.console.print(
-                    f"{stamp} {event.pool} {event.kind}: {event.message}", highlight=False
-                )
-
-
 def _view(runtime: Runtime) -> Group:
     controller = runtime.controller
     table = Table(title="pools", show_edge=False)
@@ -544,7 +529,6 @@ def _view(runtime: Runtime) -> Group:
         )
     events = Table(title="recent events", show_edge=False, show_header=False)
     for event in controller.recent_events(10):
-        stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
-        events.add_row(stamp, event.pool, event.kind, event.message)
+        events.add_row(clock(event.at), event.pool, event.kind, event.message)
     leader = "leader" if controller.leader else "waiting for leadership"
     return Group(table, events, f"[dim]{leader} · Ctrl-C stops everything[/dim]")

@@ -1,4 +1,4 @@
-"""``sp00ky-infra pools list|get|pause|resume|drain|cancel``: a client of the admin API.
+"""``sp00ky-infra pools list|get|pause|resume|reset|drain|cancel``: a client of the admin API.
 
 The API is found at ``--admin-url`` / $SPKY_ADMIN_URL, else where the project's controller
 wrote it (``.sp00ky/controller.json`` next to sp00ky.yml: ``--config`` / $SPKY_CONFIG /
@@ -87,7 +87,7 @@ def call(method: str, path: str) -> Any:
 @config_option
 @click.pass_context
 def pools(ctx: click.Context, admin_url: str | None, config_file: str | None) -> None:
-    """Machine pools: capacity, machines, queue, breaker; pause, resume, drain, cancel."""
+    """Machine pools: capacity, machines, queue, breaker; pause, resume, reset, drain, cancel."""
     ctx.obj = Where(admin_url or None, config_file or None)
 
 
@@ -153,6 +153,11 @@ def get(name: str, as_json: bool) -> None:
         f"breaker {'open' if pool['breaker']['open'] else 'closed'}"
         + ("; PAUSED" if pool["paused"] else "")
     )
+    if pool["breaker"]["open"]:
+        click.echo(
+            f"  breaker: {_breaker_words(pool['breaker'])}; once the backend is fixed, "
+            f"`sp00ky-infra pools reset {pool['name']}` closes it"
+        )
     change = pool.get("capacity_change")
     if change:
         click.echo(
@@ -234,9 +239,40 @@ def pause(name: str) -> None:
 @pools.command()
 @click.argument("name")
 def resume(name: str) -> None:
-    """Undo pause."""
-    call("POST", f"/pools/{name}/resume")
-    click.echo(f"{name}: resumed")
+    """Undo pause (an open breaker stays open: `pools reset` closes it)."""
+    pool = call("POST", f"/pools/{name}/resume")
+    breaker = pool["breaker"]
+    if not breaker["open"]:
+        click.echo(f"{name}: resumed")
+        return
+    click.echo(
+        f"{name}: resumed, but its breaker holds it, not a pause: "
+        f"{_breaker_words(breaker)}; once the backend is fixed, run "
+        f"`sp00ky-infra pools reset {name}`"
+    )
+
+
+@pools.command()
+@click.argument("name")
+def reset(name: str) -> None:
+    """Close pool NAME's breaker after fixing what failed its boots: new machines at once."""
+    pool = call("POST", f"/pools/{name}/reset")
+    before = pool["breaker_before"]
+    if before["open"]:
+        click.echo(f"{name}: breaker closed (it was open: {_breaker_words(before)})")
+    elif before["failures"]:
+        click.echo(f"{name}: breaker closed; its {before['failures']} failed boot(s) forgotten")
+    else:
+        click.echo(f"{name}: breaker closed (it was closed already)")
+    if pool["paused"]:
+        click.echo(f"{name}: still paused: `sp00ky-infra pools resume {name}` undoes it")
+
+
+def _breaker_words(breaker: dict[str, Any]) -> str:
+    return (
+        f"{breaker['failures']} failed boot(s) in a row, no new machine until "
+        f"{when(breaker['open_until'])} UTC"
+    )
 
 
 @pools.command()
