@@ -27,6 +27,7 @@ from sp00ky_infra.client import Client, payload_from_text
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.controller import admin, preflight
+from sp00ky_infra.controller.costs import lifetimes_cost
 from sp00ky_infra.controller.images import ImagesError
 from sp00ky_infra.controller.leadership import leader_url
 from sp00ky_infra.controller.provisioners import ProvisionerError
@@ -34,6 +35,7 @@ from sp00ky_infra.controller.reconcile import TickReport
 from sp00ky_infra.controller.server import Runtime
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
 from sp00ky_infra.store.machines import Machine
+from sp00ky_infra.store.model import TERMINAL
 from sp00ky_infra.store.postgres import redact
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -335,8 +337,8 @@ def _stop_machines(runtime: Runtime) -> str:
     back = runtime.release_attempts() if runtime.aborted else []
     stopped = f"{runtime.destroy_machines()} machine(s) destroyed"
     if runtime.aborted:
-        stopped = f"aborted: {stopped}, {len(back)} job(s) back in the queue (no retry spent)"
-    return stopped
+        return f"aborted: {stopped}, {len(back)} job(s) back in the queue (no retry spent)"
+    return f"{stopped} at the stop"
 
 
 def _say(console: Console, line: str) -> None:
@@ -436,49 +438,71 @@ class _Ledger:
 
 
 def _summary(runtime: Runtime, queued: list[str], seconds: float, ledger: _Ledger) -> str:
-    """What this run did: its jobs, the machines it destroyed, and the machine time of the
-    machines it answered for (created by it, or an earlier run's it reconnected to:
-    those count from their creation)."""
+    """What this run did: its jobs, then this run's machines apart from the store's total.
+    This run's are the machines it answered for (created by it, or an earlier run's it
+    reconnected to: those count from their creation); the store's are every run's."""
     store = runtime.controller.store
     now = runtime.controller.clock()
-    machines = ledger.machines()
-    machine_seconds = sum((m.destroyed_at or now) - m.created_at for m in machines)
-    destroyed = sum(1 for m in machines if m.destroyed_at is not None)
-    again = sum(1 for m in machines if m.name in ledger.reconnected)
-    spent = (
-        f"in all {destroyed} machine(s) destroyed, machine time {machine_seconds:.0f}s "
-        f"({machine_seconds / 3600:.4f} pool_machine_hours) of {len(machines)} machine(s)"
-        + (f", {again} reconnected from an earlier run" if again else "")
-    )
-    spent += "; " + _costs(runtime, now)
-    if not runtime.owns_machines:  # the machines it saw were the leader's, not its own
-        spent = "no machine time of its own (a standby)"
+    spent = "no machine time of its own (a standby)"
+    if runtime.owns_machines:  # a standby's machines were the leader's, not its own
+        spent = f"{_this_run(runtime, ledger, queued, now)}. {_on_the_store(runtime, now)}"
     if not queued:
-        return f"Ran {seconds:.0f}s; {spent}."
+        return f"Ran {seconds:.0f}s. {spent}."
     statuses = [store.get(job_id).status for job_id in queued]
     return (
         f"{statuses.count('success')} of {len(queued)} job(s) succeeded, "
-        f"{statuses.count('failed')} failed, in {seconds:.0f}s; {spent}."
+        f"{statuses.count('failed')} failed, in {seconds:.0f}s. {spent}."
     )
 
 
-def _costs(runtime: Runtime, now: float) -> str:
-    """Each pool's bill at its server type's Hetzner price (what these machines would cost
-    there): spent, idle, per job."""
+def _this_run(runtime: Runtime, ledger: _Ledger, queued: list[str], now: float) -> str:
+    """This run's machines, their machine time and, per pool, their euros (per job: of the
+    jobs it queued that ended)."""
+    controller = runtime.controller
+    machines = ledger.machines()
+    names = {m.name for m in machines}
+    machine_seconds = sum((m.destroyed_at or now) - m.created_at for m in machines)
+    destroyed = sum(1 for m in machines if m.destroyed_at is not None)
+    again = sum(1 for m in machines if m.name in ledger.reconnected)
+    ended = [controller.store.get(job_id) for job_id in queued]
+    parts = []
+    for name in controller.pools:
+        lives = [life for life in controller.store.machines.lifetimes(name) if life.name in names]
+        jobs = sum(1 for job in ended if job.pool == name and job.status in TERMINAL)
+        parts.append(f"pool {name}: " + _euros(lifetimes_cost(
+            controller.store, controller.config, name, lives, now, jobs
+        )))  # fmt: skip
+    return (
+        f"This run: {destroyed} machine(s) destroyed, machine time {machine_seconds:.0f}s "
+        f"({machine_seconds / 3600:.4f} pool_machine_hours) of {len(machines)} machine(s)"
+        + (f", {again} reconnected from an earlier run" if again else "")
+        + "".join(f"; {part}" for part in parts)
+    )
+
+
+def _on_the_store(runtime: Runtime, now: float) -> str:
+    """Every run's machines on this store, per pool: how many, and their euros."""
     parts = []
     for name in runtime.controller.pools:
         cost = admin.cost_view(runtime.controller, name, now)
-        per_job = cost["euros_per_job"]
-        if cost["euros"] is None:  # never 0 EUR for a type with no known price
-            parts.append(f"pool {name}: cost unknown as {cost['server_type']} (no known price)")
-            continue
-        parts.append(
-            f"pool {name}: {cost['euros']:.4f} EUR as {cost['server_type']} "
-            f"({cost['idle_euros']:.4f} idle"
-            + (f", {per_job:.6f} per job" if per_job is not None else "")
-            + ")"
-        )
-    return "; ".join(parts)
+        parts.append(f"pool {name}: {cost['machines']} machine(s), " + _euros(cost, per_job=False))
+    return "The store in all (every run on it): " + "; ".join(parts)
+
+
+def _euros(cost: dict[str, Any], per_job: bool = True) -> str:
+    """A bill in words: never 0 EUR for a type with no known price; a pool whose provider
+    bills nothing says why."""
+    price = cost["price"]
+    if price is None:
+        return f"cost unknown as {cost['server_type']} (no known price)"
+    if not price["hourly"] and not price["monthly"]:
+        return f"0 EUR ({price['source']})"
+    each = cost["euros_per_job"] if per_job else None
+    return (
+        f"{cost['euros']:.4f} EUR as {cost['server_type']} ({cost['idle_euros']:.4f} idle"
+        + (f", {each:.6f} per job" if each is not None else "")
+        + ")"
+    )
 
 
 class _Refresher(threading.Thread):

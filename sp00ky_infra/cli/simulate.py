@@ -153,7 +153,7 @@ def simulate(
                 name,
                 _routed(config, name, names, arrivals),
                 _provider(config, name, provider, boot_text, failure_rate),
-                _price(config, name, overrides, provider),
+                _price(config, name, overrides),
                 changes,
                 **options,
             )
@@ -260,9 +260,11 @@ def _provider(
     return model
 
 
-def _price(config: Config, name: str, overrides: dict[str, Price], chosen: str | None) -> Price:
+def _price(config: Config, name: str, overrides: dict[str, Price]) -> Price:
+    """The pool's price by the provider sp00ky.yml declares (``--provider`` changes the boot
+    model, not who bills): as ``pools get`` and ``dev`` price it."""
     pool = config.pools[name]
-    return price_of(pool.machine.type, overrides, chosen or pool.provider)
+    return price_of(pool.machine.type, overrides, pool.provider)
 
 
 def _describe(run: Run) -> str:
