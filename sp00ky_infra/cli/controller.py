@@ -17,9 +17,9 @@ from typing import Any
 import click
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 
 from sp00ky_infra import engine
+from sp00ky_infra.cli.dashboard import Column, fitted
 from sp00ky_infra.cli.dev_events import EventPrinter, breaker_lines, clock
 from sp00ky_infra.cli.jobs import refusals
 from sp00ky_infra.cli.progress import image_progress
@@ -298,15 +298,15 @@ def _run(
 ) -> None:
     """Serve until stopped, under the live view or printing events as lines."""
     if live_view:
-        with Live(_view(runtime), console=console, refresh_per_second=4) as live:
-            refresher = _Refresher(lambda: live.update(_view(runtime)))
+        with Live(_view(runtime, console.width), console=console, refresh_per_second=4) as live:
+            refresher = _Refresher(lambda: live.update(_view(runtime, console.width)))
             refresher.start()
             try:
                 runtime.run(on_tick, on_progress)
             finally:
                 refresher.stop()
                 with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
-                    live.update(_view(runtime))
+                    live.update(_view(runtime, console.width))
     else:
         runtime.run(on_tick, on_progress)
 
@@ -522,37 +522,42 @@ class _Refresher(threading.Thread):
         self._halt.set()
 
 
-def _view(runtime: Runtime) -> Group:
+# The live view's pool table: headers short enough for 80 columns (values are never cut).
+POOL_VIEW = (
+    Column("pool"),
+    *(Column(header, "right") for header in ("want", "boot", "ready", "busy", "drain")),
+    *(Column(header, "right") for header in ("queue", "run", "breaker")),
+)
+EVENT_VIEW = (Column("at"), Column("pool"), Column("kind"), Column("message", wraps=True))
+
+
+def _view(runtime: Runtime, width: int | None) -> Group:
+    """Each pool's machines, queue and breaker, and the recent events, fitted to ``width``."""
     controller = runtime.controller
-    table = Table(title="pools", show_edge=False)
-    for column in (
-        "pool",
-        "desired",
-        "booting",
-        "ready",
-        "busy",
-        "draining",
-        "queued",
-        "running",
-        "breaker",
-    ):
-        table.add_column(column, justify="right" if column != "pool" else "left")
+    rows, held = [], []
     for name in controller.pools:
         view = admin.pool_view(controller, name, machines=False)
-        machines = view["machines"]
-        table.add_row(
-            name + (" (paused)" if view["paused"] else ""),
-            str(view["desired"]),
-            str(machines.get("requested", 0) + machines.get("booting", 0)),
-            str(machines.get("ready", 0)),
-            str(view["busy_machines"]),
-            str(machines.get("draining", 0)),
-            str(view["queue"]["queued"]),
-            str(view["queue"]["running"]),
-            "open" if view["breaker"]["open"] else "closed",
+        machines, breaker = view["machines"], view["breaker"]
+        rows.append(
+            (
+                name + (" (paused)" if view["paused"] else ""),
+                str(view["desired"]),
+                str(machines.get("requested", 0) + machines.get("booting", 0)),
+                str(machines.get("ready", 0)),
+                str(view["busy_machines"]),
+                str(machines.get("draining", 0)),
+                str(view["queue"]["queued"]),
+                str(view["queue"]["running"]),
+                "open" if breaker["open"] else "closed",
+            )
         )
-    events = Table(title="recent events", show_edge=False, show_header=False)
-    for event in controller.recent_events(10):
-        events.add_row(clock(event.at), event.pool, event.kind, event.message)
+        if breaker["open"]:
+            held.append(
+                f"{name}: breaker open until {clock(breaker['open_until'])}; "
+                f"`sp00ky-infra pools reset {name}` closes it"
+            )
+    pools = fitted(POOL_VIEW, rows, width, title="pools", caption="\n".join(held) or None)
+    lines = [(clock(e.at), e.pool, e.kind, e.message) for e in controller.recent_events(10)]
+    events = fitted(EVENT_VIEW, lines, width, title="recent events", show_header=False)
     leader = "leader" if controller.leader else "waiting for leadership"
-    return Group(table, events, f"[dim]{leader} · Ctrl-C stops everything[/dim]")
+    return Group(pools, events, f"[dim]{leader} · Ctrl-C stops everything[/dim]")

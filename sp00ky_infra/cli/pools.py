@@ -27,7 +27,7 @@ from sp00ky_infra.cli.cloud import (
     in_cloud,
     request,
 )
-from sp00ky_infra.cli.dashboard import when
+from sp00ky_infra.cli.dashboard import Column, print_listing, when
 from sp00ky_infra.cli.jobs import config_option, json_option
 from sp00ky_infra.config.project import state_dir
 from sp00ky_infra.controller.settings import DEFAULT_ADMIN_PORT
@@ -91,6 +91,17 @@ def pools(ctx: click.Context, admin_url: str | None, config_file: str | None) ->
     ctx.obj = Where(admin_url or None, config_file or None)
 
 
+# Headers short enough for 80 columns; the machines by state wrap, nothing else is cut.
+LIST_COLUMNS = (
+    Column("pool"),
+    Column("want", "right"),
+    Column("machines", wraps=True),
+    *(Column(header, "right") for header in ("queue", "run")),
+    *(Column(header) for header in ("breaker", "paused")),
+    *(Column(header, "right") for header in ("hours", "EUR")),
+)
+
+
 @pools.command("list")
 @json_option
 def list_(as_json: bool) -> None:
@@ -99,25 +110,11 @@ def list_(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
-    table = Table(show_edge=False)
-    for column in (
-        "pool",
-        "desired",
-        "machines",
-        "queued",
-        "running",
-        "breaker",
-        "paused",
-        "hours",
-        "EUR",
-    ):
-        table.add_column(column)
-    for pool in found:
-        machines = ", ".join(f"{n} {state}" for state, n in sorted(pool["machines"].items())) or "-"
-        table.add_row(
+    rows = [
+        (
             pool["name"],
             str(pool["desired"]),
-            machines,
+            ", ".join(f"{n} {state}" for state, n in sorted(pool["machines"].items())) or "-",
             str(pool["queue"]["queued"]),
             str(pool["queue"]["running"]),
             "open" if pool["breaker"]["open"] else "closed",
@@ -125,7 +122,9 @@ def list_(as_json: bool) -> None:
             f"{pool['pool_machine_hours']:.3f}",
             _euros(pool["cost"]["euros"]),
         )
-    Console(width=160 if not sys.stdout.isatty() else None).print(table)
+        for pool in found
+    ]
+    print_listing(LIST_COLUMNS, rows)
 
 
 def provider_phrase(found: dict[str, Any]) -> str:
