@@ -47,32 +47,64 @@ def fitted(
     **options: Any,
 ) -> Table:
     """A table no wider than ``width`` (None: as wide as it needs): the columns named in
-    ``drop`` are left out, first first, until every value fits whole; a value is never cut."""
+    ``drop`` are left out, first first, until every value fits whole (a wrapping one, each of
+    its words whole); then the wrapping columns narrowed, the widest first."""
     shown = list(range(len(columns)))
     droppable = [i for name in drop for i, c in enumerate(columns) if c.header == name]
-    while width is not None and droppable and _needs(columns, rows, shown) > width:
+    while width is not None and droppable and _fits(columns, rows, shown) > width:
         shown.remove(droppable.pop(0))
+    sizes: list[int | None] = [None] * len(shown)
+    if width is not None:
+        natural, least = _measures(columns, rows, shown)
+        sizes = list(_narrowed(natural, least, width - _rules(len(shown))))
     table = Table(show_edge=False, **options)
-    for i in shown:
+    for i, size in zip(shown, sizes, strict=True):
         column = columns[i]
         table.add_column(
-            column.header, justify=column.justify, no_wrap=not column.wraps, overflow="fold"
+            column.header,
+            justify=column.justify,
+            no_wrap=not column.wraps,
+            overflow="fold",
+            width=size,
         )
     for row in rows:
         table.add_row(*(row[i] for i in shown))
     return table
 
 
-def _needs(columns: Sequence[Column], rows: Sequence[Sequence[str]], shown: list[int]) -> int:
-    """The width the ``shown`` columns need: a whole value's length, a wrapping one's longest
-    word; with a space either side of each column and a rule between two."""
-    total = 3 * len(shown) - 1
+def _rules(count: int) -> int:
+    """What a table adds to its columns' values: a space either side, a rule between two."""
+    return 3 * count - 1
+
+
+def _fits(columns: Sequence[Column], rows: Sequence[Sequence[str]], shown: list[int]) -> int:
+    """The least width the ``shown`` columns take, every value whole."""
+    return sum(_measures(columns, rows, shown)[1]) + _rules(len(shown))
+
+
+def _measures(
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], shown: list[int]
+) -> tuple[list[int], list[int]]:
+    """Each shown column's width on one line, and its least: a whole value's length, a
+    wrapping one's longest word."""
+    natural, least = [], []
     for i in shown:
         texts = [columns[i].header, *(row[i] for row in rows)]
-        if columns[i].wraps:
-            texts = [word for text in texts for word in text.split()]
-        total += max(cell_len(text) for text in texts)
-    return total
+        natural.append(max(cell_len(text) for text in texts))
+        words = [w for text in texts for w in text.split()] if columns[i].wraps else texts
+        least.append(max([1, *(cell_len(word) for word in words)]))
+    return natural, least
+
+
+def _narrowed(natural: list[int], least: list[int], room: int) -> list[int]:
+    """``natural`` widths narrowed to ``room``, the widest above its least first."""
+    sizes = list(natural)
+    while sum(sizes) > room:
+        wider = [j for j in range(len(sizes)) if sizes[j] > least[j]]
+        if not wider:
+            break  # it cannot fit: each at its least
+        sizes[max(wider, key=lambda j: sizes[j])] -= 1
+    return sizes
 
 
 def output_console() -> Console:

@@ -104,7 +104,7 @@ def list_schedules(
                 _counts(every, *RUN_STATUSES),
             )
         )
-    print_listing(LIST_COLUMNS, rows, ("last fire",))
+    print_listing(LIST_COLUMNS, rows, ("last fire", "policy", "job"))
 
 
 @schedules.command("get")
