@@ -8,16 +8,16 @@ import fcntl
 import os
 import pty
 import re
-import signal
 import struct
 import subprocess
 import sys
 import termios
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 
-from tests.dev_process import _default_signals
+from tests.dev_process import Watched, _default_signals
 
 STYLES = re.compile(r"\x1b\[[0-9;?]*[mhl]|\x1b[()][0-9A-Za-z]|\x1b[=>]|\r")
 MOVES = re.compile(r"(\x1b\[[0-9;?]*[A-Za-z])+")  # a cursor's moves and erasures
@@ -33,7 +33,7 @@ def _sized(fd: int, columns: int, rows: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
 
 
-class Terminal:
+class Terminal(Watched):
     """``sp00ky-infra ARGS`` in ``folder`` on a terminal ``columns`` wide."""
 
     def __init__(
@@ -97,25 +97,11 @@ class Terminal:
                 raise AssertionError(f"no {pattern!r} in:\n{self.output}")
             time.sleep(0.05)
 
-    def wait(self, timeout: float) -> int:
-        code = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=5)
-        return code
-
     def stop(self) -> None:
         """At teardown: two Ctrl-C (a drain, then an abort), else a kill; the terminal closed."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            time.sleep(0.3)
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(timeout=5)
-        os.close(self._primary)
+        super().stop()
+        with suppress(OSError):  # closed already: stopped twice
+            os.close(self._primary)
 
 
 def run(folder: Path, *args: str, env: dict[str, str] | None = None, columns: int = 80) -> str:
