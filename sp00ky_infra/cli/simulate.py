@@ -67,7 +67,7 @@ def _fail(message: str) -> None:
 @click.option(
     "--provider",
     type=click.Choice(sorted(PROVIDERS)),
-    help="Boot model (default: the pool's provider).",
+    help="Boot model (default: the pool's provider); the euros stay the declared provider's.",
 )
 @click.option("--boot", "boot_text", help="Boot time distribution (default: the provider's).")
 @click.option("--failure-rate", type=float, help="Share of boots that fail (default 0).")
@@ -135,9 +135,10 @@ def simulate(
     The workload is a trace (--trace FILE, as `jobs export` writes it) or synthetic (--rate
     N per hour, --duration, --hours, --burst). Every decision is the controller's own (sizing,
     drain choice, admission order, head-of-line blocking, concurrency, breaker, maxLifetime,
-    queue timeouts); boots, jobs and agents follow the provider model. Euros follow Hetzner's
-    rule: per started hour, capped at the monthly price; a pool on Hetzner that boots a
-    snapshot also pays for keeping it over the window (per GB and month, by the hour).
+    queue timeouts); boots, jobs and agents follow the provider model. Euros are those of the
+    provider sp00ky.yml declares (a docker pool's are 0), by Hetzner's rule: per started hour,
+    capped at the monthly price; a pool on Hetzner that boots a snapshot also pays for keeping
+    it over the window (per GB and month, by the hour).
     """
     with refusals():
         config = load_config(config_file)
