@@ -20,7 +20,7 @@ from rich.live import Live
 
 from sp00ky_infra import engine
 from sp00ky_infra.cli.dashboard import Column, fitted
-from sp00ky_infra.cli.dev_events import EventPrinter, breaker_lines, clock
+from sp00ky_infra.cli.dev_events import EventPrinter, Recent, breaker_lines, clock
 from sp00ky_infra.cli.jobs import refusals
 from sp00ky_infra.cli.progress import image_progress
 from sp00ky_infra.client import Client, payload_from_text
@@ -298,15 +298,20 @@ def _run(
 ) -> None:
     """Serve until stopped, under the live view or printing events as lines."""
     if live_view:
-        with Live(_view(runtime, console.width), console=console, refresh_per_second=4) as live:
-            refresher = _Refresher(lambda: live.update(_view(runtime, console.width)))
+        recent = Recent(runtime.controller)
+
+        def view() -> Group:
+            return _view(runtime, console.width, recent)
+
+        with Live(view(), console=console, refresh_per_second=4) as live:
+            refresher = _Refresher(lambda: live.update(view()))
             refresher.start()
             try:
                 runtime.run(on_tick, on_progress)
             finally:
                 refresher.stop()
                 with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
-                    live.update(_view(runtime, console.width))
+                    live.update(view())
     else:
         runtime.run(on_tick, on_progress)
 
@@ -531,8 +536,9 @@ POOL_VIEW = (
 EVENT_VIEW = (Column("at"), Column("pool"), Column("kind"), Column("message", wraps=True))
 
 
-def _view(runtime: Runtime, width: int | None) -> Group:
-    """Each pool's machines, queue and breaker, and the recent events, fitted to ``width``."""
+def _view(runtime: Runtime, width: int | None, recent: Recent) -> Group:
+    """Each pool's machines, queue and breaker, and what happened last (events, jobs'
+    outcomes), fitted to ``width``."""
     controller = runtime.controller
     rows, held = [], []
     for name in controller.pools:
@@ -557,7 +563,7 @@ def _view(runtime: Runtime, width: int | None) -> Group:
                 f"`sp00ky-infra pools reset {name}` closes it"
             )
     pools = fitted(POOL_VIEW, rows, width, title="pools", caption="\n".join(held) or None)
-    lines = [(clock(e.at), e.pool, e.kind, e.message) for e in controller.recent_events(10)]
+    lines = [(clock(h.at), h.pool, h.kind, h.message) for h in recent.rows()]
     events = fitted(EVENT_VIEW, lines, width, title="recent events", show_header=False)
     leader = "leader" if controller.leader else "waiting for leadership"
     return Group(pools, events, f"[dim]{leader} · Ctrl-C stops everything[/dim]")

@@ -1,10 +1,13 @@
-"""What ``dev`` prints as lines: the controller's events, the outcomes of jobs (retried,
-killed, failed for good) and, at start, a pool's breaker that is still open."""
+"""What ``dev`` tells, as lines or in its live view: the controller's events, the outcomes of
+jobs (retried, killed, failed for good) and, at start, a pool's breaker that is still open."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from rich.console import Console
 
@@ -23,8 +26,20 @@ def clock(at: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(at))
 
 
-def event_line(event: Event) -> str:
-    return f"{clock(event.at)} {event.pool} {event.kind}: {event.message}"
+class Happening(NamedTuple):
+    """An event, or a job's outcome, as dev tells it."""
+
+    at: float
+    pool: str
+    kind: str
+    message: str
+
+    @classmethod
+    def of(cls, event: Event) -> Happening:
+        return cls(event.at, event.pool, event.kind, event.message)
+
+    def line(self) -> str:
+        return f"{clock(self.at)} {self.pool} {self.kind}: {self.message}"
 
 
 def error_line(job: Job, index: int) -> tuple[str, str]:
@@ -46,16 +61,15 @@ def error_line(job: Job, index: int) -> tuple[str, str]:
     )
 
 
-def outcome_lines(job: Job, told: int, since: float) -> list[tuple[float, str]]:
-    """``job``'s errors from number ``told`` on that came at or after ``since``, as
-    (when, line)."""
-    lines = []
+def outcomes(job: Job, told: int, since: float) -> list[Happening]:
+    """``job``'s errors from number ``told`` on that came at or after ``since``."""
+    found = []
     for index in range(told, len(job.errors)):
         at = float(job.errors[index].get("at", 0.0))
         if at >= since:
             kind, message = error_line(job, index)
-            lines.append((at, f"{clock(at)} {job.pool or '-'} {kind}: {message}"))
-    return lines
+            found.append(Happening(at, job.pool or "-", kind, message))
+    return found
 
 
 def breaker_lines(controller: Controller, now: float) -> list[str]:
@@ -80,38 +94,63 @@ def breaker_lines(controller: Controller, now: float) -> list[str]:
     return lines
 
 
-class EventPrinter:
-    """Without a terminal: each event and each job outcome as a line, as it happens. Events
-    are remembered by id (several share an instant); a job's errors by how many were told."""
+class Happenings:
+    """What happened since the last look, oldest first: the controller's new events (known by
+    id: several share an instant) and the jobs' new outcomes (a job's errors known by how many
+    were told; the store read at most once a second)."""
 
-    def __init__(self, controller: Controller, console: Console) -> None:
+    def __init__(self, controller: Controller) -> None:
         self.controller = controller
-        self.console = console
         self.last_event = 0
         self.since = controller.clock()  # earlier runs' outcomes are not this run's
         self.told: dict[str, int] = {}
         self.jobs_read_at = float("-inf")
 
-    def flush(self, force: bool = False) -> None:
+    def fresh(self, force: bool = False) -> list[Happening]:
         events = self.controller.recent_events(EVENTS_READ)
-        lines = [(e.at, event_line(e)) for e in events if e.id > self.last_event]
+        found = [Happening.of(e) for e in events if e.id > self.last_event]
         self.last_event = max([self.last_event, *(e.id for e in events[-1:])])
         if force or time.monotonic() - self.jobs_read_at >= JOBS_EVERY:
             self.jobs_read_at = time.monotonic()
-            lines += self._outcomes(self._jobs())
-        for _, line in sorted(lines, key=lambda pair: pair[0]):
-            self.console.print(line, highlight=False)
+            found += self._outcomes(self._jobs())
+        return sorted(found, key=lambda happening: happening.at)
 
     def _jobs(self) -> Iterable[Job]:
         store = self.controller.store
         for status, limit in JOBS_READ.items():
             yield from store.list_jobs(status=status, limit=limit)
 
-    def _outcomes(self, jobs: Iterable[Job]) -> list[tuple[float, str]]:
-        lines = []
+    def _outcomes(self, jobs: Iterable[Job]) -> list[Happening]:
+        found = []
         for job in jobs:
             told = self.told.get(job.id, 0)
             if len(job.errors) > told and job.updated_at >= self.since:
-                lines += outcome_lines(job, told, self.since)
+                found += outcomes(job, told, self.since)
                 self.told[job.id] = len(job.errors)
-        return lines
+        return found
+
+
+class EventPrinter:
+    """Without a terminal: each event and each job outcome as a line, as it happens."""
+
+    def __init__(self, controller: Controller, console: Console) -> None:
+        self.happenings = Happenings(controller)
+        self.console = console
+
+    def flush(self, force: bool = False) -> None:
+        for happening in self.happenings.fresh(force):
+            self.console.print(happening.line(), highlight=False)
+
+
+class Recent:
+    """The live view's last ``shown`` happenings (it is redrawn from more than one thread)."""
+
+    def __init__(self, controller: Controller, shown: int = 10) -> None:
+        self.happenings = Happenings(controller)
+        self.kept: deque[Happening] = deque(maxlen=shown)
+        self._lock = threading.Lock()
+
+    def rows(self) -> list[Happening]:
+        with self._lock:
+            self.kept.extend(self.happenings.fresh())
+            return list(self.kept)

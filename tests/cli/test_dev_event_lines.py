@@ -10,7 +10,7 @@ from typing import cast
 
 from rich.console import Console
 
-from sp00ky_infra.cli.dev_events import EventPrinter, clock, error_line, outcome_lines
+from sp00ky_infra.cli.dev_events import EventPrinter, Recent, clock, error_line, outcomes
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.state import Event, EventLog
 from sp00ky_infra.store import SqlStore, open_store
@@ -99,8 +99,30 @@ def test_each_error_of_a_job_tells_a_retry_a_kill_or_the_failure_for_good(
         "job_failed",
         f"{job.id} failed for good after 2 failed attempt(s): timeout: over 30s",
     )
-    lines = outcome_lines(failed, 0, NOW)
-    assert [at for at, _ in lines] == [NOW + 1, NOW + 9]
-    assert lines[1][1] == f"{clock(NOW + 9)} render job_failed: {error_line(failed, 1)[1]}"
-    assert outcome_lines(failed, 1, NOW) == lines[1:]  # the first one told already
-    assert outcome_lines(failed, 0, NOW + 5) == lines[1:]  # only what came since the run began
+    told = outcomes(failed, 0, NOW)
+    assert [happening.at for happening in told] == [NOW + 1, NOW + 9]
+    assert told[1].line() == f"{clock(NOW + 9)} render job_failed: {error_line(failed, 1)[1]}"
+    assert outcomes(failed, 1, NOW) == told[1:]  # the first one told already
+    assert outcomes(failed, 0, NOW + 5) == told[1:]  # only what came since the run began
+
+
+def test_the_live_view_keeps_the_last_events_and_outcomes_each_once(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/state.db")
+    events = EventLog()
+    try:
+        recent = Recent(cast(Controller, Watched(store, events)), shown=2)
+        for name in ("a", "b", "c"):
+            events.add(Event(NOW, "render", "scale_up", f"render-{name} requested (local)"))
+        assert [h.message for h in recent.rows()] == [
+            "render-b requested (local)",
+            "render-c requested (local)",
+        ]
+        job = store.enqueue(render_job(), NOW)
+        store.kill(job.id, NOW + 1)
+        recent.happenings.jobs_read_at = float("-inf")  # its once-a-second read is due
+        assert [(h.kind, h.message) for h in recent.rows()] == [
+            ("scale_up", "render-c requested (local)"),
+            ("job_killed", f"{job.id} killed (killed while waiting)"),
+        ]
+    finally:
+        store.close()
