@@ -59,7 +59,8 @@ HELP = """Replay a workload through the controller's own decisions on a virtual 
 The workload is a trace (--trace FILE, as `jobs export` writes it) or synthetic (--rate
 N per hour, --duration, --hours, --burst). Every decision is the controller's own (sizing,
 drain choice, admission order, head-of-line blocking, concurrency, breaker, maxLifetime,
-queue timeouts); boots, jobs and agents follow the provider model. Euros follow Hetzner's
+queue timeouts); boots, jobs and agents follow the provider model. Euros are those of the
+provider sp00ky.yml declares (a docker pool's are 0), by Hetzner's
 rule: per started hour, capped at the monthly price; a pool on Hetzner that boots a
 snapshot also pays for keeping it over the window (per GB and month, by the hour).
 
@@ -105,7 +106,7 @@ def _fail(message: str) -> None:
 @click.option(
     "--provider",
     type=click.Choice(sorted(PROVIDERS)),
-    help="Boot model (default: the pool's provider).",
+    help="Boot model (default: the pool's provider); the euros stay the declared provider's.",
 )
 @click.option("--boot", "boot_text", help="Boot time distribution (default: the provider's).")
 @click.option("--failure-rate", type=float, help="Share of boots that fail (default 0).")
@@ -191,7 +192,7 @@ def simulate(
                 name,
                 _routed(config, name, names, arrivals),
                 _provider(config, name, provider, boot_text, failure_rate),
-                _price(config, name, overrides, provider),
+                _price(config, name, overrides),
                 changes,
                 **options,
             )
@@ -303,9 +304,11 @@ def _provider(
     return model
 
 
-def _price(config: Config, name: str, overrides: dict[str, Price], chosen: str | None) -> Price:
+def _price(config: Config, name: str, overrides: dict[str, Price]) -> Price:
+    """The pool's price by the provider sp00ky.yml declares (``--provider`` changes the boot
+    model, not who bills): as ``pools get`` and ``dev`` price it."""
     pool = config.pools[name]
-    return price_of(pool.machine.type, overrides, chosen or pool.provider)
+    return price_of(pool.machine.type, overrides, pool.provider)
 
 
 def _describe(run: Run) -> str:

@@ -363,11 +363,17 @@ class Executor:
     # --- the breaker -------------------------------------------------------------------------
 
     def boot_succeeded(self, pool: str, now: float) -> None:
+        self.close_breaker(pool, now, "a machine booted fine")
+
+    def close_breaker(self, pool: str, now: float, why: str) -> Breaker:
+        """Close the pool's breaker and forget its failed boots (a boot that worked, or a
+        reset by hand); an event says why when it was open. Returns the breaker before."""
         before, after = self.pools.change_breaker(pool, lambda _: Breaker(), now)
         if before != after and (
             self.store.pools.close_incidents(pool, "pool_breaker_open", now) or before.is_open(now)
         ):
-            self.event(now, pool, "breaker_closed", "a machine booted fine; the breaker is closed")
+            self.event(now, pool, "breaker_closed", f"{why}; the breaker is closed")
+        return before
 
     def boot_failed(self, pool: str, why: str, now: float) -> None:
         settings = self.settings
