@@ -1,0 +1,249 @@
+"""A `pulumi up` killed with SIGKILL at each point of an update (its whole session: the CLI,
+its language host and provider host, as a killed controller's update dies), held at that point
+by the fake Hetzner API; then a fresh controller on the same store and stack converges. Each
+case checks the cloud's own list of servers afterwards, and that the stack updates again.
+
+The points: before the create (the API answered 429 and the provider waits out Retry-After),
+after POST /servers made the server but before its answer came back (so before the state has
+it), and during a delete (the API answered 503 and the provider waits to try again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sp00ky_infra.config.loader import load_config
+from sp00ky_infra.controller.core import Controller
+from sp00ky_infra.controller.provisioners.local import session_members
+from sp00ky_infra.controller.provisioners.pulumi import (
+    PulumiProvisioner,
+    automation_stack,
+    stale_locks,
+)
+from sp00ky_infra.controller.reconcile import tick
+from sp00ky_infra.controller.settings import ControllerSettings
+from sp00ky_infra.policy.machines import Reason
+from sp00ky_infra.rehearse.cloud import FakeHetzner
+from sp00ky_infra.store import SqlStore, open_store
+from tests.controllers import SECRET, wait_for
+from tests.infra.test_pulumi_engine import _prod, _revision, _servers
+from tests.pulumi_engine import StackProject
+
+PIN = {
+    "sp00ky:project": "shop",
+    "sp00ky:poolUrl": "https://pool.shop.example",
+    "sp00ky:poolSecret": SECRET,
+}
+
+
+def _killed_up(project: StackProject, held: Callable[[], object]) -> None:
+    """`pulumi up` in a session of its own, killed (every process of it, at once) with
+    SIGKILL once ``held`` says the update is held at its point."""
+    up = subprocess.Popen(
+        ["pulumi", "up", "--yes", "--skip-preview", "--stack", project.stack, "--non-interactive"],
+        cwd=project.dir, env=project.env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(held, timeout=120, what="the update held at its point")
+    finally:
+        for pid in session_members(up.pid):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        up.wait(timeout=10)
+
+
+@contextmanager
+def _engine_env(project: StackProject) -> Iterator[None]:
+    """The Automation API runs the CLI with this process's environment."""
+    saved = dict(os.environ)
+    os.environ.update(
+        {k: v for k, v in project.env.items() if k.startswith(("PULUMI", "HCLOUD", "PATH"))}
+    )
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextmanager
+def _fresh_controller(
+    folder: Path, project: StackProject, store: SqlStore, machines: int
+) -> Iterator[tuple[Controller, PulumiProvisioner]]:
+    """A controller on the store and the stack, its pool wanting ``machines`` machines."""
+    doc = yaml.safe_load((folder / "sp00ky.yml").read_text())  # the stack's, resized
+    doc["pools"]["render"].update(min=machines, max=max(machines, 1))
+    (folder / "fresh.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    config = load_config(folder / "fresh.yml")
+    with _engine_env(project):
+        provisioner = PulumiProvisioner(lambda: automation_stack("prod", str(project.dir)))
+        settings = ControllerSettings(
+            secret=SECRET, state_dir=str(folder), provider="", project="shop"
+        )
+        controller = Controller(settings, config, store, provisioner)
+        try:
+            provisioner.pin(PIN)
+            yield controller, provisioner
+        finally:
+            provisioner.close()
+            controller.leader_lock.release()
+
+
+def _converge(controller: Controller, provisioner: PulumiProvisioner) -> None:
+    """Tick until the stack has applied what the store wants, and the outcomes are on the
+    rows."""
+
+    def settled() -> bool:
+        tick(controller)
+        return provisioner.idle() and provisioner.updates > 0
+
+    wait_for(settled, timeout=240, interval=0.5, what="the fresh controller's update")
+    tick(controller)
+
+
+def _stack(tmp_path: Path, pulumi_bin: str, cloud: FakeHetzner) -> tuple[StackProject, str]:
+    """The prod stack with its pool's firewall made (no machine yet), and the revision."""
+    project = _prod(tmp_path, pulumi_bin, cloud)
+    project.machines({"render": {}})
+    project.up()
+    return project, _revision(tmp_path / "sp00ky.yml")
+
+
+def _rows(store: SqlStore, names: list[str], revision: str) -> None:
+    for name in names:  # what the killed controller wrote before its update
+        store.machines.add(name, "render", "pulumi", revision, 1, time.time())
+
+
+def _gone(store: SqlStore, name: str) -> None:
+    """The machine's row ended (it failed to boot and was destroyed): no longer wanted."""
+    store.machines.move(name, Reason.BOOT_FAILED, time.time())
+    store.machines.move(name, Reason.DESTROYED, time.time())
+
+
+def _lock_files(tmp_path: Path) -> list[Path]:
+    return list((tmp_path / "state" / ".pulumi" / "locks").rglob("*.json"))
+
+
+def test_killed_before_the_create(
+    tmp_path: Path, pulumi_bin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with FakeHetzner() as cloud:
+        project, revision = _stack(tmp_path, pulumi_bin, cloud)
+        store = open_store(f"sqlite:///{tmp_path}/state.db")
+        try:
+            _rows(store, ["render-a"], revision)
+            project.machines({"render": {"render-a": revision}})
+            cloud.fail_next = [(429, "rate_limit_exceeded", 300.0)]
+            _killed_up(
+                project, lambda: ("POST", "/v1/servers") in cloud.requests and not cloud.fail_next
+            )
+            assert cloud.servers == {} and _lock_files(tmp_path)
+            with _fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
+                _converge(controller, provisioner)
+            (server,) = cloud.servers.values()
+            assert server["name"] == "render-a"
+            assert store.machines.get("render-a").provider_id == str(server["id"])
+            assert not _lock_files(tmp_path)
+            assert "event=stack_lock_taken_over" in caplog.text
+            assert "event=pending_operations" in caplog.text and "creating:render-a" in caplog.text
+            assert project.up() == {"same": 4}  # the stack updates, and has what the cloud has
+        finally:
+            store.close()
+
+
+def test_killed_after_the_server_was_made_it_is_adopted(tmp_path: Path, pulumi_bin: str) -> None:
+    with FakeHetzner() as cloud:
+        project, revision = _stack(tmp_path, pulumi_bin, cloud)
+        store = open_store(f"sqlite:///{tmp_path}/state.db")
+        try:
+            _rows(store, ["render-a"], revision)
+            project.machines({"render": {"render-a": revision}})
+            cloud.create_then_stall = 300.0  # made, and its answer held
+            _killed_up(project, lambda: cloud.servers)
+            cloud.create_then_stall = None
+            (made,) = cloud.servers.values()
+            with _fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
+                _converge(controller, provisioner)
+            assert list(_servers(cloud)) == ["render-a"]
+            assert _servers(cloud)["render-a"]["id"] == made["id"]  # the same server, not a second
+            assert store.machines.get("render-a").provider_id == str(made["id"])
+            assert project.up() == {"same": 4}
+        finally:
+            store.close()
+
+
+def test_killed_after_the_server_was_made_for_a_row_since_gone(
+    tmp_path: Path, pulumi_bin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with FakeHetzner() as cloud:
+        project, revision = _stack(tmp_path, pulumi_bin, cloud)
+        store = open_store(f"sqlite:///{tmp_path}/state.db")
+        try:
+            _rows(store, ["render-a"], revision)
+            project.machines({"render": {"render-a": revision}})
+            cloud.create_then_stall = 300.0
+            _killed_up(project, lambda: cloud.servers)
+            cloud.create_then_stall = None
+            _gone(store, "render-a")
+            with _fresh_controller(tmp_path, project, store, 0) as (controller, provisioner):
+                _converge(controller, provisioner)
+            assert cloud.servers == {}  # looked up by name and deleted
+            assert "event=server_deleted machine=render-a" in caplog.text
+            assert project.up() == {"same": 3}
+        finally:
+            store.close()
+
+
+def test_killed_during_a_delete(tmp_path: Path, pulumi_bin: str) -> None:
+    with FakeHetzner() as cloud:
+        project, revision = _stack(tmp_path, pulumi_bin, cloud)
+        store = open_store(f"sqlite:///{tmp_path}/state.db")
+        try:
+            _rows(store, ["render-a", "render-b"], revision)
+            project.machines({"render": {"render-a": revision, "render-b": revision}})
+            project.up()
+            _gone(store, "render-b")
+            project.machines({"render": {"render-a": revision}})
+            cloud.fail_next = [(503, "unavailable", 300.0)]  # the delete waits to try again
+            _killed_up(
+                project,
+                lambda: any(r[0] == "DELETE" for r in cloud.requests) and not cloud.fail_next,
+            )
+            assert sorted(_servers(cloud)) == ["render-a", "render-b"]
+            with _fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
+                _converge(controller, provisioner)
+            assert sorted(_servers(cloud)) == ["render-a"]
+            assert project.up() == {"same": 4}
+        finally:
+            store.close()
+
+
+def test_only_a_lock_whose_holder_is_gone_from_this_host_is_stale(tmp_path: Path) -> None:
+    locks = tmp_path / ".pulumi" / "locks" / "organization" / "shop" / "prod"
+    locks.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    held = {
+        "dead-here": {"pid": gone.pid, "hostname": "this-host"},
+        "alive-here": {"pid": os.getpid(), "hostname": "this-host"},
+        "dead-elsewhere": {"pid": gone.pid, "hostname": "another-host"},
+    }
+    for name, holder in held.items():
+        (locks / f"{name}.json").write_text(json.dumps({**holder, "username": "root"}))
+    other = tmp_path / ".pulumi" / "locks" / "organization" / "other" / "prod"
+    other.mkdir(parents=True)  # another project's stack of the same name
+    (other / "dead.json").write_text(json.dumps({"pid": gone.pid, "hostname": "this-host"}))
+    found = stale_locks(f"file://{tmp_path}", "shop", "prod", "this-host")
+    assert [path.name for path in found] == ["dead-here.json"]
+    assert stale_locks("https://api.pulumi.com", "shop", "prod", "this-host") == []
