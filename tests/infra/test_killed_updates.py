@@ -15,35 +15,21 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
-import yaml
 
-from sp00ky_infra.config.loader import load_config
-from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.provisioners.local import session_members
-from sp00ky_infra.controller.provisioners.pulumi import (
-    PulumiProvisioner,
-    automation_stack,
-    stale_locks,
-)
-from sp00ky_infra.controller.reconcile import tick
-from sp00ky_infra.controller.settings import ControllerSettings
+from sp00ky_infra.controller.provisioners.pulumi import stale_locks
 from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.rehearse.cloud import FakeHetzner
 from sp00ky_infra.store import SqlStore, open_store
-from tests.controllers import SECRET, wait_for
-from tests.infra.test_pulumi_engine import _prod, _revision, _servers
+from tests.controllers import wait_for
+from tests.infra.stack_controller import converge, firewalled_stack, fresh_controller
+from tests.infra.test_pulumi_engine import _servers
 from tests.pulumi_engine import StackProject
-
-PIN = {
-    "sp00ky:project": "shop",
-    "sp00ky:poolUrl": "https://pool.shop.example",
-    "sp00ky:poolSecret": SECRET,
-}
 
 
 def _killed_up(project: StackProject, held: Callable[[], object]) -> None:
@@ -61,63 +47,6 @@ def _killed_up(project: StackProject, held: Callable[[], object]) -> None:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         up.wait(timeout=10)
-
-
-@contextmanager
-def _engine_env(project: StackProject) -> Iterator[None]:
-    """The Automation API runs the CLI with this process's environment."""
-    saved = dict(os.environ)
-    os.environ.update(
-        {k: v for k, v in project.env.items() if k.startswith(("PULUMI", "HCLOUD", "PATH"))}
-    )
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-@contextmanager
-def _fresh_controller(
-    folder: Path, project: StackProject, store: SqlStore, machines: int
-) -> Iterator[tuple[Controller, PulumiProvisioner]]:
-    """A controller on the store and the stack, its pool wanting ``machines`` machines."""
-    doc = yaml.safe_load((folder / "sp00ky.yml").read_text())  # the stack's, resized
-    doc["pools"]["render"].update(min=machines, max=max(machines, 1))
-    (folder / "fresh.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    config = load_config(folder / "fresh.yml")
-    with _engine_env(project):
-        provisioner = PulumiProvisioner(lambda: automation_stack("prod", str(project.dir)))
-        settings = ControllerSettings(
-            secret=SECRET, state_dir=str(folder), provider="", project="shop"
-        )
-        controller = Controller(settings, config, store, provisioner)
-        try:
-            provisioner.pin(PIN)
-            yield controller, provisioner
-        finally:
-            provisioner.close()
-            controller.leader_lock.release()
-
-
-def _converge(controller: Controller, provisioner: PulumiProvisioner) -> None:
-    """Tick until the stack has applied what the store wants, and the outcomes are on the
-    rows."""
-
-    def settled() -> bool:
-        tick(controller)
-        return provisioner.idle() and provisioner.updates > 0
-
-    wait_for(settled, timeout=240, interval=0.5, what="the fresh controller's update")
-    tick(controller)
-
-
-def _stack(tmp_path: Path, pulumi_bin: str, cloud: FakeHetzner) -> tuple[StackProject, str]:
-    """The prod stack with its pool's firewall made (no machine yet), and the revision."""
-    project = _prod(tmp_path, pulumi_bin, cloud)
-    project.machines({"render": {}})
-    project.up()
-    return project, _revision(tmp_path / "sp00ky.yml")
 
 
 def _rows(store: SqlStore, names: list[str], revision: str) -> None:
@@ -139,7 +68,7 @@ def test_killed_before_the_create(
     tmp_path: Path, pulumi_bin: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with FakeHetzner() as cloud:
-        project, revision = _stack(tmp_path, pulumi_bin, cloud)
+        project, revision = firewalled_stack(tmp_path, pulumi_bin, cloud)
         store = open_store(f"sqlite:///{tmp_path}/state.db")
         try:
             _rows(store, ["render-a"], revision)
@@ -149,8 +78,8 @@ def test_killed_before_the_create(
                 project, lambda: ("POST", "/v1/servers") in cloud.requests and not cloud.fail_next
             )
             assert cloud.servers == {} and _lock_files(tmp_path)
-            with _fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
-                _converge(controller, provisioner)
+            with fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
+                converge(controller, provisioner)
             (server,) = cloud.servers.values()
             assert server["name"] == "render-a"
             assert store.machines.get("render-a").provider_id == str(server["id"])
@@ -164,7 +93,7 @@ def test_killed_before_the_create(
 
 def test_killed_after_the_server_was_made_it_is_adopted(tmp_path: Path, pulumi_bin: str) -> None:
     with FakeHetzner() as cloud:
-        project, revision = _stack(tmp_path, pulumi_bin, cloud)
+        project, revision = firewalled_stack(tmp_path, pulumi_bin, cloud)
         store = open_store(f"sqlite:///{tmp_path}/state.db")
         try:
             _rows(store, ["render-a"], revision)
@@ -173,8 +102,8 @@ def test_killed_after_the_server_was_made_it_is_adopted(tmp_path: Path, pulumi_b
             _killed_up(project, lambda: cloud.servers)
             cloud.create_then_stall = None
             (made,) = cloud.servers.values()
-            with _fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
-                _converge(controller, provisioner)
+            with fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
+                converge(controller, provisioner)
             assert list(_servers(cloud)) == ["render-a"]
             assert _servers(cloud)["render-a"]["id"] == made["id"]  # the same server, not a second
             assert store.machines.get("render-a").provider_id == str(made["id"])
@@ -187,7 +116,7 @@ def test_killed_after_the_server_was_made_for_a_row_since_gone(
     tmp_path: Path, pulumi_bin: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with FakeHetzner() as cloud:
-        project, revision = _stack(tmp_path, pulumi_bin, cloud)
+        project, revision = firewalled_stack(tmp_path, pulumi_bin, cloud)
         store = open_store(f"sqlite:///{tmp_path}/state.db")
         try:
             _rows(store, ["render-a"], revision)
@@ -196,8 +125,8 @@ def test_killed_after_the_server_was_made_for_a_row_since_gone(
             _killed_up(project, lambda: cloud.servers)
             cloud.create_then_stall = None
             _gone(store, "render-a")
-            with _fresh_controller(tmp_path, project, store, 0) as (controller, provisioner):
-                _converge(controller, provisioner)
+            with fresh_controller(tmp_path, project, store, 0) as (controller, provisioner):
+                converge(controller, provisioner)
             assert cloud.servers == {}  # looked up by name and deleted
             assert "event=server_deleted machine=render-a" in caplog.text
             assert project.up() == {"same": 3}
@@ -207,7 +136,7 @@ def test_killed_after_the_server_was_made_for_a_row_since_gone(
 
 def test_killed_during_a_delete(tmp_path: Path, pulumi_bin: str) -> None:
     with FakeHetzner() as cloud:
-        project, revision = _stack(tmp_path, pulumi_bin, cloud)
+        project, revision = firewalled_stack(tmp_path, pulumi_bin, cloud)
         store = open_store(f"sqlite:///{tmp_path}/state.db")
         try:
             _rows(store, ["render-a", "render-b"], revision)
@@ -221,8 +150,8 @@ def test_killed_during_a_delete(tmp_path: Path, pulumi_bin: str) -> None:
                 lambda: any(r[0] == "DELETE" for r in cloud.requests) and not cloud.fail_next,
             )
             assert sorted(_servers(cloud)) == ["render-a", "render-b"]
-            with _fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
-                _converge(controller, provisioner)
+            with fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
+                converge(controller, provisioner)
             assert sorted(_servers(cloud)) == ["render-a"]
             assert project.up() == {"same": 4}
         finally:

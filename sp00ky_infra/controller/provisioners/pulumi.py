@@ -323,19 +323,19 @@ class PulumiProvisioner:
         ).as_json()
         with self._changed:
             images = dict(self.images)
+        steps = UpProgress(self.on_progress)
         try:
             stack = self._get_stack()
             stack.set_config("sp00ky:machines", _config_value(json.dumps(machines)))
             if images:
                 stack.set_config("sp00ky:images", _config_value(json.dumps(images)))
-            steps = UpProgress(self.on_progress)
             result = stack.up(
                 on_output=lambda line: log.debug("pulumi: %s", line.rstrip()),
                 on_event=steps.event,
             )
             outputs = stack.outputs()
         except Exception as exc:  # CommandError and friends: the message names the machines
-            return self._not_updated(exc, started, wanted, before)
+            return self._not_updated(exc, started, (wanted, before), steps)
         self._unlocked()
         elapsed = self.clock() - started
         self.durations.append(elapsed)
@@ -355,8 +355,8 @@ class PulumiProvisioner:
         return True
 
     def _not_updated(
-        self, exc: Exception, started: float, wanted: dict[str, set[str]],
-        before: dict[str, set[str]],
+        self, exc: Exception, started: float,
+        update: tuple[dict[str, set[str]], dict[str, set[str]]], steps: UpProgress,
     ) -> bool:  # fmt: skip
         """An update that did not go through: False when the stack was locked (try again),
         at once when its holder was gone; the machines failed otherwise."""
@@ -376,7 +376,7 @@ class PulumiProvisioner:
             return False
         elapsed = self.clock() - started
         self.durations.append(elapsed)
-        self._failed(wanted, before, str(exc))
+        self._failed(*update, str(exc), steps)
         log.warning("pulumi up failed after %.1fs: %s", elapsed, _first_line(str(exc)))
         self._unlocked()
         with self._changed:
@@ -439,24 +439,34 @@ class PulumiProvisioner:
             self.locked_since, self.lock_message, self._lock_tries = None, "", 0
 
     def _failed(
-        self, wanted: dict[str, set[str]], before: dict[str, set[str]], message: str
-    ) -> None:
-        """Map a failed update back to machines: those the message names, else every machine
-        the update was to create. Failed ones leave the desired set (the tick fails them)."""
-        new = {name for pool, names in wanted.items() for name in names - before.get(pool, set())}
-        named = {
-            name for name in new if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", message)
-        }
-        failed = named or new  # a message that names none: the whole update failed
+        self, wanted: dict[str, set[str]], before: dict[str, set[str]], message: str,
+        steps: UpProgress,
+    ) -> None:  # fmt: skip
+        """Map a failed update back to machines. Failed: those an error line of the message
+        names, else (none named, none made) every machine the update was to create; they
+        leave the desired set (the tick fails them). Made: those the engine's events say it
+        created, with their servers' ids (with no events: every other new one, as Pulumi goes
+        on with the others). A new machine neither made nor failed was never tried, and a
+        removed one not deleted is still there: the next update sees to both."""
+        new = _names(wanted) - _names(before)
+        named = {name for name in new if _errors_name(message, name)}
+        made = set(steps.made) & new if steps.heard else set()
+        failed = named or (set() if made else new)
+        made = made if steps.heard else new - failed
+        kept = (_names(before) - _names(wanted)) - steps.deleted if steps.heard else set()
         with self._changed:
             for name in sorted(failed):
                 self._outcomes.append(Outcome(name, "failed", _reason(message, name)))
                 pool = self.pool_of.get(name)
                 if pool is not None:
                     self.desired.get(pool, set()).discard(name)
-            for name in sorted(new - failed):  # Pulumi went on with the others
-                self._outcomes.append(Outcome(name, "created"))
-            self.applied = {pool: names - failed for pool, names in wanted.items()}
+            for name in sorted(made - failed):
+                self._outcomes.append(Outcome(name, "created", steps.made.get(name, "")))
+            self.applied = {
+                pool: (wanted.get(pool, set()) & (before.get(pool, set()) | made))
+                | (before.get(pool, set()) & kept)
+                for pool in set(wanted) | set(before)
+            }
 
     def _get_stack(self) -> Stack:
         if self._stack is None:
@@ -486,6 +496,11 @@ class UpProgress:
     def __init__(self, emit: Callable[[str], None]) -> None:
         self.emit = emit
         self.started: dict[str, int] = {}  # urn -> the step's start (event timestamp, seconds)
+        # what a failed update did before it stopped, by resource name: the servers it made
+        # (their ids), the resources it deleted; ``heard``: the engine sent events at all
+        self.heard = False
+        self.made: dict[str, str] = {}
+        self.deleted: set[str] = set()
 
     def event(self, event: Any) -> None:
         try:
@@ -504,6 +519,9 @@ class UpProgress:
                 continue
             meta = found.metadata
             op = str(getattr(meta.op, "value", meta.op))
+            self.heard = True
+            if phase == "done":
+                self._done(op, meta)
             if op in self.QUIET or getattr(found, "planning", False):
                 return
             kind = _kind(meta.type)
@@ -516,6 +534,14 @@ class UpProgress:
                 ended = self.DONE.get(op, op) if phase == "done" else f"{op} failed"
                 self.emit(f"{what} {ended} in {took}s")
             return
+
+    def _done(self, op: str, meta: Any) -> None:
+        name = _resource_name(meta.urn)
+        if op == "create":
+            outputs = getattr(getattr(meta, "new", None), "outputs", None) or {}
+            self.made[name] = str(outputs.get("server_id") or "")
+        elif op == "delete":
+            self.deleted.add(name)
 
 
 def _resource_name(urn: str) -> str:
@@ -545,6 +571,17 @@ def _locked(exc: Exception) -> bool:
     from pulumi.automation.errors import ConcurrentUpdateError
 
     return isinstance(exc, ConcurrentUpdateError) or "the stack is currently locked" in str(exc)
+
+
+def _names(machines: Mapping[str, set[str]]) -> set[str]:
+    return {name for names in machines.values() for name in names}
+
+
+def _errors_name(message: str, machine: str) -> bool:
+    """An error line of the update's message names ``machine`` (Pulumi's progress lines name
+    every machine it made: they are not errors)."""
+    name = re.compile(rf"(?<![\w-]){re.escape(machine)}(?![\w-])")
+    return any(name.search(line) for line in message.splitlines() if "error" in line.lower())
 
 
 def _first_line(message: str) -> str:
