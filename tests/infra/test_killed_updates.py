@@ -15,13 +15,13 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from sp00ky_infra.controller.provisioners.local import session_members
+from sp00ky_infra.controller.provisioners.local import _signal, session_members
 from sp00ky_infra.controller.provisioners.pulumi import stale_locks
 from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.rehearse.cloud import FakeHetzner
@@ -43,21 +43,39 @@ def _killed_up(project: StackProject, held: Callable[[], object]) -> None:
     try:
         wait_for(held, timeout=120, what="the update held at its point")
     finally:
-        for pid in session_members(up.pid):
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _signal(session_members(up.pid), signal.SIGKILL)  # all at once: none outlives it
         up.wait(timeout=10)
-
-
-def _rows(store: SqlStore, names: list[str], revision: str) -> None:
-    for name in names:  # what the killed controller wrote before its update
-        store.machines.add(name, "render", "pulumi", revision, 1, time.time())
 
 
 def _gone(store: SqlStore, name: str) -> None:
     """The machine's row ended (it failed to boot and was destroyed): no longer wanted."""
     store.machines.move(name, Reason.BOOT_FAILED, time.time())
     store.machines.move(name, Reason.DESTROYED, time.time())
+
+
+@contextmanager
+def _rows_on_the_stack(
+    tmp_path: Path, pulumi_bin: str, names: list[str]
+) -> Iterator[tuple[FakeHetzner, StackProject, SqlStore, str]]:
+    """The fake cloud, the stack asked for ``names`` (not yet updated) and the store with
+    their rows, as a controller leaves them before its update; and the pool's revision."""
+    with FakeHetzner() as cloud:
+        project, revision = firewalled_stack(tmp_path, pulumi_bin, cloud)
+        store = open_store(f"sqlite:///{tmp_path}/state.db")
+        try:
+            for name in names:
+                store.machines.add(name, "render", "pulumi", revision, 1, time.time())
+            project.machines({"render": dict.fromkeys(names, revision)})
+            yield cloud, project, store, revision
+        finally:
+            store.close()
+
+
+def _converged(tmp_path: Path, project: StackProject, store: SqlStore, machines: int) -> None:
+    """A fresh controller on the store and the stack, its pool wanting ``machines``, has
+    brought the stack to what the store wants."""
+    with fresh_controller(tmp_path, project, store, machines) as (controller, provisioner):
+        converge(controller, provisioner)
 
 
 def _lock_files(tmp_path: Path) -> list[Path]:
@@ -67,95 +85,64 @@ def _lock_files(tmp_path: Path) -> list[Path]:
 def test_killed_before_the_create(
     tmp_path: Path, pulumi_bin: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with FakeHetzner() as cloud:
-        project, revision = firewalled_stack(tmp_path, pulumi_bin, cloud)
-        store = open_store(f"sqlite:///{tmp_path}/state.db")
-        try:
-            _rows(store, ["render-a"], revision)
-            project.machines({"render": {"render-a": revision}})
-            cloud.fail_next = [(429, "rate_limit_exceeded", 300.0)]
-            _killed_up(
-                project, lambda: ("POST", "/v1/servers") in cloud.requests and not cloud.fail_next
-            )
-            assert cloud.servers == {} and _lock_files(tmp_path)
-            with fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
-                converge(controller, provisioner)
-            (server,) = cloud.servers.values()
-            assert server["name"] == "render-a"
-            assert store.machines.get("render-a").provider_id == str(server["id"])
-            assert not _lock_files(tmp_path)
-            assert "event=stack_lock_taken_over" in caplog.text
-            assert "event=pending_operations" in caplog.text and "creating:render-a" in caplog.text
-            assert project.up() == {"same": 4}  # the stack updates, and has what the cloud has
-        finally:
-            store.close()
+    with _rows_on_the_stack(tmp_path, pulumi_bin, ["render-a"]) as (cloud, project, store, _):
+        cloud.fail_next = [(429, "rate_limit_exceeded", 300.0)]
+        _killed_up(
+            project, lambda: ("POST", "/v1/servers") in cloud.requests and not cloud.fail_next
+        )
+        assert cloud.servers == {} and _lock_files(tmp_path)
+        _converged(tmp_path, project, store, 1)
+        (server,) = cloud.servers.values()
+        assert server["name"] == "render-a"
+        assert store.machines.get("render-a").provider_id == str(server["id"])
+        assert not _lock_files(tmp_path)
+        assert "event=stack_lock_taken_over" in caplog.text
+        assert "event=pending_operations" in caplog.text and "creating:render-a" in caplog.text
+        assert project.up() == {"same": 4}  # the stack updates, and has what the cloud has
 
 
 def test_killed_after_the_server_was_made_it_is_adopted(tmp_path: Path, pulumi_bin: str) -> None:
-    with FakeHetzner() as cloud:
-        project, revision = firewalled_stack(tmp_path, pulumi_bin, cloud)
-        store = open_store(f"sqlite:///{tmp_path}/state.db")
-        try:
-            _rows(store, ["render-a"], revision)
-            project.machines({"render": {"render-a": revision}})
-            cloud.create_then_stall = 300.0  # made, and its answer held
-            _killed_up(project, lambda: cloud.servers)
-            cloud.create_then_stall = None
-            (made,) = cloud.servers.values()
-            with fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
-                converge(controller, provisioner)
-            assert list(_servers(cloud)) == ["render-a"]
-            assert _servers(cloud)["render-a"]["id"] == made["id"]  # the same server, not a second
-            assert store.machines.get("render-a").provider_id == str(made["id"])
-            assert project.up() == {"same": 4}
-        finally:
-            store.close()
+    with _rows_on_the_stack(tmp_path, pulumi_bin, ["render-a"]) as (cloud, project, store, _):
+        cloud.create_then_stall = 300.0  # made, and its answer held
+        _killed_up(project, lambda: cloud.servers)
+        cloud.create_then_stall = None
+        (made,) = cloud.servers.values()
+        _converged(tmp_path, project, store, 1)
+        assert list(_servers(cloud)) == ["render-a"]
+        assert _servers(cloud)["render-a"]["id"] == made["id"]  # the same server, not a second
+        assert store.machines.get("render-a").provider_id == str(made["id"])
+        assert project.up() == {"same": 4}
 
 
 def test_killed_after_the_server_was_made_for_a_row_since_gone(
     tmp_path: Path, pulumi_bin: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with FakeHetzner() as cloud:
-        project, revision = firewalled_stack(tmp_path, pulumi_bin, cloud)
-        store = open_store(f"sqlite:///{tmp_path}/state.db")
-        try:
-            _rows(store, ["render-a"], revision)
-            project.machines({"render": {"render-a": revision}})
-            cloud.create_then_stall = 300.0
-            _killed_up(project, lambda: cloud.servers)
-            cloud.create_then_stall = None
-            _gone(store, "render-a")
-            with fresh_controller(tmp_path, project, store, 0) as (controller, provisioner):
-                converge(controller, provisioner)
-            assert cloud.servers == {}  # looked up by name and deleted
-            assert "event=server_deleted machine=render-a" in caplog.text
-            assert project.up() == {"same": 3}
-        finally:
-            store.close()
+    with _rows_on_the_stack(tmp_path, pulumi_bin, ["render-a"]) as (cloud, project, store, _):
+        cloud.create_then_stall = 300.0
+        _killed_up(project, lambda: cloud.servers)
+        cloud.create_then_stall = None
+        _gone(store, "render-a")
+        _converged(tmp_path, project, store, 0)
+        assert cloud.servers == {}  # looked up by name and deleted
+        assert "event=server_deleted machine=render-a" in caplog.text
+        assert project.up() == {"same": 3}
 
 
 def test_killed_during_a_delete(tmp_path: Path, pulumi_bin: str) -> None:
-    with FakeHetzner() as cloud:
-        project, revision = firewalled_stack(tmp_path, pulumi_bin, cloud)
-        store = open_store(f"sqlite:///{tmp_path}/state.db")
-        try:
-            _rows(store, ["render-a", "render-b"], revision)
-            project.machines({"render": {"render-a": revision, "render-b": revision}})
-            project.up()
-            _gone(store, "render-b")
-            project.machines({"render": {"render-a": revision}})
-            cloud.fail_next = [(503, "unavailable", 300.0)]  # the delete waits to try again
-            _killed_up(
-                project,
-                lambda: any(r[0] == "DELETE" for r in cloud.requests) and not cloud.fail_next,
-            )
-            assert sorted(_servers(cloud)) == ["render-a", "render-b"]
-            with fresh_controller(tmp_path, project, store, 1) as (controller, provisioner):
-                converge(controller, provisioner)
-            assert sorted(_servers(cloud)) == ["render-a"]
-            assert project.up() == {"same": 4}
-        finally:
-            store.close()
+    names = ["render-a", "render-b"]
+    with _rows_on_the_stack(tmp_path, pulumi_bin, names) as (cloud, project, store, revision):
+        project.up()
+        _gone(store, "render-b")
+        project.machines({"render": {"render-a": revision}})
+        cloud.fail_next = [(503, "unavailable", 300.0)]  # the delete waits to try again
+        _killed_up(
+            project,
+            lambda: any(r[0] == "DELETE" for r in cloud.requests) and not cloud.fail_next,
+        )
+        assert sorted(_servers(cloud)) == ["render-a", "render-b"]
+        _converged(tmp_path, project, store, 1)
+        assert sorted(_servers(cloud)) == ["render-a"]
+        assert project.up() == {"same": 4}
 
 
 def test_only_a_lock_whose_holder_is_gone_from_this_host_is_stale(tmp_path: Path) -> None:

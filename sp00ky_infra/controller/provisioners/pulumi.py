@@ -601,15 +601,21 @@ def _reason(message: str, machine: str) -> str:
 DYNAMIC = "pulumi-python:dynamic:Resource"  # the type of every machine (and firewall) resource
 
 
-def stale_locks(backend_url: str, project: str, stack: str, host: str) -> list[Path]:
-    """The lock files of ``stack`` in a ``file://`` backend whose holder was a process of
-    ``host`` that no longer runs. Another backend keeps its locks to itself: none."""
+def lock_files(backend_url: str, project: str, stack: str) -> list[Path]:
+    """The lock files of ``stack`` in a ``file://`` backend (another backend keeps its locks
+    to itself: none)."""
     if not backend_url.startswith("file://"):
         return []
     locks = Path(unquote(urlsplit(backend_url).path)) / ".pulumi" / "locks"
     short = stack.rsplit("/", 1)[-1]
+    return [*locks.glob(f"*/{project}/{short}/*.json"), *locks.glob(f"{short}/*.json")]
+
+
+def stale_locks(backend_url: str, project: str, stack: str, host: str) -> list[Path]:
+    """The lock files of ``stack`` whose holder was a process of ``host`` that no longer
+    runs."""
     found = []
-    for path in [*locks.glob(f"*/{project}/{short}/*.json"), *locks.glob(f"{short}/*.json")]:
+    for path in lock_files(backend_url, project, stack):
         try:
             holder = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -640,14 +646,15 @@ class Recovery:
         self.stack = stack
         self.forget = forget  # deletes the server of a machine nobody wants, by its name
 
+    def _where(self) -> tuple[str, str, str]:
+        """The backend's URL, the project's name and the stack's."""
+        workspace = self.stack.workspace
+        return workspace.who_am_i().url, workspace.project_settings().name, self.stack.name
+
     def take_over_lock(self) -> bool:
         """Remove the locks whose holder is gone; whether there was one."""
-        workspace = self.stack.workspace
-        url = workspace.who_am_i().url
         removed = False
-        for path in stale_locks(
-            url, workspace.project_settings().name, self.stack.name, socket.gethostname()
-        ):
+        for path in stale_locks(*self._where(), socket.gethostname()):
             holder = path.read_text().strip()
             path.unlink(missing_ok=True)
             removed = True
@@ -659,7 +666,10 @@ class Recovery:
 
     def pending(self, wanted: set[str]) -> set[str]:
         """Drop the state's pending operations; the machines whose create was pending that
-        are still ``wanted`` (the next update makes them). The others' servers are deleted."""
+        are still ``wanted`` (the next update makes them). The others' servers are deleted.
+        Not while a live update holds the stack: its pending operations are its own."""
+        if lock_files(*self._where()):
+            return set()
         state = self.stack.export_stack()
         deployment = dict(state.deployment or {})
         operations = deployment.get("pending_operations") or []
