@@ -50,7 +50,7 @@ def test_a_scale_up_of_20_through_api_faults_makes_each_machine_once(
         try:
             # no project: no heartbeat, so every answer lost after a create is a server's
             fresh = fresh_controller(
-                tmp_path, project, store, WANTED, breaker_first_pause=2.0, project=""
+                tmp_path, project, store, WANTED, breaker_first_pause=30.0, project=""
             )
             with fresh as (controller, provisioner):
                 cloud.quota = QUOTA
@@ -66,14 +66,16 @@ def test_a_scale_up_of_20_through_api_faults_makes_each_machine_once(
                     for m in store.machines.recent("render", limit=100)
                     if (m.failed_reason or "").startswith("refused")
                 ]
-                assert len(refused) == WANTED - QUOTA
+                # the 5 over the limit, and any replacement the pool asked for before three
+                # refusals in a row opened its breaker: each refused, each counted
+                assert len(refused) >= WANTED - QUOTA
                 assert all("resource_limit_exceeded" in (m.failed_reason or "") for m in refused)
                 breaker = controller.pool_states.breaker("render")
-                assert breaker.failures == WANTED - QUOTA and breaker.is_open(time.time())
+                assert breaker.failures == len(refused) and breaker.is_open(time.time())
 
-                cloud.quota = None  # the limit raised: the pool gets its 20 after the pause
+                cloud.quota = None  # the limit raised: the pool gets its 20 after the pause (30s)
                 converge(controller, provisioner, updates=len(provisioner.durations) + 1)
                 assert len(_held(cloud, store)) == WANTED
-                assert controller.pool_states.breaker("render").failures == WANTED - QUOTA
+                assert controller.pool_states.breaker("render").failures == len(refused)
         finally:
             store.close()

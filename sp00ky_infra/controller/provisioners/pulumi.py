@@ -203,7 +203,8 @@ class PulumiProvisioner:
             self.revision_of.update(
                 {name: revision for names in machines.values() for name, revision in names.items()}
             )
-            self._recover_due = True  # the last leader may have been killed mid-update
+            # the last leader may have been killed mid-update (a stack of the Automation API)
+            self._recover_due = isinstance(self._stack, Recoverable)
             self._changed.notify()
 
     def pin(self, settings: Mapping[str, str]) -> None:
@@ -254,7 +255,7 @@ class PulumiProvisioner:
 
     def idle(self) -> bool:
         with self._changed:
-            return not self._busy and self.applied == self._snapshot()
+            return not (self._busy or self._recover_due or self._due())
 
     # --- the update loop ---------------------------------------------------------------------
 
@@ -380,7 +381,7 @@ class PulumiProvisioner:
         log.warning("pulumi up failed after %.1fs: %s", elapsed, _first_line(str(exc)))
         self._unlocked()
         with self._changed:
-            self._recover_due = True  # the engine may have died mid-update: look
+            self._recover_due = isinstance(self._stack, Recoverable)  # the engine may have died
         return True
 
     def _due(self) -> bool:
@@ -462,6 +463,7 @@ class PulumiProvisioner:
                     self.desired.get(pool, set()).discard(name)
             for name in sorted(made - failed):
                 self._outcomes.append(Outcome(name, "created", steps.made.get(name, "")))
+            self._stale = False  # what is left to do shows in applied: no loop of failures
             self.applied = {
                 pool: (wanted.get(pool, set()) & (before.get(pool, set()) | made))
                 | (before.get(pool, set()) & kept)
