@@ -21,13 +21,23 @@ from pathlib import Path
 
 import pytest
 
+from sp00ky_infra.controller.provisioners.base import MachineSpec
 from sp00ky_infra.controller.provisioners.local import _signal, session_members
-from sp00ky_infra.controller.provisioners.pulumi import stale_locks
+from sp00ky_infra.controller.provisioners.pulumi import (
+    PulumiProvisioner,
+    automation_stack,
+    stale_locks,
+)
 from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.rehearse.cloud import FakeHetzner
 from sp00ky_infra.store import SqlStore, open_store
 from tests.controllers import wait_for
-from tests.infra.stack_controller import converge, firewalled_stack, fresh_controller
+from tests.infra.stack_controller import (
+    converge,
+    engine_env,
+    firewalled_stack,
+    fresh_controller,
+)
 from tests.infra.test_pulumi_engine import _servers
 from tests.pulumi_engine import StackProject
 
@@ -163,3 +173,32 @@ def test_only_a_lock_whose_holder_is_gone_from_this_host_is_stale(tmp_path: Path
     found = stale_locks(f"file://{tmp_path}", "shop", "prod", "this-host")
     assert [path.name for path in found] == ["dead-here.json"]
     assert stale_locks("https://api.pulumi.com", "shop", "prod", "this-host") == []
+
+
+def test_an_update_that_finds_a_dead_holders_lock_takes_it_over_at_once(
+    tmp_path: Path, pulumi_bin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No restart in between (nothing adopted): the provisioner's own update meets the lock
+    of a killed `pulumi up`, removes it and goes on without waiting."""
+    with _rows_on_the_stack(tmp_path, pulumi_bin, ["render-a"]) as (cloud, project, _, rev):
+        cloud.create_then_stall = 300.0
+        _killed_up(project, lambda: cloud.servers)
+        cloud.create_then_stall = None
+        (made,) = cloud.servers.values()
+        with engine_env(project):
+            provisioner = PulumiProvisioner(
+                lambda: automation_stack("prod", str(project.dir)), lock_retry=600.0
+            )  # a lock waited for would outlast the test
+            try:
+                provisioner.create(
+                    MachineSpec("render-a", "render", "renderer", rev, "https://pool.shop.example")
+                )
+                wait_for(provisioner.idle, timeout=240, what="the update")
+                assert [(o.machine, o.kind, o.detail) for o in provisioner.outcomes()] == [
+                    ("render-a", "created", str(made["id"]))
+                ]
+            finally:
+                provisioner.close()
+        assert "event=stack_lock_taken_over" in caplog.text
+        assert provisioner.locked_since is None
+        assert list(_servers(cloud)) == ["render-a"]
