@@ -27,6 +27,7 @@ from sp00ky_infra.controller.state import (
     PoolStates,
     Wake,
 )
+from sp00ky_infra.controller.sweep import ServerSweep
 from sp00ky_infra.policy.plan import Plan, PoolView
 from sp00ky_infra.store import Job, SqlStore
 from sp00ky_infra.store.capacity import KeptCapacity
@@ -70,6 +71,7 @@ class Controller:
         self.prune = Periodic(settings.prune_every)
         self.heartbeat = Periodic(settings.heartbeat_every)
         self.orphans = Periodic(settings.orphans_every)  # controller/orphans.py
+        self.server_sweep = ServerSweep(settings.sweep_every, settings.sweep_grace)
         self.measures = Measures()
         self.plans: Mapping[str, Plan] = {}  # the last tick's, by pool (what /metrics shows)
         self.planned_views: Mapping[str, PoolView] = {}  # what each of those was made from

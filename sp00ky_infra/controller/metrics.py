@@ -30,6 +30,8 @@ Read at scrape time:
 - ``sp00ky_breaker_open{pool}``, ``sp00ky_pool_paused{pool}``, ``sp00ky_leader``
 - ``sp00ky_pool_info{pool,provider,provisioner,declared_provider}``: 1 per pool; what its
   machines run on as served, what makes them, and what sp00ky.yml declares (admin.py)
+- ``sp00ky_servers_swept_total{reason}``: the project's servers the sweep deleted because no
+  live machine row held them (sweep.py), by reason (zeros included)
 
 The Hetzner API budget, as this process spent and saw it (``hetzner/budget.py``):
 - ``sp00ky_hetzner_requests_total{caller,method}``: requests the controller sent (heartbeat,
@@ -56,6 +58,7 @@ from prometheus_client.registry import Collector
 from sp00ky_infra.controller.admin import provider_of
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.costs import FREE, cached_prices, pool_price
+from sp00ky_infra.controller.sweep import REASONS
 from sp00ky_infra.hetzner import HcloudError
 from sp00ky_infra.hetzner.budget import LEDGER, Budget
 from sp00ky_infra.policy.cost import pool_bill
@@ -194,6 +197,18 @@ class ControllerCollector(Collector):
         yield from (jobs, oldest, machines, desired)
         yield from self._costs(now)
         yield from (breaker, paused, info, leader)
+        yield self._swept()
+
+    def _swept(self) -> Metric:
+        swept = CounterMetricFamily(
+            "sp00ky_servers_swept",
+            "Servers of the project the sweep deleted: no live machine row held them.",
+            labels=["reason"],
+        )
+        counts = self.controller.server_sweep.counts
+        for reason in REASONS:
+            swept.add_metric([reason], counts.get(reason, 0))
+        return swept
 
     def _costs(self, now: float) -> Iterator[Metric]:
         """Each pool's machine time, bill and price, the price as ``costs.priced`` finds it."""

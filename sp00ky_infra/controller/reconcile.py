@@ -220,6 +220,7 @@ def tick(controller: Controller) -> TickReport:
         errors += executor.apply(plan, controller.deployment, now)
     pruned = maybe_prune(controller, now)
     maybe_heartbeat(controller, now)
+    controller.server_sweep.maybe(controller.store.machines, controller.settings.project, now)
     maybe_refresh_prices(controller, now)
     for plan in plans:
         controller.wake.pool(plan.pool)  # due jobs (delays, backoffs) reach waiting polls

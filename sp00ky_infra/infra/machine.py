@@ -10,6 +10,9 @@ only when the API says that location or type cannot take the server (``resource_
 ``placement_error``, or ``invalid_input`` "unsupported location for server type"); a quota
 refusal (``resource_limit_exceeded``) is not tried elsewhere. It returns once the server
 exists, and never makes it twice (the client looks it up by name after an unknown outcome).
+A server of that name already there that carries this project's and this machine's labels is
+the machine's own, made by an update that was killed before it could record it: it is taken
+as created, not refused as a duplicate.
 delete treats "not found" as done and waits out ``locked``/``conflict``. read (``pulumi
 refresh``) finds the server in one listing of the project's machines, kept for the update.
 
@@ -47,7 +50,7 @@ from pulumi.dynamic import (
 from sp00ky_infra.config.machine_images import image_kind
 from sp00ky_infra.config.model import DEFAULT_MACHINE_IMAGE
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI, Server
-from sp00ky_infra.hetzner.errors import INVALID_INPUT, NOT_FOUND
+from sp00ky_infra.hetzner.errors import INVALID_INPUT, NOT_FOUND, UNIQUENESS_ERROR
 from sp00ky_infra.hetzner.listing import Kept, Listings
 from sp00ky_infra.infra.errors import InfraError
 from sp00ky_infra.shared import labels
@@ -114,6 +117,9 @@ def create_server(api: HetznerAPI, props: dict[str, Any]) -> tuple[Server, list[
             try:
                 return api.create_server(**body), skipped
             except HcloudError as exc:
+                left = _left_behind(api, props) if exc.code == UNIQUENESS_ERROR else None
+                if left is not None:
+                    return left, skipped
                 if not exc.unavailable_here:
                     raise MachineError(
                         f"creating server {props['name']} ({server_type} in "
@@ -124,6 +130,17 @@ def create_server(api: HetznerAPI, props: dict[str, Any]) -> tuple[Server, list[
     raise MachineError(
         f"no location or server type could take server {props['name']}; tried " + ", ".join(skipped)
     )
+
+
+def _left_behind(api: HetznerAPI, props: dict[str, Any]) -> Server | None:
+    """The server of the machine's name when it is this machine's (its project and machine
+    labels say so): one an earlier, killed update made. Another's keeps the refusal."""
+    found = api.server_named(props["name"])
+    wanted = props.get("labels") or {}
+    mine = (labels.PROJECT, labels.MACHINE)
+    if found is None or any(found.labels.get(k) != wanted.get(k) for k in mine):
+        return None
+    return found
 
 
 def kept_labels(olds: dict[str, Any], news: dict[str, Any]) -> dict[str, str]:
