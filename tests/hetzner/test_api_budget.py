@@ -190,10 +190,11 @@ def test_an_hour_of_50_machines_a_scale_event_a_minute_and_the_guardian_spends_u
         assert hour.spent["scale_up"] == Counter({"POST /servers": 30})
         assert hour.spent["scale_down"] == Counter({"DELETE /servers/{id}": 30})
         # the heartbeat's first stamp lists and makes its firewall, then one PUT a minute;
-        # the prices are read once (GET /pricing, and the project's snapshots)
+        # the prices are read once (GET /pricing, and the project's snapshots); the server
+        # sweep lists the project's machines every five minutes, as the guardian does
         assert hour.spent["tick"] == Counter(
             {"GET /firewalls": 1, "POST /firewalls": 1, "PUT /firewalls/{id}": 59,
-             "GET /pricing": 1, "GET /images": 1}
+             "GET /pricing": 1, "GET /images": 1, "GET /servers": 6 + 2 * 6}
         )  # fmt: skip
         # twelve passes, each one listing of the heartbeats and one of the servers, a page
         # a 50 of them: six passes see 50, six (after a scale-up) 51
