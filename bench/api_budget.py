@@ -4,9 +4,9 @@ spends, out of the 3,600 an hour Hetzner allows a project.
     .venv/bin/python bench/api_budget.py [--rounds 2] [--no-engine]
 
 1. The hour of tests/hetzner/api_hour.py on a fake clock, counted by the fake Hetzner API:
-   60 controller ticks (heartbeat, prices, the server sweep), a scale event a minute (one machine made, then
-   one destroyed, in turn, by the machine provider in process) and a guardian pass every 5
-   minutes; each kind's requests by method and path.
+   60 controller ticks (heartbeat, prices, the server sweep), a scale event a minute (one
+   machine made, then one destroyed, in turn, by the machine provider in process) and a
+   guardian pass every 5 minutes; each kind's requests by method and path.
 2. Real ``pulumi up``s on the engine of scripts/pulumi-engine, the stack holding 50 machines:
    ``--rounds`` scale-ups, scale-downs, unchanged ups and ``pulumi refresh``es, each one's
    requests.

@@ -148,9 +148,10 @@ def an_hour(folder: Path, env: MutableMapping[str, str] | None = None) -> Iterat
     saved = {key: env.get(key) for key in ("HCLOUD_TOKEN", "HCLOUD_ENDPOINT")}
     # The hour's servers are made by the provider, not by rows of this store: the sweep lists
     # them as it would (its requests count) with a grace past the hour, so it deletes none.
+    past_the_hour = 2 * MINUTES * 60.0
     with FakeHetzner() as cloud, a_controller(folder, Elsewhere(), lambda: now[0],
                                               project=PROJECT,
-                                              sweep_grace=2 * MINUTES * 60.0) as controller:  # fmt: skip
+                                              sweep_grace=past_the_hour) as controller:  # fmt: skip
         cloud.clock = lambda: now[0]
         env.update({"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": cloud.url})
         hour = Hour(cloud, controller, now)
