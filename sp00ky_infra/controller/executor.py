@@ -159,10 +159,10 @@ class Executor:
         )
         try:
             self._check_env(deployment, pool)
-            live = len(self.store.machines.live())
-            if settings.max_machines is not None and live > settings.max_machines:
+            cap = settings.max_machines  # counted only under a cap: a create reads no rows
+            if cap is not None and self.store.machines.count_live() > cap:
                 raise Refused(
-                    f"the project's machine cap is {settings.max_machines} (all pools, booting "
+                    f"the project's machine cap is {cap} (all pools, booting "
                     "and draining included)"
                 )
             made = provisioner.create(
