@@ -162,8 +162,7 @@ class Executor:
             cap = settings.max_machines  # counted only under a cap: a create reads no rows
             if cap is not None and self.store.machines.count_live() > cap:
                 raise Refused(
-                    f"the project's machine cap is {cap} (all pools, booting "
-                    "and draining included)"
+                    f"the project's machine cap is {cap} (all pools, booting and draining included)"
                 )
             made = provisioner.create(
                 MachineSpec(
