@@ -415,7 +415,7 @@ class PulumiProvisioner:
             return
         with self._changed:
             self._busy = True
-            wanted = {name for names in self.desired.values() for name in names}
+            wanted = _names(self.desired)
         try:
             took = recovery.take_over_lock()
             remade = recovery.pending(wanted)
