@@ -23,14 +23,17 @@ from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.infra.existing import CannotTell, machines_for_run
 from sp00ky_infra.infra.program import build
-from sp00ky_infra.shared.desired import UPDATED_BY_ENV, Desired, DesiredError
+from sp00ky_infra.shared.desired import Desired, DesiredError, updated_by
 
 settings = pulumi.Config("sp00ky")
 provider = settings.get("provider") or "hetzner"
 if provider not in ("hetzner", "docker"):
     raise pulumi.RunError(f"sp00ky:provider is {provider!r}; use hetzner or docker")
+# Beside this file, whatever the process's directory: the controller runs this program in its
+# own process, where the directory is its own, not the project's as under the pulumi CLI.
+here = os.path.dirname(os.path.abspath(__file__))
 try:
-    config = load_config(settings.get("configFile") or DEFAULT_CONFIG_FILE)
+    config = load_config(os.path.join(here, settings.get("configFile") or DEFAULT_CONFIG_FILE))
 except ConfigInvalid as exc:
     raise pulumi.RunError(str(exc)) from exc
 
@@ -40,7 +43,7 @@ try:
         Desired.parse(settings.get_object("machines")),
         provider,
         project,
-        os.environ.get(UPDATED_BY_ENV),
+        updated_by(),
     )
 except (DesiredError, CannotTell) as exc:
     raise pulumi.RunError(

@@ -7,7 +7,9 @@ Two forms are read: ``{pool: {name: revision}}`` (what the controller writes) an
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -17,6 +19,14 @@ from sp00ky_infra.shared.errors import SharedError
 # Set by the controller on the `pulumi up` it runs: only that run may take machines away.
 UPDATED_BY_ENV: Final = "SPKY_STACK_UPDATED_BY"
 CONTROLLER: Final = "controller"
+# The same mark for a program the controller runs in its own process (an inline `pulumi up`),
+# where the CLI's environment never reaches the program.
+UPDATED_BY: ContextVar[str | None] = ContextVar("sp00ky_stack_updated_by", default=None)
+
+
+def updated_by() -> str | None:
+    """Who runs this `pulumi up`: CONTROLLER for the controller's own, else None (by hand)."""
+    return UPDATED_BY.get() or os.environ.get(UPDATED_BY_ENV)
 
 
 class DesiredError(SharedError, ValueError):

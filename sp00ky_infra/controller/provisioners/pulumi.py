@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -43,6 +44,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Outcome, Provisioned, Refused
+from sp00ky_infra.controller.provisioners.inline import InlineStack, project_program
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.policy.explain import Bake
 from sp00ky_infra.shared import labels
@@ -88,22 +90,28 @@ class Recoverable(Protocol):
 
 
 def automation_stack(stack: str, work_dir: str) -> Stack:
-    """The real stack (needs the pulumi CLI on PATH). Its runs carry the controller's mark:
-    only they may take machines away (a `pulumi up` by hand keeps what exists), and never
-    download a plugin."""
+    """The real stack (needs the pulumi CLI on PATH), its program run in this process
+    (``inline.py``). Its runs carry the controller's mark: only they may take machines away
+    (a `pulumi up` by hand keeps what exists), and never download a plugin."""
     require("pulumi", "the pulumi provisioner")
     from pulumi import automation
 
-    return automation.create_or_select_stack(
-        stack_name=stack,
-        work_dir=work_dir,
-        opts=automation.LocalWorkspaceOptions(
-            # nothing is downloaded at run time: every resource is a dynamic provider
-            env_vars={
-                UPDATED_BY_ENV: CONTROLLER,
-                "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-            }
+    program = project_program(work_dir)
+    return InlineStack(
+        automation.create_or_select_stack(
+            stack_name=stack,
+            work_dir=work_dir,
+            opts=automation.LocalWorkspaceOptions(
+                # nothing is downloaded at run time: every resource is a dynamic provider,
+                # whose host runs on this interpreter, as the program does
+                env_vars={
+                    UPDATED_BY_ENV: CONTROLLER,
+                    "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+                    "PULUMI_PYTHON_CMD": sys.executable,
+                }
+            ),
         ),
+        program,
     )
 
 
@@ -334,7 +342,10 @@ class PulumiProvisioner:
                 on_output=lambda line: log.debug("pulumi: %s", line.rstrip()),
                 on_event=steps.event,
             )
-            outputs = stack.outputs()
+            # the update's own answer carries them: asking again costs two CLI runs
+            outputs = getattr(result, "outputs", None)
+            if outputs is None:
+                outputs = stack.outputs()
         except Exception as exc:  # CommandError and friends: the message names the machines
             return self._not_updated(exc, started, (wanted, before), steps)
         self._unlocked()
