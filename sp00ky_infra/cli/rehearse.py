@@ -17,6 +17,7 @@ from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.rehearse.errors import RehearseError
 from sp00ky_infra.rehearse.phases import (
     DOWNLOADS,
+    ESTIMATE_PHASES,
     PHASES,
     TOTAL,
     parse_paths,
@@ -74,7 +75,7 @@ def _estimates(reports: Mapping[str, RehearsalReport]) -> list[str]:
     number; the sources under the table."""
     sources: dict[str, int] = {}
     lines = []
-    for phase in (*PHASES, "total"):
+    for phase in (*ESTIMATE_PHASES, "total"):
         cells = []
         for report in reports.values():
             text = _seconds(report.estimate.get(phase))

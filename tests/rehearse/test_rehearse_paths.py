@@ -17,7 +17,9 @@ from sp00ky_infra.rehearse.phases import (
     DOCKER_INSTALL,
     DOCKER_INSTALL_SECONDS,
     ESTIMATE,
+    ESTIMATE_PHASES,
     FLEETING_LOG,
+    GUEST_BOOT,
     PATH_IMAGES,
     PATHS,
     PHASES,
@@ -140,6 +142,10 @@ def test_the_estimate_says_where_each_phase_comes_from() -> None:
     ready = [_boot(2, 4, 1, 6), _boot(3, 5, 2, 8)]
     figures = estimate_figures(ready)
     assert figures["create"] == ESTIMATE["create"]
+    # the VM's own boot, which a container here skips, is counted, and said to be assumed
+    assert list(figures) == list(ESTIMATE_PHASES)
+    assert figures[GUEST_BOOT].seconds == 2.0
+    assert figures[GUEST_BOOT].source.startswith("assumed: ")
     assert figures["image"].seconds == 7.0
     assert figures["image"].source.startswith("measured here (the ready machines' median)")
     baked = estimate_figures(ready, snapshot=True)
