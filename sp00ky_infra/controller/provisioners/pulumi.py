@@ -658,11 +658,17 @@ class Recovery:
     def __init__(self, stack: Recoverable, forget: Callable[[str], None]) -> None:
         self.stack = stack
         self.forget = forget  # deletes the server of a machine nobody wants, by its name
+        self._found: tuple[str, str, str] | None = None
 
     def _where(self) -> tuple[str, str, str]:
-        """The backend's URL, the project's name and the stack's."""
-        workspace = self.stack.workspace
-        return workspace.who_am_i().url, workspace.project_settings().name, self.stack.name
+        """The backend's URL, the project's name and the stack's (asked once: each question
+        to the workspace is a run of the CLI)."""
+        if self._found is None:
+            workspace = self.stack.workspace
+            self._found = (
+                workspace.who_am_i().url, workspace.project_settings().name, self.stack.name
+            )  # fmt: skip
+        return self._found
 
     def take_over_lock(self) -> bool:
         """Remove the locks whose holder is gone; whether there was one."""
