@@ -18,6 +18,7 @@ import click
 from sp00ky_infra.cli.progress import pass_progress
 from sp00ky_infra.guardian import Incomplete, PassReport, destroy_project, iter_plan_lines, run_pass
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI
+from sp00ky_infra.hetzner.budget import GUARDIAN
 from sp00ky_infra.shared.extras import require
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 1, 2, 3
@@ -25,7 +26,7 @@ EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 1, 2, 3
 
 def _api() -> HetznerAPI:
     try:
-        return HetznerAPI.from_env(caller="guardian")
+        return HetznerAPI.from_env(caller=GUARDIAN)
     except HcloudError as exc:
         click.echo(f"error: {exc.message}", err=True)
         sys.exit(EXIT_USAGE)

@@ -213,7 +213,7 @@ def _wait_off(
                 f"bake server {server_id} did not power off within {timeout:.0f}s: its "
                 "install or image fetch failed (cloud-init's output log says why)"
             )
-        api.sleep(every)
+        api.pause(every)
 
 
 def prune(

@@ -39,6 +39,7 @@ from sp00ky_infra.controller.provisioners import Provisioner
 from sp00ky_infra.controller.provisioners.by_pool import ByPool
 from sp00ky_infra.controller.provisioners.pulumi import PulumiProvisioner
 from sp00ky_infra.controller.settings import ControllerSettings
+from sp00ky_infra.hetzner.budget import LEDGER
 from sp00ky_infra.hetzner.client import HetznerAPI
 from sp00ky_infra.hetzner.errors import HcloudError
 from sp00ky_infra.policy.explain import Bake
@@ -106,6 +107,7 @@ class Bakes:
         self.clock = clock
         self.retry = retry
         self.listed = listed  # after a bake: the project's snapshots, as their cost counts them
+        self.budget = LEDGER  # the Hetzner API budget this process has seen
         self._states: dict[str, Bake] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -145,6 +147,12 @@ class Bakes:
 
     def _run(self, request: BakeRequest) -> None:
         while not self._stop.is_set():
+            # a bake can wait: below the budget's reserve it starts once the budget refilled
+            if (pause := self.budget.refill_seconds()) > 0:
+                log.info("pool %s: the bake waits %.0fs: %s", request.pool, pause,
+                         self.budget.why_low())  # fmt: skip
+                if self._stop.wait(pause):
+                    return
             if self._once(request):
                 return
             if self._stop.wait(self.retry):

@@ -8,7 +8,9 @@ client of a process writes to one ``Budget`` (``LEDGER``): the requests it sent,
 The reserve: below ``reserve`` of the limit (SPKY_HETZNER_RESERVE, a fraction, 0.1 unless
 set) ``low()`` is true, and the controller sends nothing that can wait (new machines, the
 drains of idle machines), so the guardian, which never waits, always has the requests it
-needs to delete. ``pattern`` names a request the way the counts do (``GET /servers/{id}``).
+needs to delete; what polls and can wait (a bake's, an action's) polls no faster than the
+budget refills to its reserve (``refill_seconds``, ``HetznerAPI.pause``). ``pattern`` names
+a request the way the counts do (``GET /servers/{id}``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from sp00ky_infra.hetzner.domain import RateLimit
 from sp00ky_infra.hetzner.errors import HcloudError
 
 RESERVE_ENV = "SPKY_HETZNER_RESERVE"
+HOUR_SECONDS = 3600.0
+REFILL_PAUSE_MAX_SECONDS = 300.0  # a pause for the budget is this long at most
+GUARDIAN = "guardian"  # the caller that never waits for the budget
 DEFAULT_RESERVE = 0.1
 INVALID_SETTING = "invalid_setting"
 
@@ -86,6 +91,16 @@ class Budget:
         """The last answer left less than the reserve (False before any answer)."""
         last = self._last
         return last is not None and last.remaining < self.reserve * last.limit
+
+    def refill_seconds(self) -> float:
+        """How long the budget takes to refill to its reserve from the last answer's
+        ``remaining`` (one request per 3,600/limit seconds); 0 when it is not low. At most
+        REFILL_PAUSE_MAX_SECONDS: an answer that old is asked again."""
+        last = self._last
+        if last is None or not self.low() or last.limit <= 0:
+            return 0.0
+        missing = self.reserve * last.limit - last.remaining
+        return min(missing * HOUR_SECONDS / last.limit, REFILL_PAUSE_MAX_SECONDS)
 
     def why_low(self) -> str:
         """What ``low()`` saw, for a log line or an event."""

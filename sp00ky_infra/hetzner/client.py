@@ -47,7 +47,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 import requests
 
-from sp00ky_infra.hetzner.budget import LEDGER, Budget, pattern
+from sp00ky_infra.hetzner.budget import GUARDIAN, LEDGER, Budget, pattern
 from sp00ky_infra.hetzner.domain import (
     Action,
     Firewall,
@@ -273,6 +273,13 @@ class HetznerAPI:
     def get_action(self, action_id: int | str) -> Action:
         return Action.from_json(self.request("GET", f"/actions/{action_id}")["action"])
 
+    def pause(self, every: float) -> None:
+        """The wait between two polls: ``every`` seconds, or while the budget is below its
+        reserve, until it refilled to it (``Budget.refill_seconds``); the guardian, which
+        deletes what must go, never waits for the budget."""
+        refill = 0.0 if self.caller == GUARDIAN else self.budget.refill_seconds()
+        self.sleep(max(every, refill))
+
     def wait_action(self, action: Action, timeout: float, every: float = 2.0) -> Action:
         """Poll the action until it is no longer ``running``; an HcloudError ``action_failed``
         when it ends in ``error``, ``timeout`` when ``timeout`` seconds pass first."""
@@ -280,7 +287,7 @@ class HetznerAPI:
         while action.status == "running":
             if self.clock() > deadline:
                 raise HcloudError("timeout", f"action {action.id} ({action.command}) still runs")
-            self.sleep(every)
+            self.pause(every)
             action = self.get_action(action.id)
         if action.status == "error":
             raise HcloudError("action_failed", f"{action.command}: {action.error}")

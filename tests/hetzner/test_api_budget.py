@@ -3,12 +3,14 @@ holding 50 machines spends, and the reserve the controller leaves for the guardi
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from google.protobuf import struct_pb2
@@ -17,10 +19,20 @@ from pulumi.dynamic.dynamic import serialize_provider
 from pulumi.runtime.proto import provider_pb2
 
 from sp00ky_infra.controller import explain
+from sp00ky_infra.controller.bake import BakeRequest
+from sp00ky_infra.controller.baking import Bakes
 from sp00ky_infra.controller.metrics import HetznerBudgetCollector
 from sp00ky_infra.controller.provisioners import MachineSpec, Provisioned
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI
-from sp00ky_infra.hetzner.budget import RESERVE_ENV, Budget, pattern, reserve_from_env
+from sp00ky_infra.hetzner.budget import (
+    GUARDIAN,
+    REFILL_PAUSE_MAX_SECONDS,
+    RESERVE_ENV,
+    Budget,
+    pattern,
+    reserve_from_env,
+)
+from sp00ky_infra.hetzner.domain import Action, RateLimit
 from sp00ky_infra.hetzner.heartbeat import Stamper
 from sp00ky_infra.infra.machine import HetznerMachineProvider
 from sp00ky_infra.policy.machines import Reason
@@ -254,3 +266,65 @@ def _struct(values: dict[str, Any]) -> struct_pb2.Struct:
     made = struct_pb2.Struct()
     made.update(values)
     return made
+
+
+def test_below_the_reserve_a_poll_waits_for_the_refill_and_the_guardians_does_not(
+    fake: FakeHetzner,
+) -> None:
+    fake.clock = lambda: 0.0  # no refill between the requests of the test
+    budget, slept = Budget(reserve=0.1), []
+    api = HetznerAPI(
+        TOKEN, fake.url, wait=lambda attempt, after: 0.0, sleep=slept.append, caller="bake",
+        budget=budget,
+    )  # fmt: skip
+    server = api.create_server(name="s1", server_type="cx23", image="docker-ce", location="fsn1")
+    api.pause(2.0)
+    assert slept == [2.0] and budget.refill_seconds() == 0.0  # plenty left
+
+    fake.rate_limit_remaining = 302.0  # the delete leaves 301 of 3,600, each poll one fewer
+    fake.server_delete_lag = 2
+    action = Action.from_json(api.request("DELETE", f"/servers/{server.id}")["action"])
+    assert action.status == "running"
+    done = api.wait_action(action, timeout=3600.0)
+    # 59, 60, 61 requests under the reserve of 360 after each answer, refilled one a second
+    assert done.status == "success" and slept[1:] == [59.0, 60.0, 61.0]
+
+    guardian = HetznerAPI(
+        TOKEN, fake.url, wait=lambda attempt, after: 0.0, sleep=slept.append, caller=GUARDIAN,
+        budget=budget,
+    )  # fmt: skip
+    guardian.pause(2.0)
+    assert slept[-1] == 2.0
+    fake.rate_limit_remaining = 1.0
+    api.servers()  # none left: the wait is bounded, and the next answer is read again
+    assert budget.refill_seconds() == REFILL_PAUSE_MAX_SECONDS
+
+
+def test_a_bake_below_the_reserve_waits_for_the_refill_before_it_starts() -> None:
+    budget = Budget(reserve=0.1)
+    budget.spent("heartbeat", "PUT", RateLimit(limit=3600, remaining=300, reset=0.0))
+    bakes = Bakes(_NoImages(), lambda: pytest.fail("no request before the refill"),
+                  ("127.0.0.1", "127.0.0.1"))  # fmt: skip
+    bakes.budget = budget
+    started: list[str] = []
+    bakes._once = lambda request: started.append(request.pool) or True  # type: ignore[method-assign]
+    request = cast(BakeRequest, SimpleNamespace(pool="render"))
+    waiting = threading.Thread(target=bakes._run, args=(request,))
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive() and started == []  # waiting out its 60 s
+    bakes.close()
+    waiting.join(5.0)
+    assert not waiting.is_alive() and started == []  # a stop ends the wait, nothing baked
+
+    budget.spent("heartbeat", "PUT", RateLimit(limit=3600, remaining=3000, reset=0.0))
+    bakes = Bakes(_NoImages(), lambda: pytest.fail("unused"), ("127.0.0.1", "127.0.0.1"))
+    bakes.budget = budget
+    bakes._once = lambda request: started.append(request.pool) or True  # type: ignore[method-assign]
+    bakes._run(request)
+    assert started == ["render"]
+
+
+class _NoImages:
+    def set_image(self, pool: str, image: str) -> None:
+        pass
