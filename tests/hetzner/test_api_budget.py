@@ -272,7 +272,7 @@ def test_below_the_reserve_a_poll_waits_for_the_refill_and_the_guardians_does_no
     fake: FakeHetzner,
 ) -> None:
     fake.clock = lambda: 0.0  # no refill between the requests of the test
-    budget, slept = Budget(reserve=0.1), []
+    budget, slept = Budget(reserve=0.1), list[float]()
     api = HetznerAPI(
         TOKEN, fake.url, wait=lambda attempt, after: 0.0, sleep=slept.append, caller="bake",
         budget=budget,
@@ -307,7 +307,12 @@ def test_a_bake_below_the_reserve_waits_for_the_refill_before_it_starts() -> Non
                   ("127.0.0.1", "127.0.0.1"))  # fmt: skip
     bakes.budget = budget
     started: list[str] = []
-    bakes._once = lambda request: started.append(request.pool) or True  # type: ignore[method-assign]
+
+    def once(request: BakeRequest) -> bool:
+        started.append(request.pool)
+        return True
+
+    bakes._once = once  # type: ignore[method-assign]
     request = cast(BakeRequest, SimpleNamespace(pool="render"))
     waiting = threading.Thread(target=bakes._run, args=(request,))
     waiting.start()
@@ -320,7 +325,7 @@ def test_a_bake_below_the_reserve_waits_for_the_refill_before_it_starts() -> Non
     budget.spent("heartbeat", "PUT", RateLimit(limit=3600, remaining=3000, reset=0.0))
     bakes = Bakes(_NoImages(), lambda: pytest.fail("unused"), ("127.0.0.1", "127.0.0.1"))
     bakes.budget = budget
-    bakes._once = lambda request: started.append(request.pool) or True  # type: ignore[method-assign]
+    bakes._once = once  # type: ignore[method-assign]
     bakes._run(request)
     assert started == ["render"]
 
