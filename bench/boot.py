@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from record import record
 
-from sp00ky_infra.rehearse.phases import DOWNLOADS, TOTAL, parse_paths, side_by_side
+from sp00ky_infra.rehearse.phases import DOWNLOADS, TOTAL, estimate, parse_paths, side_by_side
 from tests.pulumi_engine import example_config
 
 OWN = "own"  # the pool's own image: a rehearsal without --paths
@@ -97,13 +97,25 @@ def _spread(values: Sequence[float]) -> tuple[float, float] | None:
 
 
 def run(rounds: int, jobs: int, paths: tuple[str, ...] | None) -> dict[str, dict[str, Any]]:
-    """Every round of every path: its ready machines, last estimate, downloads and bakes."""
+    """Every round of every path: its ready machines, the estimate over all of them, the
+    downloads and the bakes."""
     names = paths or (OWN,)
     chosen = ",".join(paths) if paths else None
     results: dict[str, dict[str, Any]] = {
         p: {"machines": [], "estimate": {}, "downloads": dict.fromkeys(DOWNLOADS, 0), "bakes": []}
         for p in names
     }
+    _rounds(results, rounds, jobs, chosen, names)
+    for found in results.values():  # over every round's machines, not the last round's alone
+        phases = [{k: v for k, v in m.items() if k != TOTAL} for m in found["machines"]]
+        found["estimate"] = estimate(phases, **found.get("basis", {})) if phases else {}
+    return results
+
+
+def _rounds(
+    results: dict[str, dict[str, Any]], rounds: int, jobs: int, chosen: str | None,
+    names: tuple[str, ...],
+) -> None:  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:
         config = example_config(Path(scratch))
         for n in range(rounds):
@@ -111,12 +123,11 @@ def run(rounds: int, jobs: int, paths: tuple[str, ...] | None) -> dict[str, dict
             for path, report in rehearse(config, jobs, Path(scratch) / f"work-{n}", chosen).items():
                 found = results[path]
                 found["machines"] += machines(report)
-                found["estimate"] = report.get("estimate") or found["estimate"]
+                found["basis"] = report.get("estimate_basis") or found.get("basis", {})
                 for kind in DOWNLOADS:
                     found["downloads"][kind] += report.get("downloads", {}).get(kind, 0)
                 if report.get("bake_seconds") is not None:
                     found["bakes"].append(report["bake_seconds"])
-    return results
 
 
 def figures(results: dict[str, dict[str, Any]]) -> dict[str, float]:

@@ -151,6 +151,8 @@ class RehearsalReport:
     cloud: list[str] = field(default_factory=list)  # what would differ in the cloud
     estimate: dict[str, float | None] = field(default_factory=dict)
     estimate_sources: dict[str, str] = field(default_factory=dict)  # per phase
+    # estimate()'s arguments besides the phases, so rounds can be estimated together
+    estimate_basis: dict[str, bool] = field(default_factory=dict)
     elapsed: float = 0.0
     workdir: str = ""
     path: str | None = None  # the image path rehearsed (phases.PATHS); None: the pool's own
@@ -684,9 +686,13 @@ class Rehearsal:
         if ready and not report.failed:
             report.worked.append("the pools went back to zero and their servers were deleted")
         booted = [m.phases for m in ready]
-        how = (self._unmeasured_install, self.path in SNAPSHOT_PATHS)  # (install, snapshot)
-        report.estimate = estimate(booted, *how)
-        report.estimate_sources = {p: f.source for p, f in estimate_figures(booted, *how).items()}
+        report.estimate_basis = {
+            "unmeasured_install": self._unmeasured_install,
+            "snapshot": self.path in SNAPSHOT_PATHS,
+        }
+        report.estimate = estimate(booted, **report.estimate_basis)
+        figures = estimate_figures(booted, **report.estimate_basis)
+        report.estimate_sources = {p: f.source for p, f in figures.items()}
         report.downloads = count_downloads([m.downloads for m in report.machines])
 
 
