@@ -290,11 +290,14 @@ class Agent:
         alive = not self.draining and self.taking and self.backend.alive()
         with work.lock:
             carried = self._carried()
-            busy = len(work.runs) - len(carried)
+            busy = len(work.occupied())
             free = max(0, self.config.slots - busy) if alive else 0
             now = time.monotonic()
             give_up = work.give_up_at()
-            wait = self.config.poll_wait if free > 0 else 0.0
+            # Held while a slot is free (for work) or a job runs (so a kill reaches it at
+            # once); a draining machine's polls are answered at once anyway.
+            held = free > 0 or (busy > 0 and not self.draining)
+            wait = self.config.poll_wait if held else 0.0
             if give_up is not None:  # a held poll must answer well before then
                 wait = min(wait, max(0.0, (give_up - now) / 2))
             work.holding = wait > 0
@@ -377,9 +380,10 @@ class Agent:
         self.handle(reply, outgoing.sent, renewing)
 
     def pause(self, reply: PollReply, outgoing: Outgoing) -> None:
-        """Between polls: busy (or just filled up), poll again soon for kills and renewals,
-        or at once when a job ends; not straight away for nothing. A finished job's result
-        waits for the jobs just started (``settle``)."""
+        """Between polls: after a held poll, or work taken into a free slot, poll again at
+        once (a held poll is how kills and work arrive); after one not held, soon for
+        renewals, or at once when a job ends. A finished job's result waits for the jobs just
+        started (``settle``)."""
         work = self.work
         with work.lock:
             finished = any(
@@ -387,7 +391,7 @@ class Agent:
                 for run in work.runs.values()
             )
             room = outgoing.alive and not self.draining and self.config.slots > len(work.runs)
-        if not finished and not (room and (reply.assignments or outgoing.request.wait > 0)):
+        if not finished and not (outgoing.request.wait > 0 or (room and reply.assignments)):
             work.wake.wait(min(1.0, self.config.lease / 6))
         elif finished:
             self.settle()
@@ -525,8 +529,10 @@ class Agent:
         self.log("job_start", job=run.job, attempt=run.attempt, path=run.path)
 
     def drop(self, run: JobRun, reason: str) -> None:
-        """Stop a job: drop its request and, when it was the only job, restart the backend so
-        the work really stops. A killed job is then reported cancelled; others are forgotten."""
+        """Stop a job: close its request's connection (the backend sees its client gone) and,
+        when it was the only job, restart the backend so the work really stops. A killed job
+        is reported cancelled at once, by the courier, beside any held poll: the controller
+        frees its slot then; other stopped jobs are forgotten."""
         work = self.work
         with work.lock:
             alone = len(work.running()) == 1 and not run.done.is_set()
@@ -534,6 +540,8 @@ class Agent:
         with work.lock:
             if reason == "cancelled":
                 run.report = ResultRequest(status="cancelled")
+                if not run.sending:
+                    self.courier.take(run, None)
             elif work.runs.get(run.job) is run:
                 del work.runs[run.job]
         if alone and self.backend.runtime is not None:

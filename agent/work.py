@@ -28,6 +28,11 @@ class Work:
     def running(self) -> list[JobRun]:
         return [run for run in self.runs.values() if not run.done.is_set()]
 
+    def occupied(self) -> list[JobRun]:
+        """The runs that hold a slot (under lock): running and not stopped. A finished or
+        killed job's slot is free while its result is on its way."""
+        return [run for run in self.running() if run.stopped is None]
+
     def give_up_at(self) -> float | None:
         """The monotonic time the first running job is given up, if any runs (under lock)."""
         points = [abandon_at(run.renewed_at, self.lease, self.margin) for run in self.running()]

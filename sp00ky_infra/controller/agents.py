@@ -74,10 +74,13 @@ class Offer:
 
 
 class Line(Protocol):
-    """Who claims a packing pool's work (``controller.hub``): ``may_claim`` says whether a
-    machine looking for work with ``standing`` takes it now or leaves it to another."""
+    """The held polls (``controller.hub``): ``may_claim`` says whether a machine looking for
+    a packing pool's work with ``standing`` takes it now or leaves it to another; ``freed``
+    answers a machine's held poll once a result posted on its own frees a slot."""
 
     def may_claim(self, pool: str, machine: str, standing: Standing) -> bool: ...
+
+    def freed(self, machine: str) -> None: ...
 
 
 class Agents:
@@ -522,7 +525,10 @@ class Agents:
         with self.store.transaction(key=machine_key(name)):
             machine = self.authenticate(name, session)
             status = self._record(machine, job_id, attempt, report, self.controller.clock())
-        self.controller.wake.machine(name)  # a slot is free again
+        if self.line is not None:
+            self.line.freed(name)  # a slot is free again: the held poll answers, to offer it
+        else:
+            self.controller.wake.machine(name)
         return status
 
     def _record(

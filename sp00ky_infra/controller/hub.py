@@ -54,6 +54,7 @@ class Hub:
         self._waiting: dict[str, _Poll] = {}  # machine: its waiting poll
         self._pools: dict[str, dict[str, _Poll]] = {}  # the same, by pool
         self._called: set[str] = set()  # woken for work: the next look claims
+        self._freed: set[str] = set()  # a result posted on its own: the held poll answers
         self._lock = threading.Lock()
         self._loop_thread: int | None = None  # learnt in waiter(), which the loop calls
         self._closed = False  # stopping: every poll is answered at once (close)
@@ -86,6 +87,24 @@ class Hub:
             if found is not None and found.woken is woken:
                 del self._waiting[machine]
                 del self._pools[found.pool][machine]
+
+    def freed(self, machine: str) -> None:
+        """A result the machine posted on its own freed a slot its held poll did not offer:
+        that poll (or, if none waits, the next) answers at its next look, so that the agent
+        polls again with the slot free."""
+        with self._lock:
+            self._freed.add(machine)
+            waiting = self._waiting.get(machine)
+        if waiting is not None:
+            self._deliver([waiting.woken])
+
+    def answer_now(self, machine: str) -> bool:
+        """Whether a poll of ``machine`` that found nothing answers anyway (``freed``)."""
+        with self._lock:
+            if machine not in self._freed:
+                return False
+            self._freed.discard(machine)
+            return True
 
     def waiting_pools(self) -> set[str]:
         with self._lock:
