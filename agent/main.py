@@ -310,7 +310,7 @@ class Agent:
                     fresh=not renewal_due(run.renewed_at, now, self.config.lease),
                 )
                 for run in work.runs.values()
-                if run not in carried
+                if run not in carried and run.stopped is None  # a killed one: its cancel
             )
         results = tuple(_finished(run) for run in carried)
         timeout = bounded_timeout(wait + remote.HTTP_SLACK_SECONDS, now, give_up)

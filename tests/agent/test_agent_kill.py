@@ -1,14 +1,25 @@
-"""A kill, against the real controller, a real agent and the example backend, at the default
-lease and poll wait: the killed job fails with ``cancelled`` and its slot takes the next job
-at once, while the machine's other job runs on; the backend sees the killed request's
-connection closed."""
+"""A kill reaches a busy machine at once and frees its slot at once.
+
+On the agent's side, on a test's clock: a machine whose slots are all taken still holds a
+poll (a kill wakes it at once), a killed job's cancel goes by the courier at once, and its slot
+counts as free for the next poll. Then against the real controller, a real agent and the
+example backend, at the default lease and poll wait: the killed job fails with ``cancelled``
+and its slot takes the next job at once while the machine's other job runs on, and the backend
+sees the killed request's connection closed."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from agent import main as agent_main
+from agent.jobs import JobRun
+from agent.protocol import AgentSettings, PollReply, ResultReply, ResultRequest, Stop
+from agent.settings import Settings
 from sp00ky_infra.client import Client
 from tests.controllers import (
     backend_app,
@@ -20,7 +31,128 @@ from tests.controllers import (
 )
 from tests.helpers import cli
 
-TIMINGS = "lease=90s,idleTimeout=60s,bootTimeout=15s"  # the default lease (and poll wait)
+LEASE, POLL_WAIT, NOW = 90.0, 20.0, 1_000.0  # the default lease and poll wait
+
+
+class Clock:
+    """The agent's monotonic time: it moves only when a test moves it."""
+
+    def __init__(self) -> None:
+        self.t = NOW
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def time(self) -> float:
+        return self.t
+
+
+class Wake(threading.Event):
+    """The loop's wake-up: records how long the loop would pause between polls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return self.is_set()
+
+
+class Courier:
+    """The courier's controller: the results posted on their own."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str, ResultRequest]] = []
+
+    def result(self, job: str, attempt: str, body: ResultRequest) -> ResultReply:
+        self.posted.append((job, attempt, body))
+        return ResultReply(job_status="failed")
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(agent_main, "time", clock)
+    return clock
+
+
+def _busy_agent(clock: Clock) -> agent_main.Agent:
+    """An agent of a two-slot pool running two jobs, both renewed just now."""
+    settings = Settings(controller_url="http://127.0.0.1:9", machine="m1", join_token="t")
+    agent = agent_main.Agent(settings)
+    agent.config = AgentSettings(
+        slots=2, lease=LEASE, poll_wait=POLL_WAIT, recycle="never", boot_timeout=60, max_offline=270
+    )
+    agent.work.lease, agent.work.margin = LEASE, 9.0
+    agent.backend.alive = lambda: True  # type: ignore[method-assign]
+    agent.work.wake = Wake()
+    agent.courier.controller = Courier()  # type: ignore[assignment]
+    for job in ("j1", "j2"):
+        agent.work.runs[job] = JobRun(job, f"a-{job}", "/render", {}, None, clock.t, 9.0)
+    return agent
+
+
+def test_a_full_machine_holds_its_poll_so_a_kill_reaches_it_at_once(clock: Clock) -> None:
+    agent = _busy_agent(clock)
+    outgoing = agent.outgoing()
+    assert outgoing.request.free_slots == 0 and outgoing.request.wait == POLL_WAIT
+    assert agent.work.holding
+    # a held poll that comes back empty is followed by the next at once, not after a pause
+    agent.pause(PollReply(lease=LEASE, now=clock.t), outgoing)
+    assert agent.work.wake.waits == []  # type: ignore[attr-defined]
+    # later in the lease the held poll answers well before the first job would be given up
+    clock.t += LEASE - 9.0 - 10.0  # ten seconds before the give-up point
+    assert agent.outgoing().request.wait == 5.0
+    # a draining machine's polls are answered at once: not held, paced instead
+    clock.t = NOW
+    agent.draining = True
+    outgoing = agent.outgoing()
+    assert outgoing.request.wait == 0 and not agent.work.holding
+    agent.pause(PollReply(lease=LEASE, now=clock.t), outgoing)
+    assert agent.work.wake.waits == [1.0]  # type: ignore[attr-defined]
+
+
+def test_a_killed_job_is_reported_at_once_by_the_courier_and_its_slot_is_free(
+    clock: Clock,
+) -> None:
+    agent = _busy_agent(clock)
+    killed, other = agent.work.runs["j1"], agent.work.runs["j2"]
+    kill = PollReply(
+        stop=(Stop(job="j1", attempt="a-j1", reason="cancelled"),), lease=LEASE, now=NOW
+    )
+    agent.handle(kill, NOW, set())
+    # its request is dropped (its connection shut) and its cancel handed to the courier
+    assert killed.stopped == "cancelled" and killed.sending
+    assert agent.courier.queue == [(killed, None)]
+    assert killed.report == ResultRequest(status="cancelled")
+    # the next poll offers its slot although its thread has not ended yet, and reports it
+    # neither as running nor as a result: the cancel is the courier's
+    assert not killed.done.is_set()
+    request = agent.outgoing().request
+    assert request.free_slots == 1 and request.results == ()
+    assert [each.job for each in request.running] == ["j2"]
+    # the courier posts it on its own, and the agent forgets it once recorded
+    agent.courier.send(killed)
+    ((job, attempt, body),) = agent.courier.controller.posted  # type: ignore[attr-defined]
+    assert (job, attempt, body.status) == ("j1", "a-j1", "cancelled")
+    assert list(agent.work.runs.values()) == [other]
+    # the other job runs on: nothing stopped it, and the backend is not recycled
+    assert other.stopped is None and not agent.recycle_due
+
+
+def test_a_finished_job_s_slot_is_free_while_its_result_is_on_its_way(clock: Clock) -> None:
+    agent = _busy_agent(clock)
+    done = agent.work.runs["j1"]
+    done.report = ResultRequest(status="success", result={"ok": True})
+    done.done.set()
+    with agent.work.lock:
+        agent.courier.take(done, agent.work.polls)  # the held poll is out: the courier's
+    request = agent.outgoing().request
+    assert request.free_slots == 1 and request.results == ()
+
+
+TIMINGS = "lease=90s,idleTimeout=60s,bootTimeout=15s"  # the default lease and poll wait
 
 
 def _events(log: Path, event: str, game: str) -> list[dict[str, Any]]:
@@ -38,7 +170,7 @@ def test_a_killed_job_frees_its_slot_for_the_next_at_once_while_the_other_runs_o
     )
     store_url = f"sqlite:///{tmp_path}/state.db"
     client = Client(store_url, config)
-    with running_controller(tmp_path, config, store_url, SPKY_POOL_TIMINGS=TIMINGS):
+    with running_controller(tmp_path, config, store_url, SPKY_POOL_TIMINGS=TIMINGS) as controller:
         store = client.store
         wait_for(lambda: live_machines(store, "render", "ready"), what="a ready machine")
         killed = client.run("renderer", "/render", {"gameId": "killed", "seconds": 30})
@@ -48,8 +180,12 @@ def test_a_killed_job_frees_its_slot_for_the_next_at_once_while_the_other_runs_o
             what="both jobs running",
         )
         third = client.run("renderer", "/render", {"gameId": "third", "seconds": 0.1})
-        time.sleep(1.5)  # the machine is full: the third job waits
+        time.sleep(1.5)  # the machine is full: the third job waits, and explain says so
         assert store.get(third.id).status == "pending"
+        causes = controller.admin("GET", f"/jobs/{third.id}/explain").json()["causes"]
+        assert [each["code"] for each in causes] == ["pool_at_max"], causes  # not "starting"
+        (machine,) = controller.pool("render")["machine_list"]
+        assert machine["busy_slots"] == 2
 
         env = {"SPKY_STORE": store_url, "SPKY_CONFIG": str(config)}
         killing = cli("jobs", "kill", killed.id, env=env)
@@ -64,8 +200,11 @@ def test_a_killed_job_frees_its_slot_for_the_next_at_once_while_the_other_runs_o
         assert done.finished_at is not None and done.finished_at - kill_at < 2
         assert store.get(other.id).status == "processing"
 
+        (machine,) = controller.pool("render")["machine_list"]
+        assert machine["busy_slots"] in (1, 2)  # the other job, and the third until it ends
         wait_for(lambda: store.get(other.id).status == "success", timeout=20, what="the other")
         wait_for(lambda: store.get(third.id).status == "success", timeout=5, what="the third")
+        assert [m["busy_slots"] for m in controller.pool("render")["machine_list"]] == [0]
         # the backend saw the killed request's client leave, and stopped its work early
         (closed,) = [e for e in backend_events(log) if e["event"] == "closed"]
         assert closed["gameId"] == "killed" and closed["t"] - kill_at < 2
