@@ -1,5 +1,6 @@
 """The courier: posts a result at once when the job ends while a long-poll is held, so a
-result never waits for the poll to return, and a result too large to ride a poll."""
+result never waits for the poll to return, a result too large to ride a poll, and a killed
+job's cancel as soon as the kill arrives (its slot is free once the controller has it)."""
 
 from __future__ import annotations
 
