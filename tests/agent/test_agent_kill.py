@@ -95,12 +95,14 @@ def _busy_agent(clock: Clock) -> agent_main.Agent:
 
 def test_a_full_machine_holds_its_poll_so_a_kill_reaches_it_at_once(clock: Clock) -> None:
     agent = _busy_agent(clock)
+    wake = agent.work.wake
+    assert isinstance(wake, Wake)
     outgoing = agent.outgoing()
     assert outgoing.request.free_slots == 0 and outgoing.request.wait == POLL_WAIT
     assert agent.work.holding
     # a held poll that comes back empty is followed by the next at once, not after a pause
     agent.pause(PollReply(lease=LEASE, now=clock.t), outgoing)
-    assert agent.work.wake.waits == []  # type: ignore[attr-defined]
+    assert wake.waits == []
     # later in the lease the held poll answers well before the first job would be given up
     clock.t += LEASE - 9.0 - 10.0  # ten seconds before the give-up point
     assert agent.outgoing().request.wait == 5.0
@@ -110,7 +112,7 @@ def test_a_full_machine_holds_its_poll_so_a_kill_reaches_it_at_once(clock: Clock
     outgoing = agent.outgoing()
     assert outgoing.request.wait == 0 and not agent.work.holding
     agent.pause(PollReply(lease=LEASE, now=clock.t), outgoing)
-    assert agent.work.wake.waits == [1.0]  # type: ignore[attr-defined]
+    assert wake.waits == [1.0]
 
 
 def test_a_killed_job_is_reported_at_once_by_the_courier_and_its_slot_is_free(

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -55,7 +56,7 @@ def test_a_job_whose_client_leaves_stops_its_work_and_says_so(
     left_at = time.time()
     conn.close()
 
-    def closed() -> list[dict[str, object]]:
+    def closed() -> list[dict[str, Any]]:
         lines = [json.loads(line) for line in log.read_text().splitlines()]
         return [line for line in lines if line["event"] == "closed"]
 
