@@ -90,3 +90,13 @@ def across_a_restart(store_url: str, write: Callable[[Any], object], read: Calla
         return read(again)
     finally:
         again.close()
+
+
+def render_job(**fields: Any) -> Any:
+    """A NewJob of the example's renderer on pool render, ``fields`` changed."""
+    from sp00ky_infra.store import NewJob
+
+    base: dict[str, Any] = {
+        "backend": "renderer", "table": "render_job", "path": "/render", "pool": "render",
+    }  # fmt: skip
+    return NewJob(**{**base, **fields})

@@ -66,6 +66,12 @@ def cloud_option(func: F) -> F:
     )(func)
 
 
+def cloud_everywhere(group: click.Group) -> None:
+    """``--cloud`` on ``group`` and each of its commands: before or after the subcommand."""
+    for command in (group, *group.commands.values()):
+        cloud_option(command)
+
+
 def in_cloud() -> bool:
     ctx = click.get_current_context(silent=True)
     return bool(ctx is not None and ctx.meta.get(CLOUD))

@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sp00ky_infra.cli.cloud import CloudJobs, cloud_call, cloud_option, in_cloud
+from sp00ky_infra.cli.cloud import CloudJobs, cloud_call, cloud_everywhere, in_cloud
 from sp00ky_infra.cli.dashboard import dashboard, jobs_table, when
 from sp00ky_infra.cli.progress import progress
 from sp00ky_infra.client import Client, either, payload_from_text
@@ -29,9 +29,8 @@ from sp00ky_infra.simulate.workload import Arrival, write_trace
 from sp00ky_infra.store import STATUSES, SqlStore, StoreError, open_store
 from sp00ky_infra.store import store_url as resolve_store_url
 from sp00ky_infra.store.policies import (
-    TablePolicy,
     declared_policies,
-    policy_json,
+    policy_rows,
 )
 from sp00ky_infra.store.postgres import redact
 from sp00ky_infra.store.retention import counters_json, since_time
@@ -592,11 +591,6 @@ def policy(
         click.echo("the controller admits by it from its next tick (within 2 s)")
 
 
-def declared_tables(config: Config) -> dict[str, TablePolicy]:
-    """Each pool backend's outbox table, with sp00ky.yml's policy for it."""
-    return dict(sorted(declared_policies(config).items()))
-
-
 def _policy_changes(
     concurrency: str | None, max_retries: int | None, retry_strategy: str | None
 ) -> dict[str, Any]:
@@ -622,16 +616,13 @@ def _local_policies(
 ) -> list[dict[str, Any]]:
     """`jobs policy` on the store itself: the tables sp00ky.yml declares."""
     with refusals():
-        tables = declared_tables(load_config(config_path(config_file)))
-    _known_table(table, changes, list(tables))
+        tables = declared_policies(load_config(config_path(config_file)))
+    _known_table(table, changes, sorted(tables))
     with opened(store_url, config_file) as store, refusals():
         if changes:
             assert table is not None
             store.policies.retune(table, changes, time.time(), "jobs policy")
-        kept = store.policies.read()
-    return [policy_json(name, kept.get(name), tables[name]) for name in (table,) if name] or [
-        policy_json(name, kept.get(name), declared) for name, declared in tables.items()
-    ]
+        return policy_rows(store.policies.read(), tables, table)
 
 
 def _cloud_policies(table: str | None, changes: dict[str, Any]) -> list[dict[str, Any]]:
@@ -654,5 +645,4 @@ def _known_table(table: str | None, changes: dict[str, Any], tables: list[str]) 
         )
 
 
-for _command in (jobs, *jobs.commands.values()):  # `jobs --cloud list` and `jobs list --cloud`
-    cloud_option(_command)
+cloud_everywhere(jobs)

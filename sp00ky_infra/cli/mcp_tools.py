@@ -166,5 +166,5 @@ def _retune(store: SqlStore, table: str, changes: dict[str, Any]) -> dict[str, A
         known = ", ".join(kept) or "none yet: a controller writes them when it starts"
         raise ToolError(f"no job policy for table {table!r} (tables: {known})")
     if changes:
-        store.policies.retune(table, changes, time.time(), "MCP")
-    return policy_json(table, store.policies.read()[table], TablePolicy())
+        kept[table] = store.policies.retune(table, changes, time.time(), "MCP")
+    return policy_json(table, kept[table], TablePolicy())

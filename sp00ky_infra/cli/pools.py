@@ -20,7 +20,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sp00ky_infra.cli.cloud import AdminError, cloud_call, cloud_option, in_cloud, request
+from sp00ky_infra.cli.cloud import (
+    AdminError,
+    cloud_call,
+    cloud_everywhere,
+    in_cloud,
+    request,
+)
 from sp00ky_infra.cli.dashboard import when
 from sp00ky_infra.cli.jobs import config_option, json_option
 from sp00ky_infra.config.project import state_dir
@@ -275,5 +281,4 @@ def _snapshots_line(cost: dict[str, Any]) -> str:
     )
 
 
-for _command in (pools, *pools.commands.values()):  # `pools --cloud get` and `pools get --cloud`
-    cloud_option(_command)
+cloud_everywhere(pools)

@@ -8,14 +8,26 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.rehearse.errors import RehearseError
-from sp00ky_infra.rehearse.phases import ESTIMATE, PHASES
-from sp00ky_infra.rehearse.rehearsal import DEFAULT_TIMINGS, Rehearsal, RehearsalReport
+from sp00ky_infra.rehearse.phases import (
+    DOWNLOADS,
+    PHASES,
+    TOTAL,
+    parse_paths,
+    side_by_side,
+)
+from sp00ky_infra.rehearse.rehearsal import (
+    DEFAULT_TIMINGS,
+    Rehearsal,
+    RehearsalReport,
+    rehearse_paths,
+)
 from sp00ky_infra.shared.extras import require
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
@@ -51,19 +63,80 @@ def render(report: RehearsalReport) -> list[str]:
     lines += [f"  * {line}" for line in report.cloud]
     if report.estimate.get("total") is not None:
         lines.append("estimated create-to-ready on Hetzner:")
-        notes: list[str] = []
-        for phase in PHASES:
-            figure, source = ESTIMATE[phase]
-            if figure is None:
-                how = "as measured here"
-            else:
-                notes.append(f"  [{len(notes) + 1}] {phase}: {source}")
-                how = f"[{len(notes)}]"
-            lines.append(f"  {phase:<14} {_seconds(report.estimate.get(phase)):>7}  {how}")
-        lines.append(f"  {'total':<14} {_seconds(report.estimate.get('total')):>7}")
-        lines += notes
+        lines += _estimates({"": report})
     lines.append("")
     lines.append(f"verdict: {'ok' if report.ok else 'FAILED'} in {report.elapsed:.0f}s")
+    return lines
+
+
+def _estimates(reports: Mapping[str, RehearsalReport]) -> list[str]:
+    """The Hetzner estimate, a column per report, each figure marked with its source's
+    number; the sources under the table."""
+    sources: dict[str, int] = {}
+    lines = []
+    for phase in (*PHASES, "total"):
+        cells = []
+        for report in reports.values():
+            text = _seconds(report.estimate.get(phase))
+            source = report.estimate_sources.get(phase)
+            if source:
+                text += f" [{sources.setdefault(source, len(sources) + 1)}]"
+            cells.append(f"{text:>{_WIDTH}}")
+        lines.append(f"  {phase:<16}" + "".join(cells))
+    lines.append("  sources:")
+    lines += [f"    [{number}] {source}" for source, number in sources.items()]
+    return lines
+
+
+_WIDTH = 22  # a path's column
+
+
+def _cell(spread: tuple[float, float] | None) -> str:
+    return "-" if spread is None else f"{spread[0]:.1f}s ({spread[1]:.1f})"
+
+
+def _ready(report: RehearsalReport) -> list[dict[str, float | None]]:
+    """Each ready machine's phases and its create-to-ready."""
+    return [
+        {**m.phases, TOTAL: m.created_to_ready} for m in report.machines if m.outcome == "ready"
+    ]
+
+
+def paths_table(reports: Mapping[str, RehearsalReport]) -> dict[str, Any]:
+    """Per row (each phase, the create-to-ready), per path: the median and max seconds."""
+    table = side_by_side({path: _ready(report) for path, report in reports.items()})
+    return {
+        row: {p: None if s is None else {"median": s[0], "max": s[1]} for p, s in cells.items()}
+        for row, cells in table.items()
+    }
+
+
+def render_paths(reports: Mapping[str, RehearsalReport]) -> list[str]:
+    """The image paths side by side: a column per path, a row per phase (median, max in
+    brackets) over its ready machines; downloads, the bake, the Hetzner estimate."""
+    first = next(iter(reports.values()))
+    lines = [f"rehearsal of {first.config}, image paths side by side", ""]
+    lines.append(f"  {'median (max)':<16}" + "".join(f"{p:>{_WIDTH}}" for p in reports))
+    for row, spreads in side_by_side({p: _ready(r) for p, r in reports.items()}).items():
+        lines.append(f"  {row:<16}" + "".join(f"{_cell(c):>{_WIDTH}}" for c in spreads.values()))
+    rows = {"machines ready": [str(len(_ready(r))) for r in reports.values()]}
+    rows |= {kind: [str(r.downloads.get(kind, 0)) for r in reports.values()] for kind in DOWNLOADS}
+    rows["bake"] = [_seconds(r.bake_seconds) for r in reports.values()]
+    for name, cells in rows.items():
+        lines.append(f"  {name:<16}" + "".join(f"{c:>{_WIDTH}}" for c in cells))
+    if any(r.bake_seconds is not None for r in reports.values()):
+        lines.append("  (the bake runs before the burst, outside every machine's create-to-ready)")
+    lines += ["", "estimated create-to-ready on Hetzner:", *_estimates(reports), ""]
+    shared = [n for n in first.cloud if all(n in r.cloud for r in reports.values())]
+    lines += ["in the cloud:", *(f"  * {line}" for line in shared)]
+    for path, report in reports.items():
+        lines.append(f"{path}:")
+        lines += [f"  * {line}" for line in report.cloud if line not in shared]
+        lines += [f"  - {line}" for line in report.failed]
+    verdicts = ", ".join(f"{p} {'ok' if r.ok else 'FAILED'}" for p, r in reports.items())
+    elapsed = sum(r.elapsed for r in reports.values())
+    ok = all(r.ok for r in reports.values())
+    lines += ["", f"verdict: {'ok' if ok else 'FAILED'} ({verdicts}) in {elapsed:.0f}s"]
     return lines
 
 
@@ -81,17 +154,24 @@ def render(report: RehearsalReport) -> list[str]:
               help="Seconds to wait for the pools to settle.")  # fmt: skip
 @click.option("--workdir", default=None, type=click.Path(file_okay=False),
               help="Where it keeps its store, stack and logs (default: a temp dir).")  # fmt: skip
+@click.option("--paths", "paths", default=None,
+              help="Image paths to rehearse in turn, side by side: default (docker-ce), "
+                   "fallback (debian-12, Docker installed at boot), baked (the pool's "
+                   "snapshot, baked first), comma-separated, or all (default: the pools' "
+                   "own images).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def rehearse(
     config: str, jobs: int, backend: str | None, route: str | None, payload: str | None,
-    timings: str, timeout: float, workdir: str | None, as_json: bool,
+    timings: str, timeout: float, workdir: str | None, paths: str | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Rehearse the production path on this machine: the controller with the Pulumi provisioner
     on a prod stack, against a local fake Hetzner Cloud whose servers boot their own user-data
     (containers with systemd, cloud-init and a Docker engine each). A burst of jobs, the pools
     back to zero, a guardian pass; then the verdict, with each machine's boot split into phases
     and an estimate of the same on Hetzner. Needs a Docker engine, debootstrap (to build the
-    machine image once), the pulumi CLI (scripts/pulumi-engine) and the pulumi extra."""
+    machine image once), the pulumi CLI (scripts/pulumi-engine) and the pulumi extra.
+    With --paths, each image path is rehearsed in turn and the report sets them side by
+    side."""
     require("pulumi", "sp00ky-infra rehearse")
     body: Any = None
     if payload is not None:
@@ -99,12 +179,18 @@ def rehearse(
             body = json.loads(payload)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from exc
-    rehearsal = Rehearsal(
-        config, jobs=jobs, backend=backend, route=route, payload=body, timings=timings,
-        timeout=timeout, workdir=workdir,
-    )  # fmt: skip
+    options: dict[str, Any] = {
+        "jobs": jobs, "backend": backend, "route": route, "payload": body, "timings": timings,
+        "timeout": timeout,
+    }  # fmt: skip
+    if paths is not None:
+        try:
+            chosen = parse_paths(paths)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--paths") from exc
+        _side_by_side(config, chosen, workdir, as_json, options)
     try:
-        report = rehearsal.run()
+        report = Rehearsal(config, workdir=workdir, **options).run()
     except RehearseError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
@@ -114,3 +200,27 @@ def rehearse(
         for line in render(report):
             click.echo(line)
     sys.exit(0 if report.ok else EXIT_FAILED)
+
+
+def _side_by_side(
+    config: str, paths: tuple[str, ...], workdir: str | None, as_json: bool,
+    options: dict[str, Any],
+) -> None:  # fmt: skip
+    """Rehearse each path, print them side by side and exit with the verdict's code."""
+    try:
+        reports = rehearse_paths(config, paths, workdir=workdir, **options)
+    except RehearseError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    ok = all(report.ok for report in reports.values())
+    if as_json:
+        found = {
+            "paths": {path: report.as_json() for path, report in reports.items()},
+            "side_by_side": paths_table(reports),
+            "ok": ok,
+        }
+        click.echo(json.dumps(found, indent=2))
+    else:
+        for line in render_paths(reports):
+            click.echo(line)
+    sys.exit(0 if ok else EXIT_FAILED)

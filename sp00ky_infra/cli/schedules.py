@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sp00ky_infra.cli.cloud import cloud_call, cloud_option, in_cloud, part
+from sp00ky_infra.cli.cloud import cloud_call, cloud_everywhere, in_cloud, part
 from sp00ky_infra.cli.jobs import config_option, json_option, opened, refusals, store_option
 from sp00ky_infra.config import Config
 from sp00ky_infra.config.loader import load_config
@@ -199,5 +199,4 @@ def resume_schedule(
     _set_paused(name, False, config_file, store_url)
 
 
-for _command in (schedules, *schedules.commands.values()):  # before or after the subcommand
-    cloud_option(_command)
+cloud_everywhere(schedules)

@@ -19,7 +19,12 @@ from sp00ky_infra.policy.machines import LIVE_STATES, Reason
 from sp00ky_infra.policy.sizing import capacity, desired_machines, queue_cap
 from sp00ky_infra.store import STATUSES, Job
 from sp00ky_infra.store.machines import MachineNotFound
-from sp00ky_infra.store.policies import TablePolicy, declared_policies, policy_json
+from sp00ky_infra.store.policies import (
+    TablePolicy,
+    declared_policies,
+    policy_json,
+    policy_rows,
+)
 from sp00ky_infra.store.retention import counters_json, since_time
 
 
@@ -261,20 +266,16 @@ def stats_view(controller: Controller, since: str | None, table: str | None) -> 
 def job_policies(controller: Controller) -> list[dict[str, Any]]:
     """Each pool backend's outbox table's job policy as the store keeps it (the file's where
     no controller wrote it yet)."""
-    kept = controller.store.policies.read()
-    return [
-        policy_json(table, kept.get(table), declared)
-        for table, declared in sorted(declared_policies(controller.config).items())
-    ]
+    return policy_rows(controller.store.policies.read(), declared_policies(controller.config))
 
 
 def retune(controller: Controller, table: str, changes: dict[str, Any]) -> dict[str, Any]:
     """Change a table's job policy live; the next tick admits by it."""
     if table not in declared_policies(controller.config):
         raise NotFound(f"no outbox table {table!r} of a pool backend in sp00ky.yml")
-    controller.store.policies.retune(table, changes, controller.clock(), "admin API")
+    kept = controller.store.policies.retune(table, changes, controller.clock(), "admin API")
     controller.read_policies()  # this controller's claims at once; the others' next tick
-    return policy_json(table, controller.store.policies.read().get(table), TablePolicy())
+    return policy_json(table, kept, TablePolicy())
 
 
 def jobs_view(

@@ -19,7 +19,7 @@ def settle_capacities(controller: Controller, now: float) -> list[str]:
     for name, kept in controller.capacities.items():
         if kept.draining_from is None or name not in controller.pools:
             continue
-        if table.old_queue(kept, controller.table_of(name)):
+        if table.old_queue_waits(kept, controller.table_of(name)):
             continue
         table.settle(name, now)
         message = f"capacity now {kept.capacity} slots (was {kept.draining_from}): new jobs taken"

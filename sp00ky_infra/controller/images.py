@@ -5,9 +5,13 @@
   reply carries.
 - ``deploy.dockerfile`` only: built here on the controller's Docker engine and served to the
   controller's own machines by image id over the agents' endpoint
-  (``GET /v1/machines/NAME/images/ID``): ``docker save`` streamed chunk by chunk, never held
-  whole; the agent loads it as it arrives, checks the id and keeps it, so a machine never
-  fetches the same image twice.
+  (``GET /v1/machines/NAME/images/ID``). It is saved (``docker save``) once, to a file of the
+  server's own, in a thread of its own from the moment it is served, and every machine is
+  sent that file chunk by chunk, never held whole: a ``docker save`` per machine costs the
+  engine seconds each time, two machines at once twice. A machine that asks while the save
+  is under way waits for it (SAVE_WAIT_SECONDS at most); past that, or if the save failed, it
+  is sent ``docker save`` streamed as it comes. The agent loads the image as it arrives,
+  checks the id and keeps it, so a machine never fetches the same image twice.
 
 Either way the pinned reference (digest or image id) is part of the pool's revision.
 
@@ -18,10 +22,16 @@ ImagesError (a ControllerError): the message names the pool, the backend and wha
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import os
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import docker
 from docker.errors import APIError, BuildError, DockerException, ImageNotFound
@@ -33,7 +43,13 @@ from sp00ky_infra.controller.registry import RegistryAuth, RegistryError, Resolv
 from sp00ky_infra.engine.images import build_pool_image
 
 log = logging.getLogger("sp00ky.controller")
-CHUNK_BYTES = 1 << 22  # docker save is read and sent 4 MiB at a time
+CHUNK_BYTES = 1 << 22  # an image is read and sent 4 MiB at a time
+# How long a machine's request waits for a save under way before it is sent its own stream
+# of ``docker save``: a save takes seconds, and the agent's read timeout is 60 s.
+SAVE_WAIT_SECONDS = 30.0
+# Where the saved images go by default: on disk by convention, where /tmp may be a tmpfs
+# (memory), and an image is never held whole in memory
+SPOOL_DIR = "/var/tmp"
 
 
 class ImagesError(ControllerError):
@@ -54,12 +70,21 @@ class PoolImage:
 
 
 class ImageServer:
-    """Images built from deploy.dockerfile on the controller's engine, served by id."""
+    """Images built from deploy.dockerfile on the controller's engine, served by id, each
+    saved once to a file in a temporary directory of the server's own (in ``spool``, default
+    SPOOL_DIR, else the system's), made at the first serve and removed at close, or at exit
+    without one."""
 
-    def __init__(self, client: docker.DockerClient, project: str = "dev") -> None:
+    def __init__(
+        self, client: docker.DockerClient, project: str = "dev", spool: str | None = None
+    ) -> None:
         self.client = client
         self.project = project
         self.served: set[str] = set()
+        self._spool_in = spool
+        self._spool: Path | None = None
+        self._saves: dict[str, _Save] = {}
+        self._lock = threading.Lock()
 
     @classmethod
     def connect(cls, project: str = "dev") -> ImageServer:
@@ -80,22 +105,88 @@ class ImageServer:
         return self.serve(str(image.id))
 
     def serve(self, image_id: str) -> str:
-        """Serve an image the engine has (by id) to this controller's machines."""
-        self.served.add(image_id)
+        """Serve an image the engine has (by id) to this controller's machines; its save to
+        the spool starts now, beside whatever the controller does next."""
+        with self._lock:
+            self.served.add(image_id)
+            if image_id not in self._saves:
+                path = self._spool_dir() / f"{image_id.removeprefix('sha256:')}.tar"
+                self._saves[image_id] = _Save(path, lambda: self._engine_save(image_id))
         return image_id
 
     def stream(self, image_id: str) -> Iterator[bytes]:
-        """The image as ``docker save`` writes it (a tar), chunk by chunk."""
+        """The image as ``docker save`` writes it (a tar), chunk by chunk: from its saved
+        file, or straight from the engine if its save failed or is slow."""
         if image_id not in self.served:
             raise UnknownImage(f"image {image_id} is not one this controller serves")
-        try:
-            chunks: Iterator[bytes] = self.client.api.get_image(image_id, chunk_size=CHUNK_BYTES)
+        saved = self._saves[image_id].wait(SAVE_WAIT_SECONDS)
+        if saved is not None:
+            return _chunks(saved)
+        try:  # the engine's save answers 500, not 404, for an image it lost: ask first
+            self.client.images.get(image_id)
         except ImageNotFound as exc:
             raise UnknownImage(f"image {image_id} is no longer on the controller's engine") from exc
+        return self._engine_save(image_id)
+
+    def _spool_dir(self) -> Path:
+        if self._spool is None:
+            default = SPOOL_DIR if os.access(SPOOL_DIR, os.W_OK) else None
+            where = self._spool_in or default
+            self._spool = Path(tempfile.mkdtemp(prefix="sp00ky-images-", dir=where))
+            weakref.finalize(self, shutil.rmtree, self._spool, True)
+        return self._spool
+
+    def _engine_save(self, image_id: str) -> Iterator[bytes]:
+        chunks: Iterator[bytes] = self.client.api.get_image(image_id, chunk_size=CHUNK_BYTES)
         return chunks
 
     def close(self) -> None:
         self.client.close()
+        if self._spool is not None:
+            shutil.rmtree(self._spool, ignore_errors=True)
+
+
+class _Save:
+    """One image's ``docker save`` to its file in the spool, in a thread of its own: written
+    beside the file and renamed into place once whole, so a file there is a whole save."""
+
+    def __init__(self, path: Path, save: Callable[[], Iterator[bytes]]) -> None:
+        self.path = path
+        self.done = threading.Event()
+        self.ok = False
+        threading.Thread(target=self._run, args=(save,), name="image-save", daemon=True).start()
+
+    def _run(self, save: Callable[[], Iterator[bytes]]) -> None:
+        partial, started, size = self.path.with_suffix(".partial"), time.monotonic(), 0
+        try:
+            with partial.open("wb") as out:
+                for chunk in save():
+                    size += out.write(chunk)
+            partial.rename(self.path)
+            self.ok = True
+            log.info("image %s saved to %s (%.1f MB in %.1f s)", self.path.stem, self.path,
+                     size / 1e6, time.monotonic() - started)  # fmt: skip
+        except Exception as exc:  # the thread's end: machines get docker save streamed instead
+            log.warning("saving image %s to %s failed: %s", self.path.stem, self.path, exc)
+            partial.unlink(missing_ok=True)
+        finally:
+            self.done.set()
+
+    def wait(self, seconds: float) -> BinaryIO | None:
+        """The saved file, open; None if the save failed, is still under way after
+        ``seconds``, or its file is gone."""
+        if not self.done.wait(seconds) or not self.ok:
+            return None
+        try:
+            return self.path.open("rb")
+        except OSError:
+            return None
+
+
+def _chunks(file: BinaryIO) -> Iterator[bytes]:
+    with file:
+        while chunk := file.read(CHUNK_BYTES):
+            yield chunk
 
 
 def settle_images(

@@ -7,7 +7,8 @@
   under systemd, with a Docker engine of its own; the boot's timeline and console log.
 - ``image.py``: the machine image those containers run (debootstrap, ``docker import``).
 - ``phases.py``: pure, each machine's boot in phases, the cause of a failed boot and the
-  Hetzner estimate; ``rehearsal.py``: ``sp00ky-infra rehearse`` itself.
+  Hetzner estimate, the image paths side by side; ``rehearsal.py``: ``sp00ky-infra
+  rehearse`` itself; ``paths.py``: an image path's config, and the baked path's bake.
 - ``errors.py``: the one exception root, RehearseError.
 
 Above the services (``controller``, ``infra``, ``guardian``), below ``cli``: a rehearsal runs

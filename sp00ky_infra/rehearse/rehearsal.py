@@ -12,6 +12,10 @@ store, the stack and its secrets live in a working directory of the rehearsal's 
 Each machine's create-to-ready time is split into phases (``phases``). The verdict says what
 worked, what failed (with its cause, from those phases and the server's console), and what
 would differ in the cloud, with the estimate of the same phases on Hetzner.
+
+An image path (``phases.PATHS``: default, fallback, baked) rehearses the config with every
+Hetzner pool's ``machine.image`` set to the path's (``paths.py``; the baked path bakes the
+pools' snapshots first); ``rehearse_paths`` runs several in turn, to be set side by side.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,11 +49,18 @@ from sp00ky_infra.rehearse.boot import Booter
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.rehearse.errors import RehearseError
 from sp00ky_infra.rehearse.image import Recipe, ensure_image, image_exists
+from sp00ky_infra.rehearse.paths import path_config
 from sp00ky_infra.rehearse.phases import (
+    PATH_IMAGES,
+    SNAPSHOT_NOTE,
+    SNAPSHOT_PATHS,
     Timeline,
     agent_events,
     cause,
+    count_downloads,
+    downloads,
     estimate,
+    estimate_figures,
     image_notes,
     later,
     phases,
@@ -71,6 +82,7 @@ READ_EVERY_SECONDS = 8.0  # how often a booting server is looked into
 JOURNAL = ("journalctl", "-u", "sp00ky-agent.service", "-u", "cloud-final.service", "-o", "json",
            "--no-pager")  # fmt: skip
 BAKE_WAIT_SECONDS = 1200.0  # a baked pool's bake, at most, before the burst
+BOOTSTRAP = ("grep", "-a", "sp00ky-bootstrap event=", "/var/log/cloud-init-output.log")
 
 
 @dataclass
@@ -81,6 +93,7 @@ class Reading:
     timeline: Timeline = field(default_factory=Timeline)
     events: dict[str, float] = field(default_factory=dict)
     console: str = ""
+    bootstrap: tuple[str, ...] = ()  # bootstrap's lines in cloud-init's output log
 
 
 def read_server(
@@ -91,12 +104,16 @@ def read_server(
     saw: a failed boot is destroyed in the tick that fails it, so the look that reports it may
     find the server stopping, with no journal to read and only its start time."""
     seen = last or Reading(0.0)
-    reading = Reading(time.monotonic(), seen.timeline, dict(seen.events), seen.console)
+    reading = Reading(
+        time.monotonic(), seen.timeline, dict(seen.events), seen.console, seen.bootstrap
+    )
     with contextlib.suppress(Exception):
         reading.timeline = later(seen.timeline, booter.timeline(server))
     with contextlib.suppress(Exception):
         events = agent_events(booter.exec(server, *JOURNAL)[1])
         reading.events = {**events, **seen.events}  # each event's first time
+    with contextlib.suppress(Exception):
+        reading.bootstrap = tuple(booter.exec(server, *BOOTSTRAP)[1].splitlines()) or seen.bootstrap
     if console:
         with contextlib.suppress(Exception):
             reading.console = booter.console(server, lines=30) or seen.console
@@ -115,6 +132,7 @@ class MachineReport:
     cause: str | None = None
     console: str = ""
     events: list[str] = field(default_factory=list)  # the bootstrap's and agent's, in order
+    downloads: dict[str, bool] = field(default_factory=dict)  # phases.downloads
 
 
 @dataclass
@@ -130,9 +148,12 @@ class RehearsalReport:
     failed: list[str] = field(default_factory=list)
     cloud: list[str] = field(default_factory=list)  # what would differ in the cloud
     estimate: dict[str, float | None] = field(default_factory=dict)
-    bake_seconds: dict[str, float] = field(default_factory=dict)  # a baked pool's bake, by pool
+    estimate_sources: dict[str, str] = field(default_factory=dict)  # per phase
     elapsed: float = 0.0
     workdir: str = ""
+    path: str | None = None  # the image path rehearsed (phases.PATHS); None: the pool's own
+    bake_seconds: float | None = None  # the baked path's bake, before the burst
+    downloads: dict[str, int] = field(default_factory=dict)  # phases.count_downloads
 
     @property
     def ok(self) -> bool:
@@ -212,8 +233,12 @@ class Rehearsal:
         timeout: float = 900.0,
         workdir: str | Path | None = None,
         progress: Progress = _say,
+        path: str | None = None,
     ) -> None:
         self.config_path = Path(config_path).resolve()
+        self.path = path  # an image path (phases.PATHS); None: the pools' own images
+        self._config_file = self.config_path  # what this run reads: the path's copy, if any
+        self._project = f"rehearse-{secrets.token_hex(3)}"
         self.jobs = jobs
         self.backend = backend
         self.route = route
@@ -231,8 +256,9 @@ class Rehearsal:
 
     # --- the whole rehearsal ----------------------------------------------------------------
 
-    def run(self) -> RehearsalReport:
-        started = time.monotonic()
+    def prepare(self) -> tuple[Config, list[str], str]:
+        """The config, its Hetzner pools and the pulumi CLI's folder; RehearseError when the
+        rehearsal cannot run at all."""
         try:
             config = load_config(self.config_path)
         except ConfigError as exc:
@@ -248,23 +274,50 @@ class Rehearsal:
             raise RehearseError(
                 "the pulumi CLI is not on PATH: install it, or build it with scripts/pulumi-engine"
             )
+        return config, pools, engine
+
+    def run(self) -> RehearsalReport:
+        started = time.monotonic()
+        config, pools, engine = self.prepare()
         image = ensure_image(progress=lambda line: self.say(f"machine image: {line}"))
         work = self.workdir or Path(tempfile.mkdtemp(prefix="sp00ky-rehearse-"))
         work.mkdir(parents=True, exist_ok=True)
-        report = RehearsalReport(str(self.config_path), pools, workdir=str(work))
+        report = RehearsalReport(str(self.config_path), pools, workdir=str(work), path=self.path)
         self._healthchecks = {p: config.backend_for(p).deploy.healthcheck for p in pools}
         self._consoles = work / "consoles"
         report.cloud = self._static_checks(config, pools)
         booter = self._booter(config, pools, image, report)
         self.say(f"working in {work}")
         with FakeHetzner(boot=booter) as cloud:
-            for name in pools:  # a pool's own snapshot, which only its project has
-                if config.pools[name].machine.image != BAKED:  # the controller bakes that one
-                    cloud.stand_in(config.pools[name].machine.image)
-            self._rehearse(config, pools, engine, booter, cloud, work, report)
+            try:
+                config = self._take_path(config, pools)
+                for name in pools:  # a pool's own snapshot, which only its project has
+                    if config.pools[name].machine.image != BAKED:  # the controller bakes it
+                        cloud.stand_in(config.pools[name].machine.image)
+                self._rehearse(config, pools, engine, booter, cloud, work, report)
+            finally:
+                if self._config_file != self.config_path:
+                    self._config_file.unlink(missing_ok=True)
         self._verdict(report)
         report.elapsed = time.monotonic() - started
         return report
+
+    def _images(self, config: Config, pools: list[str]) -> dict[str, str]:
+        """Each pool's ``machine.image`` on this run: its path's, else its own."""
+        if self.path is None:
+            return {name: config.pools[name].machine.image for name in pools}
+        return dict.fromkeys(pools, PATH_IMAGES[self.path])
+
+    def _take_path(self, config: Config, pools: list[str]) -> Config:
+        """The config this run rehearses: the user's, or its path's copy (a baked path's
+        snapshots are the controller's to bake, waited for before the burst)."""
+        if self.path is None:
+            return config
+        self._config_file = path_config(self.config_path, self._images(config, pools))
+        try:
+            return load_config(self._config_file)
+        except ConfigError as exc:
+            raise RehearseError(f"path {self.path}: {exc}") from exc
 
     def _booter(
         self, config: Config, pools: list[str], image: str, report: RehearsalReport
@@ -272,12 +325,12 @@ class Rehearsal:
         """The servers' booter: an image without Docker boots the rehearsal variant without
         it when that is built (``scripts/rehearsal-image --without-docker``), else the
         rehearsal image; the findings say which, and the estimate adds the install then."""
-        chosen = {name: config.pools[name].machine.image for name in pools}
+        chosen = self._images(config, pools)  # the path's, when one is rehearsed
         baked = [name for name, image in chosen.items() if image == BAKED]
         report.cloud.extend(
             f"{name}: machine.image baked: its snapshot is baked before the burst and its "
             "machines boot it; here a bake server's container is committed, on Hetzner a "
-            "server's disk is snapshotted, so bake_seconds is this host's"
+            f"server's disk is snapshotted, so bake_seconds is this host's. {SNAPSHOT_NOTE}"
             for name in baked
         )
         chosen = {name: image for name, image in chosen.items() if name not in baked}
@@ -298,12 +351,12 @@ class Rehearsal:
         port = _free_port(booter.gateway)
         controller_env = {
             **env,
-            "SPKY_CONFIG": str(self.config_path),
+            "SPKY_CONFIG": str(self._config_file),
             "SPKY_STORE": store_url,
             "SPKY_POOL_PROVIDER": "pulumi",
             "SPKY_PULUMI_STACK": "prod",
             "SPKY_PULUMI_DIR": str(project),
-            "SPKY_PROJECT": f"rehearse-{secrets.token_hex(3)}",
+            "SPKY_PROJECT": self._project,
             "SPKY_POOL_HOST": booter.gateway,
             "SPKY_POOL_PORT": str(port),
             "SPKY_POOL_PUBLIC_URL": f"http://{booter.gateway}:{port}",
@@ -389,7 +442,7 @@ class Rehearsal:
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         pulumi("config", "set", "sp00ky:provider", "hetzner")
-        pulumi("config", "set", "sp00ky:configFile", str(self.config_path))
+        pulumi("config", "set", "sp00ky:configFile", str(self._config_file))
         return project
 
     def _wait_listening(self, proc: subprocess.Popen[str], work: Path) -> None:
@@ -421,7 +474,8 @@ class Rehearsal:
                 if outcome.pool not in baked:
                     continue
                 baked.remove(outcome.pool)
-                report.bake_seconds[outcome.pool] = round(outcome.seconds, 1)
+                # bakes run side by side: the burst waited for the longest
+                report.bake_seconds = max(report.bake_seconds or 0.0, round(outcome.seconds, 1))
                 if outcome.snapshot is None:
                     report.failed.append(f"{outcome.pool}: its bake failed at step "
                                          f"{outcome.step}: {outcome.reason}")  # fmt: skip
@@ -432,7 +486,7 @@ class Rehearsal:
             report.failed.append(f"{pool}: its bake did not end within {BAKE_WAIT_SECONDS:.0f}s")
 
     def _burst(self, config: Config, store_url: str, pools: list[str]) -> None:
-        client = Client(store_url, self.config_path)
+        client = Client(store_url, self._config_file)
         try:
             backends = [config.backend_for(pool) for pool in pools]
             if self.backend:
@@ -531,6 +585,7 @@ class Rehearsal:
         )  # fmt: skip
         report.phases = phases(machine, reading.timeline, reading.events)
         report.events = sorted(reading.events, key=reading.events.__getitem__)
+        report.downloads = downloads(reading.events, reading.bootstrap)
         if ready:
             assert machine.ready_at is not None
             report.created_to_ready = round(machine.ready_at - machine.created_at, 2)
@@ -609,10 +664,43 @@ class Rehearsal:
             )
         if ready and not report.failed:
             report.worked.append("the pools went back to zero and their servers were deleted")
-        report.estimate = estimate([m.phases for m in ready], self._unmeasured_install)
+        booted = [m.phases for m in ready]
+        how = (self._unmeasured_install, self.path in SNAPSHOT_PATHS)  # (install, snapshot)
+        report.estimate = estimate(booted, *how)
+        report.estimate_sources = {p: f.source for p, f in estimate_figures(booted, *how).items()}
+        report.downloads = count_downloads([m.downloads for m in report.machines])
 
 
 def _free_port(host: str) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
+
+
+def rehearse_paths(
+    config_path: str | Path, paths: Sequence[str], *, workdir: str | Path | None = None,
+    progress: Progress = _say, **options: Any,
+) -> dict[str, RehearsalReport]:  # fmt: skip
+    """Each image path (phases.PATHS) rehearsed in turn, each in a working folder of its own;
+    a path that could not run is reported failed with why. What stops every path (the
+    config, the pulumi CLI) raises RehearseError before the first."""
+    Rehearsal(config_path).prepare()
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="sp00ky-rehearse-"))
+    reports: dict[str, RehearsalReport] = {}
+    for number, path in enumerate(paths, 1):
+        image = PATH_IMAGES[path] or "the pool's snapshot, baked first"
+        progress(f"path {path} ({number} of {len(paths)}): machine.image {image}")
+
+        def say(line: str, path: str = path) -> None:
+            progress(f"{path}: {line}")
+
+        rehearsal = Rehearsal(config_path, workdir=root / path, path=path, progress=say, **options)
+        try:
+            reports[path] = rehearsal.run()
+        except RehearseError as exc:
+            say(f"could not run: {exc}")
+            reports[path] = RehearsalReport(
+                str(rehearsal.config_path), [], failed=[f"the path could not run: {exc}"],
+                workdir=str(root / path), path=path,
+            )  # fmt: skip
+    return reports

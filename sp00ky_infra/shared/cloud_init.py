@@ -5,9 +5,10 @@ The user-data is small (a test keeps the biggest under 4 KiB of Hetzner's 32): t
 settings (controller URL, machine name, runtime, one-time join token: the only secret in it,
 never the backend's env; the machine credential of its first join is written by the agent
 beside it, never here), the bootstrap (``agent/bootstrap.py``, without its prose) and one
-command that runs it with the agent archive's sha256. The bootstrap fetches the archive from
-the controller with the join token, checks it against that sha256 before unpacking anything,
-and runs its ``install-agent.sh``. The archive holds the agent (its code without comments,
+command that runs it with the agent archive's sha256 (and the SSH host keys cloud-init
+makes: ed25519 and ecdsa only). The bootstrap fetches the archive from the controller with
+the join token, checks it against that sha256 before unpacking anything, and runs its
+``install-agent.sh``. The archive holds the agent (its code without comments,
 docstrings or unread annotations), ``cloud-init/install-agent.sh`` and the systemd unit
 ``cloud-init/sp00ky-agent.service``. Its sha256 is pinned where the user-data is rendered, so
 a controller must serve the same agent as the program that rendered it (one checkout).
@@ -195,6 +196,9 @@ def user_data(machine: str, controller_url: str, join_token: str, runtime: str =
             },
         ],
         "runcmd": [["python3", "/opt/sp00ky/bootstrap.py", agent_sha256()]],
+        # The host keys cloud-init makes before the bootstrap runs: an RSA key of 3072 bits
+        # alone takes a second or more of the boot, and DSA is obsolete
+        "ssh_genkeytypes": ["ed25519", "ecdsa"],
     }
     text = "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False, width=1000)
     if len(text.encode()) > USER_DATA_LIMIT:

@@ -95,15 +95,15 @@ class CapacityTable:
             rows = sql.execute(f"SELECT {COLUMNS} FROM pool_capacity").fetchall()
         return {row[0]: _kept(row) for row in rows}
 
-    def old_queue(self, kept: KeptCapacity, table: str) -> int:
-        """How many jobs queued before the change still wait (counted up to one)."""
+    def old_queue_waits(self, kept: KeptCapacity, table: str) -> bool:
+        """Whether a job queued before the change still waits."""
         with self._db.read() as sql:
             sql.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE tbl = ? AND status = 'pending' "
-                "AND created_at <= ? LIMIT 1) AS waiting",
+                "SELECT 1 FROM jobs WHERE tbl = ? AND status = 'pending' AND created_at <= ? "
+                "LIMIT 1",
                 (table, kept.changed_at),
             )
-            return int(sql.fetchone()[0])
+            return sql.fetchone() is not None
 
     def settle(self, pool: str, now: float) -> None:
         """The lowered capacity in force: its old queue has drained."""

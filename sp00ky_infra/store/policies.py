@@ -176,3 +176,12 @@ def policy_json(table: str, kept: KeptPolicy | None, declared: TablePolicy) -> d
         "updated_by": kept.updated_by if kept else "sp00ky.yml (no controller has written it yet)",
         "updated_at": kept.updated_at if kept else None,
     }
+
+
+def policy_rows(
+    kept: Mapping[str, KeptPolicy], declared: Mapping[str, TablePolicy], table: str | None = None
+) -> list[dict[str, Any]]:
+    """``policy_json`` of each table sp00ky.yml declares, by name (of ``table`` alone, when
+    given)."""
+    names = [table] if table is not None else sorted(declared)
+    return [policy_json(name, kept.get(name), declared[name]) for name in names]

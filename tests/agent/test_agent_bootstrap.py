@@ -47,7 +47,9 @@ from pathlib import Path
 root = Path({root!r})
 with open(root / "systemctl.log", "a") as log:
     print(*sys.argv[1:], file=log)
-if sys.argv[1:3] == ["enable", "--now"] and "sp00ky-agent.service" in sys.argv:
+if sys.argv[1] == "is-enabled":  # apt-get's stand-in installs Docker, enabling nothing
+    sys.exit(1)
+if sys.argv[1] == "start" and "sp00ky-agent.service" in sys.argv:
     unit = (root / "etc/systemd/system/sp00ky-agent.service").read_text()
     assert "ExecStart=/usr/bin/python3 -m agent" in unit, unit
     env = {{
@@ -268,7 +270,12 @@ def test_a_machine_fetches_checks_installs_and_starts_the_agent(machine: Machine
             "install -y -q docker.io",
         ]
         calls = (machine.root / "systemctl.log").read_text().splitlines()
-        assert calls == ["daemon-reload", "enable --now docker.service sp00ky-agent.service"]
+        assert calls == [
+            "is-enabled --quiet docker.service",
+            "enable --no-reload docker.service",
+            "enable --no-reload sp00ky-agent.service",
+            "start docker.service sp00ky-agent.service",
+        ]
         store = machine.client.store
         try:
             wait_for(lambda: store.machines.get(MACHINE).ready_at is not None, timeout=60)

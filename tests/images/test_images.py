@@ -7,8 +7,10 @@ import io
 import subprocess
 import tarfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 import requests
 
@@ -16,7 +18,7 @@ from agent.docker import DockerAPI
 from agent.images import ImageError, ImageUnavailable, ensure_image
 from agent.protocol import ImageSource, RegistryCredentials
 from sp00ky_infra.config.images import parse_image
-from sp00ky_infra.controller.images import ImageServer, UnknownImage
+from sp00ky_infra.controller.images import CHUNK_BYTES, ImageServer, UnknownImage
 from sp00ky_infra.controller.registry import (
     ImageNotFound,
     RegistryDenied,
@@ -153,6 +155,44 @@ def test_a_missing_image_fails_at_once(machine_engine: Engine) -> None:
 def test_the_controller_serves_only_its_own_images(server: ImageServer, tiny_image: str) -> None:
     with pytest.raises(UnknownImage, match="is not one this controller serves"):
         server.stream(tiny_image)
+
+
+def test_an_image_is_saved_once_and_machines_are_sent_the_saved_file(
+    tmp_path: Path, machine_engine: Engine
+) -> None:
+    """Once saved, the image travels from the file: it still arrives whole (its id checks
+    out) after the controller's engine has lost it, in chunks of at most CHUNK_BYTES."""
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "note.txt").write_text(f"saved once {tmp_path}\n" * 1000)
+    (tmp_path / "build" / "Dockerfile").write_text("FROM scratch\nCOPY note.txt /\n")
+    built = subprocess.run(["docker", "build", "-q", str(tmp_path / "build")],
+                           check=True, capture_output=True, text=True)  # fmt: skip
+    image_id = built.stdout.strip()
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    server = ImageServer(docker.from_env(), spool=str(spool))
+    server.serve(image_id)
+    first = list(server.stream(image_id))
+    assert [each.name for each in spool.glob("*/*")] == [f"{image_id[7:]}.tar"]
+    assert max(len(chunk) for chunk in first) <= CHUNK_BYTES
+
+    subprocess.run(["docker", "rmi", image_id], check=True, capture_output=True)
+    got = ensure_image(DockerAPI(machine_engine.socket),
+                       ImageSource(source="controller", reference=image_id),
+                       lambda asked: Streamed(server.stream(asked)), Logged(),
+                       deadline=1e12)  # fmt: skip
+    assert got == image_id and image_id in machine_engine.images()
+    assert b"".join(server.stream(image_id)) == b"".join(first)
+    server.close()
+    assert list(spool.iterdir()) == []
+
+
+def test_an_image_gone_from_the_engine_is_refused_at_once(tmp_path: Path) -> None:
+    server = ImageServer(docker.from_env(), spool=str(tmp_path))
+    missing = server.serve("sha256:" + "0" * 64)
+    with pytest.raises(UnknownImage, match="is no longer on the controller's engine"):
+        server.stream(missing)
+    server.close()
 
 
 # --- from a registry -------------------------------------------------------------------------

@@ -239,6 +239,7 @@ def test_the_user_data_pins_the_fetched_agent_and_carries_only_its_bootstrap() -
     settings = json.loads(files["/etc/sp00ky/agent.json"])
     assert settings["credential_file"] == "/etc/sp00ky/credential"
     assert settings["poweroff"] == ["systemctl", "poweroff"]
+    assert document["ssh_genkeytypes"] == ["ed25519", "ecdsa"]  # no RSA key made at boot
     assert user_data("m", "u", "t") == user_data("m", "u", "t")  # reproducible, hash and all
 
 
@@ -269,7 +270,8 @@ def test_the_agent_archive_holds_the_agent_and_installs_it_as_a_service() -> Non
     ]
     assert {"3", "4"} <= set(prevent.split("=", 1)[1].split())
     assert "docker.io" in script and "python3-requests" in script
-    assert "systemctl enable --now" in script
+    assert "systemctl enable --no-reload sp00ky-agent.service" in script  # at every boot
+    assert "systemctl start docker.service sp00ky-agent.service" in script  # and now
     assert agent_archive.__wrapped__() == archive  # reproducible
 
 

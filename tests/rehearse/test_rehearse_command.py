@@ -1,6 +1,6 @@
 """`sp00ky-infra rehearse` as a user types it: the production path of a sp00ky.yml end to end
 on this machine (the real Pulumi engine, the fake Hetzner cloud in boot mode, the controller,
-the guardian), and a failure the way a user would meet it."""
+the guardian), a failure the way a user would meet it, and image paths side by side."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import docker
 import pytest
 
 from sp00ky_infra.rehearse.boot import ROLE
+from sp00ky_infra.rehearse.phases import FLEETING_LOG, PHASES, TOTAL
 from tests.pulumi_engine import example_config
 
 
@@ -106,7 +107,11 @@ def test_a_baked_pool_is_baked_first_and_its_machines_fetch_neither_agent_nor_im
     )
     assert code == 0, (report, log[-3000:])
     assert report["ok"] and report["jobs"] == {"success": 3}
-    assert report["bake_seconds"]["render"] > 0  # the bake's own time, before the burst
+    assert report["bake_seconds"] > 0  # the bake's own time, before the burst
+    assert report["downloads"] == {
+        "agent fetched": 0, "agent present": len(report["machines"]),
+        "image fetched": 0, "image cached": len(report["machines"]),
+    }, report  # fmt: skip
     assert "rehearse: waiting for the bake of render" in log
     assert any(line.startswith("render: machine.image baked: ") for line in report["cloud"])
     for machine in report["machines"]:
@@ -121,3 +126,40 @@ def test_a_baked_pool_is_baked_first_and_its_machines_fetch_neither_agent_nor_im
     assert baker is not None, controller_log[-3000:]
     mine = {f"sp00ky-rehearse-{m['name']}" for m in report["machines"]}
     assert set(_leftovers()) & {*mine, f"sp00ky-rehearse-{baker[1]}"} == set()
+
+
+def test_two_image_paths_are_rehearsed_in_turn_and_set_side_by_side(
+    tmp_path: Path, needs: str, rehearsal_image_without_docker: str
+) -> None:
+    config = example_config(tmp_path)
+    code, found, log = _rehearse(
+        needs, config, "--paths", "default,fallback", "--jobs", "2",
+        "--timings", "idleTimeout=5s,bootTimeout=300s",
+    )  # fmt: skip
+    assert code == 0, (found, log[-3000:])
+    assert found["ok"] and list(found["paths"]) == ["default", "fallback"]
+    assert "path fallback (2 of 2): machine.image debian-12" in log  # progress as it runs
+    for path, report in found["paths"].items():
+        assert report["path"] == path and report["jobs"] == {"success": 2}, report
+        ready = [m for m in report["machines"] if m["outcome"] == "ready"]
+        assert ready and report["bake_seconds"] is None
+        # nothing on these images: each machine fetched the agent and the image
+        assert report["downloads"] == {
+            "agent fetched": len(ready), "agent present": 0,
+            "image fetched": len(ready), "image cached": 0,
+        }, report  # fmt: skip
+        assert FLEETING_LOG in report["estimate_sources"]["create"]
+    fallback = found["paths"]["fallback"]
+    assert any(
+        "measured here on the rehearsal image without Docker" in n for n in fallback["cloud"]
+    )
+    table = found["side_by_side"]
+    assert set(table) == {*PHASES, TOTAL}
+    assert all(cells["default"] and cells["fallback"] for cells in table.values()), table
+    # the fallback installs docker.io at boot, the default finds it there
+    install = table["agent install"]
+    assert install["fallback"]["median"] > install["default"]["median"] + 5, install
+    assert not list(tmp_path.glob(".sp00ky.rehearse-*"))  # each path's config is gone
+    # its servers are gone (another rehearsal on the host may run)
+    mine = {f"sp00ky-rehearse-{m['name']}" for r in found["paths"].values() for m in r["machines"]}
+    assert set(_leftovers()) & mine == set()

@@ -3,19 +3,11 @@ at the higher one until the jobs queued before the change have left the queue.""
 
 from __future__ import annotations
 
-from typing import Any
-
-from sp00ky_infra.store import NewJob, SqlStore
+from sp00ky_infra.store import SqlStore
 from sp00ky_infra.store.capacity import KeptCapacity
+from tests.helpers import render_job
 
 T0 = 1_700_000_000.0
-
-
-def _new(**fields: Any) -> NewJob:
-    base: dict[str, Any] = {
-        "backend": "renderer", "table": "render_job", "path": "/render", "pool": "render",
-    }  # fmt: skip
-    return NewJob(**{**base, **fields})
 
 
 def test_a_raise_switches_at_once_and_a_lowering_waits_for_its_old_queue(
@@ -25,16 +17,16 @@ def test_a_raise_switches_at_once_and_a_lowering_waits_for_its_old_queue(
     assert table.declare({"render": 4}, T0) == [KeptCapacity("render", 4)]
     assert table.declare({"render": 4}, T0 + 1) == []  # a restart with the same file
     assert table.declare({"render": 8}, T0 + 2) == [KeptCapacity("render", 8)]  # raised
-    before = store.enqueue(_new(), T0 + 3)
+    before = store.enqueue(render_job(), T0 + 3)
     [lowered] = table.declare({"render": 2}, T0 + 4)
     assert lowered == KeptCapacity("render", 2, 8, T0 + 4)
     assert table.read()["render"].in_force == 8
     assert "from 8 to 2 slots" in lowered.refusal()
-    assert table.old_queue(lowered, "render_job") == 1
-    store.enqueue(_new(), T0 + 5)  # queued after the change: not the old queue
+    assert table.old_queue_waits(lowered, "render_job")
+    store.enqueue(render_job(), T0 + 5)  # queued after the change: not the old queue
     (claimed,) = store.claim("render_job", 1, "c", T0 + 6, 90.0, machine="m1")
     assert claimed.id == before.id and claimed.attempt_number == 1  # admitted as it was
-    assert table.old_queue(lowered, "render_job") == 0
+    assert not table.old_queue_waits(lowered, "render_job")
     table.settle("render", T0 + 7)
     assert table.read()["render"] == KeptCapacity("render", 2)
 

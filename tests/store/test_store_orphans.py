@@ -3,26 +3,18 @@ cancel of one group's waiting jobs, each a compare-and-set that leaves a claimed
 
 from __future__ import annotations
 
-from typing import Any
-
-from sp00ky_infra.store import NewJob, SqlStore
+from sp00ky_infra.store import SqlStore
+from tests.helpers import render_job
 
 T0 = 1_700_000_000.0
 
 
-def _new(**fields: Any) -> NewJob:
-    base: dict[str, Any] = {
-        "backend": "renderer", "table": "render_job", "path": "/render", "pool": "render",
-    }  # fmt: skip
-    return NewJob(**{**base, **fields})
-
-
 def test_waiting_routes_lists_each_group_of_waiting_pooled_jobs(store: SqlStore) -> None:
-    store.enqueue(_new(), T0)
-    store.enqueue(_new(), T0)
-    store.enqueue(_new(backend="thumbs", table="thumb_job", pool="thumb"), T0)
-    store.enqueue(_new(backend="mailer", table="mail_job", pool=None), T0)  # not pooled
-    running = store.enqueue(_new(backend="old", table="old_job", pool="render"), T0)
+    store.enqueue(render_job(), T0)
+    store.enqueue(render_job(), T0)
+    store.enqueue(render_job(backend="thumbs", table="thumb_job", pool="thumb"), T0)
+    store.enqueue(render_job(backend="mailer", table="mail_job", pool=None), T0)  # not pooled
+    running = store.enqueue(render_job(backend="old", table="old_job", pool="render"), T0)
     store.claim("old_job", 1, "c", T0 + 1, 90.0, machine="m1")
     assert store.get(running.id).status == "processing"
     assert sorted(store.jobs.waiting_routes()) == [
@@ -34,10 +26,10 @@ def test_waiting_routes_lists_each_group_of_waiting_pooled_jobs(store: SqlStore)
 def test_cancel_waiting_fails_the_group_s_waiting_jobs_and_leaves_the_rest(
     store: SqlStore,
 ) -> None:
-    waiting = [store.enqueue(_new(), T0) for _ in range(3)]
-    delayed = store.enqueue(_new(delay_ms=60_000), T0)
+    waiting = [store.enqueue(render_job(), T0) for _ in range(3)]
+    delayed = store.enqueue(render_job(delay_ms=60_000), T0)
     (running,) = store.claim("render_job", 1, "c", T0 + 1, 90.0, machine="m1")
-    other = store.enqueue(_new(backend="thumbs", table="thumb_job", pool="thumb"), T0)
+    other = store.enqueue(render_job(backend="thumbs", table="thumb_job", pool="thumb"), T0)
     reason = "backend renderer no longer runs on pool render (it runs on pool gpu now)"
     first = store.jobs.cancel_waiting("renderer", "render_job", "render", reason, T0 + 2, 2)
     second = store.jobs.cancel_waiting("renderer", "render_job", "render", reason, T0 + 2, 2)
