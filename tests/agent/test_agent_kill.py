@@ -9,6 +9,8 @@ sees the killed request's connection closed."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -212,4 +214,41 @@ def test_a_killed_job_frees_its_slot_for_the_next_at_once_while_the_other_runs_o
         assert closed["gameId"] == "killed" and closed["t"] - kill_at < 2
         assert closed["left"] > 20
         assert not _events(log, "end", "killed")
+    client.close()
+
+
+def test_a_killed_job_s_slot_counts_busy_until_its_agent_reports_the_cancel(
+    tmp_path: Path,
+) -> None:
+    """`explain` and `pools get` count the slot a killed job held as busy while its agent has
+    not said the job stopped (the agent frozen here), and as free once the cancel is in."""
+    log = tmp_path / "backend.jsonl"
+    config = project(
+        tmp_path,
+        {"render": {"min": 1, "slots": 1, "recycle": "never"}},
+        {"renderer": backend_app("render", "render_job", log)},
+    )
+    store_url = f"sqlite:///{tmp_path}/state.db"
+    client = Client(store_url, config)
+    with running_controller(tmp_path, config, store_url, SPKY_POOL_TIMINGS=TIMINGS) as controller:
+        store = client.store
+        (name,) = wait_for(lambda: live_machines(store, "render", "ready"), what="a machine")
+        killed = client.run("renderer", "/render", {"gameId": "killed", "seconds": 30})
+        wait_for(lambda: _events(log, "start", "killed"), what="the job running")
+        waiting = client.run("renderer", "/render", {"gameId": "next", "seconds": 0.1})
+        agent = int(store.machines.get(name).provider_id or 0)
+        os.kill(agent, signal.SIGSTOP)
+        try:
+            env = {"SPKY_STORE": store_url, "SPKY_CONFIG": str(config)}
+            assert cli("jobs", "kill", killed.id, env=env).returncode == 0
+            assert store.get(killed.id).status == "processing"  # no cancel from the agent yet
+            causes = controller.admin("GET", f"/jobs/{waiting.id}/explain").json()["causes"]
+            assert "starting" not in [each["code"] for each in causes], causes
+            assert [m["busy_slots"] for m in controller.pool("render")["machine_list"]] == [1]
+        finally:
+            os.kill(agent, signal.SIGCONT)
+        wait_for(lambda: _events(log, "start", "next"), timeout=5, what="the next job started")
+        assert store.get(killed.id).errors[-1]["code"] == "cancelled"
+        wait_for(lambda: store.get(waiting.id).status == "success", timeout=5, what="the next")
+        assert [m["busy_slots"] for m in controller.pool("render")["machine_list"]] == [0]
     client.close()
