@@ -292,12 +292,19 @@ class Dispatcher(threading.Thread):
 class Runtime:
     """A controller with its listeners bound: ``serve()`` until ``stop()``."""
 
-    def __init__(self, settings: ControllerSettings, fresh: bool = False) -> None:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        fresh: bool = False,
+        provisioner: Provisioner | None = None,
+    ) -> None:
         """``fresh`` (``dev``): remove every machine an earlier run left, live in the
-        store or not; otherwise the live ones keep running and reconnect."""
+        store or not; otherwise the live ones keep running and reconnect. ``provisioner``:
+        made from the settings unless given (a benchmark's own)."""
         settings = settings.with_secrets()
         config = load_config(settings.config_path)
-        provisioner = make_provisioner(settings, config)  # its settings are checked first
+        if provisioner is None:  # its settings are checked first
+            provisioner = make_provisioner(settings, config)
         try:
             images, image_server = settle(settings, config)
             bakes = start_bakes(settings, config, provisioner, images, image_server)
