@@ -5,12 +5,14 @@ claimed hands on down the order. On a real event loop, with its futures."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
 from sp00ky_infra.controller.hub import Hub
-from sp00ky_infra.policy.placement import Standing
+from sp00ky_infra.policy.placement import Standing, first, rank_of
 
 
 @pytest.fixture
@@ -111,3 +113,45 @@ def test_a_pool_that_does_not_pack_wakes_every_waiting_machine(
     hub.notify_pool("render")
     assert pool.woken() == {"a", "b", "c"}
     assert pool.again("a", IDLE_LONG)  # whoever runs first claims
+
+
+def test_the_kept_order_finds_the_machine_a_read_of_every_waiting_one_would(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Hundreds of machines: polls arriving with new standings, ending, idle clocks moved by
+    the tick; after each, the first machine (and the first after any machine's rank) is the
+    one placement finds reading every waiting machine."""
+    hub = Hub(loop, packs=lambda pool: True)
+    rng = random.Random(7)
+    polls: dict[str, asyncio.Future[None]] = {}
+    standings: dict[str, Standing] = {}
+    names = [f"m{n:03d}" for n in range(300)]
+
+    def idle() -> float | None:
+        return rng.choice([None, float(rng.randint(0, 99))])
+
+    for _ in range(3000):
+        name, action = rng.choice(names), rng.random()
+        if action < 0.5:  # its poll arrives, looks and waits
+            if name in polls:
+                hub.done(name, polls[name])
+            polls[name] = hub.waiter(name, "render")
+            standings[name] = Standing(rng.randint(0, 2), idle(), rng.randint(0, 2))
+            hub.may_claim("render", name, standings[name])
+        elif name in polls and action < 0.7:  # its poll ends
+            hub.done(name, polls.pop(name))
+            del standings[name]
+        elif name in polls:  # the tick moved its idle clock
+            since = idle()
+            hub.restand(name, since)
+            standings[name] = replace(standings[name], idle_since=since)
+        expected = first(standings.items())
+        found = hub._first("render")
+        assert (found and found[0]) == expected
+        pivot = rng.choice(names)
+        after = rank_of(pivot, 1, 50.0)
+        later = [
+            (n, s) for n, s in standings.items() if rank_of(n, s.busy_slots, s.idle_since) > after
+        ]
+        found = hub._first("render", after)
+        assert (found and found[0]) == first(later)
