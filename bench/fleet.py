@@ -33,8 +33,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
+import io
 import json
 import os
+import pstats
 import signal
 import socket
 import statistics
@@ -119,10 +122,28 @@ def controller_child(folder: Path) -> None:
     measures.tick = TickTimes(measures.tick, folder / "ticks.log")  # type: ignore[assignment]
     signal.signal(signal.SIGTERM, lambda *_: runtime.stop())
     print("listening", flush=True)
+    profile = cProfile.Profile() if os.environ.get("FLEET_PROFILE") else None
     try:
+        if profile is not None:
+            profile.enable()
         runtime.run()
     finally:
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(folder / f"controller-{os.getpid()}.prof")
         runtime.close()
+
+
+def profile_top(folder: Path, count: int = 15) -> None:
+    """The controller processes' profile (``--profile``): the top entries by own time."""
+    for path in sorted(folder.glob("controller-*.prof")):
+        print(f"    profile of {path.name}, top {count} by own time:", flush=True)
+        out = io.StringIO()
+        pstats.Stats(str(path), stream=out).sort_stats("tottime").print_stats(count)
+        lines = out.getvalue().splitlines()
+        start = next(i for i, line in enumerate(lines) if "ncalls" in line)
+        for line in lines[start : start + count + 1]:
+            print(f"      {line}", flush=True)
 
 
 def submit_child(spec: dict[str, Any]) -> None:
@@ -208,7 +229,8 @@ class Fleet:
     ready: set[str] = field(default_factory=set)
     received: dict[str, float] = field(default_factory=dict)  # job id: monotonic
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    refused = ""  # the last join's answer
+    refused = ""  # the first join or ready refused, for an error
+    joins: list[float] = field(default_factory=list)  # seconds each join and ready took
     joining: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(JOINING))
 
     def start(self, name: str, token: str) -> None:
@@ -217,7 +239,9 @@ class Fleet:
     async def agent(self, name: str, token: str) -> None:
         link = Link(self.port)
         async with self.joining:
+            began = time.monotonic()
             session, settings = await self.join(link, name, token)
+            self.joins.append(time.monotonic() - began)
         self.ready.add(name)
         results: list[dict[str, Any]] = []
         failed = 0
@@ -425,6 +449,8 @@ class Run:
         ticks = self.ticks(since)
         return {
             "ready_s": took,
+            "join_p50_ms": 1000 * statistics.median(self.fleet.joins),
+            "join_max_ms": 1000 * max(self.fleet.joins),
             "tick_p50_ms": statistics.median(ticks),
             "tick_p99_ms": percentile(ticks, 99),
             "dispatch_p50_ms": statistics.median(dispatch),
@@ -491,7 +517,8 @@ def stores(args: argparse.Namespace, folder: Path) -> Iterator[tuple[str, Any]]:
 
 def print_size(dialect: str, size: int, found: dict[str, float]) -> None:
     print(
-        f"  {dialect} {size} machines: ready in {found['ready_s']:.1f}s; tick p50 "
+        f"  {dialect} {size} machines: ready in {found['ready_s']:.1f}s (a join and ready p50 "
+        f"{found['join_p50_ms']:.0f} ms, max {found['join_max_ms']:.0f}); tick p50 "
         f"{found['tick_p50_ms']:.2f} p99 {found['tick_p99_ms']:.2f} ms; dispatch p50 "
         f"{found['dispatch_p50_ms']:.2f} p99 {found['dispatch_p99_ms']:.2f} ms; controller "
         f"{found['cpu_ms_per_poll']:.2f} CPU ms a poll, {found['cpu_ms_per_job']:.2f} a job, "
@@ -536,6 +563,8 @@ async def bench(args: argparse.Namespace) -> dict[str, float]:
                 folder.mkdir()
                 with fresh(size) as store_url:
                     found = await one_size(folder, store_url, size, args)
+                if args.profile:
+                    profile_top(folder)
                 print_size(dialect, size, found)
                 figures.update({f"{dialect}_{size}_{key}": v for key, v in found.items()})
     return figures
@@ -543,22 +572,29 @@ async def bench(args: argparse.Namespace) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="100,500,2000", help="machines, comma-separated")
+    parser.add_argument("--sizes", help="machines, comma-separated (100,500,2000)")
     parser.add_argument("--postgres", default=os.environ.get("SPKY_TEST_POSTGRES_URL"))
     parser.add_argument("--jobs", type=int, default=300, help="jobs a size")
     parser.add_argument("--rate", type=float, default=30.0, help="jobs a second")
     parser.add_argument("--idle", type=float, default=5.0, help="seconds idle, measured")
-    parser.add_argument("--quick", action="store_true", help="100 machines, SQLite, 60 jobs")
+    parser.add_argument(
+        "--quick", action="store_true", help="100 machines (or --sizes), SQLite, 60 jobs"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="the controller under cProfile: its top entries"
+    )
     parser.add_argument("--controller", help=argparse.SUPPRESS)
     parser.add_argument("--submit", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.profile:
+        os.environ["FLEET_PROFILE"] = "1"  # the controller processes' environment
     if args.controller:
         return controller_child(Path(args.controller))
     if args.submit:
         return submit_child(json.loads(args.submit))
-    args.sizes = [int(each) for each in args.sizes.split(",")]
-    if args.quick:
-        args.sizes, args.postgres, args.jobs, args.idle = [100], None, 60, 2.0
+    if args.quick:  # the sizes given stand (a smoke test's tiny fleet)
+        args.sizes, args.postgres, args.jobs, args.idle = args.sizes or "100", None, 60, 2.0
+    args.sizes = [int(each) for each in (args.sizes or "100,500,2000").split(",")]
     if not args.postgres:
         print("PostgreSQL: skipped (no --postgres URL, no $SPKY_TEST_POSTGRES_URL)", flush=True)
     print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
