@@ -1,31 +1,35 @@
 """Fleet benchmark: one controller and a fleet of virtual machines on loopback.
 
-    .venv/bin/python bench/fleet.py [--sizes 100,500,2000] [--postgres URL] [--quick]
+    .venv/bin/python bench/fleet.py [--sizes 100,500,2000] [--postgres URL] [--profile]
+    .venv/bin/python bench/fleet.py --quick
 
 For each store (SQLite; PostgreSQL with --postgres URL or $SPKY_TEST_POSTGRES_URL) and size:
 a real controller process (``controller.server.Runtime``) whose provisioner is the bench's: it
 answers "created" and writes the machine's name and join token to a file, and the bench starts
-a virtual agent for it. The virtual agents live in this process, one asyncio task each on its
-own HTTP/1.1 keep-alive connection (the standard library's asyncio streams): each joins, says
-it is ready and long-polls as the agent does (the slots and poll wait its join gave it), and
-answers every job at once (its result rides the next poll). One pool, min = max = the size,
-2 slots a machine; joins 32 at a time.
+a virtual agent for it once its row says it was made. The virtual agents live in this process,
+one asyncio task each on its own HTTP/1.1 keep-alive connection (the standard library's
+asyncio streams): each joins, says it is ready and long-polls as the agent does (the slots and
+poll wait its join gave it), and answers every job at once (its result rides the next poll).
+One pool, min = max = the size, 2 slots a machine; joins 32 at a time.
 
 Per store and size it prints:
+- how long the fleet took to join, and a join and ready's p50 and max;
 - tick p50/p99 (ms): the controller's ticks once every machine has polled (timed in the
   controller's process, around ``reconcile.tick``);
 - dispatch p50/p99 (ms): from `run` returning (the real client, in a process of its own,
   --rate jobs a second) to the virtual agent reading the poll answer that carries the job;
-- the controller's CPU a poll and a job over that window, its CPU a second while idle (held
-  polls, ticks) and its RSS; with more than one size, its RSS growth a machine (between the
-  smallest and the largest);
+- the controller's CPU over that window a poll (every poll: those with a job, and the held
+  ones that ran out) and a job, its CPU while idle (held polls, ticks) and its RSS; with more
+  than one size, its RSS growth a machine (between the smallest and the largest);
 - the reconnect storm: the controller stopped (SIGTERM: it answers the held polls and leaves
   the machines running) and started again on the same store and port; seconds from its start
   until every machine's poll has reached it (the store's last sighting of each, written by a
   poll's first pass), with no machine failed or replaced.
 
 Targets (reported, not asserted): dispatch p50 at the largest size at most 3x its p50 at the
-smallest; tick p50 under 5 ms; the storm settled in under 10 s.
+smallest; tick p50 under 5 ms; the storm settled in under 10 s. ``--profile``: the controller
+under cProfile, its top entries by own time (the event loop's thread: polls, the hub; the tick
+runs in another). ``--quick``: 100 machines (or --sizes), SQLite, 60 jobs, nothing recorded.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import functools
 import io
 import json
 import os
@@ -112,6 +117,7 @@ class TickTimes:
 def controller_child(folder: Path) -> None:
     """The controller's process (``--controller FOLDER``): settings from the environment,
     the bench's provisioner; SIGTERM stops it, leaving its machines."""
+    from sp00ky_infra.controller import server
     from sp00ky_infra.controller.server import Runtime
     from sp00ky_infra.controller.settings import ControllerSettings
 
@@ -123,19 +129,23 @@ def controller_child(folder: Path) -> None:
     signal.signal(signal.SIGTERM, lambda *_: runtime.stop())
     print("listening", flush=True)
     profile = cProfile.Profile() if os.environ.get("FLEET_PROFILE") else None
+    if profile is not None:
+        ticks = cProfile.Profile()  # the ticks run in a thread of their own: a profile apart
+        server.tick = functools.partial(ticks.runcall, server.tick)  # type: ignore[assignment]
+        profile.enable()
     try:
-        if profile is not None:
-            profile.enable()
         runtime.run()
     finally:
         if profile is not None:
             profile.disable()
             profile.dump_stats(folder / f"controller-{os.getpid()}.prof")
+            ticks.dump_stats(folder / f"controller-{os.getpid()}-ticks.prof")
         runtime.close()
 
 
 def profile_top(folder: Path, count: int = 15) -> None:
-    """The controller processes' profile (``--profile``): the top entries by own time."""
+    """The controller processes' profiles (``--profile``): the event loop's thread, and the
+    ticks (``-ticks``), each by own time."""
     for path in sorted(folder.glob("controller-*.prof")):
         print(f"    profile of {path.name}, top {count} by own time:", flush=True)
         out = io.StringIO()
@@ -485,7 +495,9 @@ class Run:
         return {"restart_listening_s": listening, "reconnect_s": settled}
 
 
-async def one_size(folder: Path, store_url: str, size: int, args: argparse.Namespace) -> dict:
+async def one_size(
+    folder: Path, store_url: str, size: int, args: argparse.Namespace
+) -> dict[str, float]:
     run = Run(folder, store_url, size, free_port())
     try:
         await run.start_controller()
