@@ -608,7 +608,8 @@ def main() -> None:
         args.sizes, args.postgres, args.jobs, args.idle = args.sizes or "100", None, 60, 2.0
     args.sizes = [int(each) for each in (args.sizes or "100,500,2000").split(",")]
     if not args.postgres:
-        print("PostgreSQL: skipped (no --postgres URL, no $SPKY_TEST_POSTGRES_URL)", flush=True)
+        why = "--quick" if args.quick else "no --postgres URL, no $SPKY_TEST_POSTGRES_URL"
+        print(f"PostgreSQL: skipped ({why})", flush=True)
     print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
     figures = asyncio.run(bench(args))
     dialects = ["sqlite", "postgres"] if args.postgres else ["sqlite"]
