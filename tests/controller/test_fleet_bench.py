@@ -7,9 +7,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import ROOT
 
 
+@pytest.mark.slow
 def test_the_fleet_bench_prints_its_figures_at_a_tiny_size() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "fleet.py"), "--quick", "--sizes", "3"],

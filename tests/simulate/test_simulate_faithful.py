@@ -61,7 +61,7 @@ def _recycle(jobs: list[Job]) -> float:
     that were waiting when the one before them ended (the local provider's if none was)."""
     runs: dict[str, list[Job]] = {}
     for job in jobs:
-        runs.setdefault(job.attempts[0]["machine"], []).append(job)
+        runs.setdefault(job.attempts[0]["machine"] or "", []).append(job)
     gaps = []
     for ran in runs.values():
         ran.sort(key=lambda job: job.attempts[0]["started_at"])
