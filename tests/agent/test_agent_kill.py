@@ -13,6 +13,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from agent.protocol import AgentSettings, PollReply, ResultReply, ResultRequest,
 from agent.settings import Settings
 from sp00ky_infra.client import Client
 from tests.controllers import (
+    ControllerProcess,
     backend_app,
     backend_events,
     live_machines,
@@ -163,20 +166,39 @@ def _events(log: Path, event: str, game: str) -> list[dict[str, Any]]:
     return [e for e in backend_events(log) if e["event"] == event and e["gameId"] == game]
 
 
-def test_a_killed_job_frees_its_slot_for_the_next_at_once_while_the_other_runs_on(
-    tmp_path: Path,
-) -> None:
+@contextmanager
+def one_machine(
+    tmp_path: Path, slots: int
+) -> Iterator[tuple[ControllerProcess, Client, str, dict[str, str]]]:
+    """A controller (the default lease) and its one ready machine of ``slots`` slots that
+    never recycles, the example backend logging to backend.jsonl: the controller, a client,
+    the machine's name and the CLI's environment."""
     log = tmp_path / "backend.jsonl"
     config = project(
         tmp_path,
-        {"render": {"min": 1, "slots": 2, "recycle": "never"}},
+        {"render": {"min": 1, "slots": slots, "recycle": "never"}},
         {"renderer": backend_app("render", "render_job", log)},
     )
     store_url = f"sqlite:///{tmp_path}/state.db"
     client = Client(store_url, config)
-    with running_controller(tmp_path, config, store_url, SPKY_POOL_TIMINGS=TIMINGS) as controller:
+    env = {"SPKY_STORE": store_url, "SPKY_CONFIG": str(config)}
+    try:
+        with running_controller(tmp_path, config, store_url, SPKY_POOL_TIMINGS=TIMINGS) as proc:
+            found = wait_for(
+                lambda: live_machines(client.store, "render", "ready"), what="a ready machine"
+            )
+            (name,) = found
+            yield proc, client, name, env
+    finally:
+        client.close()
+
+
+def test_a_killed_job_frees_its_slot_for_the_next_at_once_while_the_other_runs_on(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "backend.jsonl"
+    with one_machine(tmp_path, slots=2) as (controller, client, _, env):
         store = client.store
-        wait_for(lambda: live_machines(store, "render", "ready"), what="a ready machine")
         killed = client.run("renderer", "/render", {"gameId": "killed", "seconds": 30})
         other = client.run("renderer", "/render", {"gameId": "other", "seconds": 6})
         wait_for(
@@ -191,7 +213,6 @@ def test_a_killed_job_frees_its_slot_for_the_next_at_once_while_the_other_runs_o
         (machine,) = controller.pool("render")["machine_list"]
         assert machine["busy_slots"] == 2
 
-        env = {"SPKY_STORE": store_url, "SPKY_CONFIG": str(config)}
         killing = cli("jobs", "kill", killed.id, env=env)
         assert "kill sent to machine" in killing.stdout, killing.stderr
         kill_at = store.get(killed.id).updated_at  # the kill's write
@@ -214,7 +235,6 @@ def test_a_killed_job_frees_its_slot_for_the_next_at_once_while_the_other_runs_o
         assert closed["gameId"] == "killed" and closed["t"] - kill_at < 2
         assert closed["left"] > 20
         assert not _events(log, "end", "killed")
-    client.close()
 
 
 def test_a_killed_job_s_slot_counts_busy_until_its_agent_reports_the_cancel(
@@ -223,23 +243,14 @@ def test_a_killed_job_s_slot_counts_busy_until_its_agent_reports_the_cancel(
     """`explain` and `pools get` count the slot a killed job held as busy while its agent has
     not said the job stopped (the agent frozen here), and as free once the cancel is in."""
     log = tmp_path / "backend.jsonl"
-    config = project(
-        tmp_path,
-        {"render": {"min": 1, "slots": 1, "recycle": "never"}},
-        {"renderer": backend_app("render", "render_job", log)},
-    )
-    store_url = f"sqlite:///{tmp_path}/state.db"
-    client = Client(store_url, config)
-    with running_controller(tmp_path, config, store_url, SPKY_POOL_TIMINGS=TIMINGS) as controller:
+    with one_machine(tmp_path, slots=1) as (controller, client, name, env):
         store = client.store
-        (name,) = wait_for(lambda: live_machines(store, "render", "ready"), what="a machine")
         killed = client.run("renderer", "/render", {"gameId": "killed", "seconds": 30})
         wait_for(lambda: _events(log, "start", "killed"), what="the job running")
         waiting = client.run("renderer", "/render", {"gameId": "next", "seconds": 0.1})
         agent = int(store.machines.get(name).provider_id or 0)
         os.kill(agent, signal.SIGSTOP)
         try:
-            env = {"SPKY_STORE": store_url, "SPKY_CONFIG": str(config)}
             assert cli("jobs", "kill", killed.id, env=env).returncode == 0
             assert store.get(killed.id).status == "processing"  # no cancel from the agent yet
             causes = controller.admin("GET", f"/jobs/{waiting.id}/explain").json()["causes"]
@@ -251,4 +262,3 @@ def test_a_killed_job_s_slot_counts_busy_until_its_agent_reports_the_cancel(
         assert store.get(killed.id).errors[-1]["code"] == "cancelled"
         wait_for(lambda: store.get(waiting.id).status == "success", timeout=5, what="the next")
         assert [m["busy_slots"] for m in controller.pool("render")["machine_list"]] == [0]
-    client.close()
