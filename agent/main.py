@@ -314,7 +314,12 @@ class Agent:
             )
         results = tuple(_finished(run) for run in carried)
         timeout = bounded_timeout(wait + remote.HTTP_SLACK_SECONDS, now, give_up)
-        request = PollRequest(running=reported, free_slots=free, wait=wait, results=results)
+        # A slot a job frees while this poll is held is filled by its answer, unless the
+        # backend restarts between jobs first (its pool's recycle) or no work is taken now.
+        refill = alive and self.config.recycle != "job"
+        request = PollRequest(
+            running=reported, free_slots=free, wait=wait, refill=refill, results=results
+        )
         return Outgoing(request, carried, alive, timeout)
 
     def _carried(self) -> list[JobRun]:

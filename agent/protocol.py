@@ -164,6 +164,7 @@ class PollRequest(Message):
     running: tuple[RunningAttempt, ...] = ()  # held: running, or a result not yet acknowledged
     free_slots: int = 0  # jobs the machine can start now (slots of results sent here count)
     wait: float = 0.0  # seconds to wait for work
+    refill: bool = False  # work may start in a slot a result posted on its own frees meanwhile
     results: tuple[FinishedAttempt, ...] = ()  # recorded before anything else of the poll
 
 

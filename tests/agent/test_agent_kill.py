@@ -9,10 +9,12 @@ sees the killed request's connection closed."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
 import time
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +24,7 @@ import pytest
 
 from agent import main as agent_main
 from agent.jobs import JobRun
-from agent.protocol import AgentSettings, PollReply, ResultReply, ResultRequest, Stop
+from agent.protocol import AgentSettings, Assignment, PollReply, ResultReply, ResultRequest, Stop
 from agent.settings import Settings
 from sp00ky_infra.client import Client
 from tests.controllers import (
@@ -118,6 +120,46 @@ def test_a_full_machine_holds_its_poll_so_a_kill_reaches_it_at_once(clock: Clock
     assert outgoing.request.wait == 0 and not agent.work.holding
     agent.pause(PollReply(lease=LEASE, now=clock.t), outgoing)
     assert wake.waits == [1.0]
+
+
+def test_a_full_machine_s_held_poll_takes_work_into_a_slot_freed_meanwhile(
+    clock: Clock,
+) -> None:
+    """The held poll says the agent starts work in a slot a result posted on its own frees
+    (the controller's answer then carries it), unless the backend restarts between jobs, the
+    machine drains, or it takes no work now (an upgrade waits, the backend is down)."""
+    agent = _busy_agent(clock)
+    request = agent.outgoing().request
+    assert request.free_slots == 0 and request.wait == POLL_WAIT and request.refill
+    # the answer's assignment starts beside the job still running: the one that ended was
+    # the courier's, and the slot it freed is the new one's
+    agent.work.runs["j1"].report = ResultRequest(status="success", result={})
+    agent.work.runs["j1"].done.set()
+    agent.work.forget(agent.work.runs["j1"])
+    started: list[JobRun] = []
+    agent.slots.start = lambda run, *_, **__: started.append(run)  # type: ignore[method-assign]
+    agent.backend.runtime = types.SimpleNamespace(port=9)  # type: ignore[assignment]
+    reply = PollReply(
+        assignments=(
+            Assignment(
+                job="j3", attempt="a-j3", path="/render", payload={}, deadline=None,
+                lease_expires_at=NOW + LEASE,
+            ),
+        ),
+        lease=LEASE,
+        now=NOW,
+    )  # fmt: skip
+    agent.handle(reply, NOW, set())
+    assert [run.job for run in started] == ["j3"] and sorted(agent.work.runs) == ["j2", "j3"]
+    for change in (
+        lambda: setattr(agent, "config", dataclasses.replace(agent.config, recycle="job")),
+        lambda: setattr(agent, "draining", True),
+        lambda: setattr(agent, "taking", False),
+        lambda: setattr(agent.backend, "alive", lambda: False),
+    ):
+        agent = _busy_agent(clock)
+        change()
+        assert not agent.outgoing().request.refill
 
 
 def test_a_killed_job_is_reported_at_once_by_the_courier_and_its_slot_is_free(
