@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -151,15 +151,16 @@ def test_a_full_machine_s_held_poll_takes_work_into_a_slot_freed_meanwhile(
     )  # fmt: skip
     agent.handle(reply, NOW, set())
     assert [run.job for run in started] == ["j3"] and sorted(agent.work.runs) == ["j2", "j3"]
-    for change in (
-        lambda: setattr(agent, "config", dataclasses.replace(agent.config, recycle="job")),
-        lambda: setattr(agent, "draining", True),
-        lambda: setattr(agent, "taking", False),
-        lambda: setattr(agent.backend, "alive", lambda: False),
-    ):
-        agent = _busy_agent(clock)
-        change()
-        assert not agent.outgoing().request.refill
+    changes: list[Callable[[agent_main.Agent], None]] = [
+        lambda it: setattr(it, "config", dataclasses.replace(it.config, recycle="job")),
+        lambda it: setattr(it, "draining", True),
+        lambda it: setattr(it, "taking", False),
+        lambda it: setattr(it.backend, "alive", lambda: False),
+    ]
+    for change in changes:
+        unfilled = _busy_agent(clock)
+        change(unfilled)
+        assert not unfilled.outgoing().request.refill
 
 
 def test_a_killed_job_is_reported_at_once_by_the_courier_and_its_slot_is_free(
