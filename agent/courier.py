@@ -30,8 +30,7 @@ class Courier:
 
     def take(self, run: JobRun, poll: int | None) -> None:
         """Under the lock: ``run``'s result is the courier's, to post unless the poll ``poll``
-        comes back within the grace (None: posted at once: a large result, a cancel, or one
-        whose held poll offered no slot and so does not come back for it)."""
+        comes back within the grace (None: a large result, posted at once)."""
         run.sending = True
         self.queue.append((run, poll))
         self.wake.set()

@@ -301,7 +301,6 @@ class Agent:
             if give_up is not None:  # a held poll must answer well before then
                 wait = min(wait, max(0.0, (give_up - now) / 2))
             work.holding = wait > 0
-            work.full = work.holding and free == 0
             work.polls += 1
             reported = tuple(
                 RunningAttempt(
@@ -556,16 +555,14 @@ class Agent:
 
     def job_done(self, run: JobRun) -> None:
         """A job's thread ended: its result rides the loop's next poll, which this wakes. If a
-        long-poll is out, the courier takes it unless that poll comes back within the grace
-        (none when that poll offered no slot)."""
+        long-poll is out, the courier takes it unless that poll comes back within the grace."""
         work = self.work
         with work.lock:
             if run.report is not None and run.report.status != "cancelled":
                 if self.config.recycle == "job":
                     self.recycle_due = True
                 if work.holding and not run.sending and work.runs.get(run.job) is run:
-                    # a held poll that offered no slot does not come back on its own: no grace
-                    self.courier.take(run, None if work.full else work.polls)
+                    self.courier.take(run, work.polls)
             work.lock.notify_all()
         work.wake.set()
 

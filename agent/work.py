@@ -21,7 +21,6 @@ class Work:
         self.lease = 0.0  # the pool's, and the safety margin taken from it, once joined
         self.margin = 0.0
         self.holding = False  # a long-poll is out: a result that ends now may go by courier
-        self.full = False  # that poll offered no slot: it comes back only for a kill or the result
         self.polls = 0  # polls sent: the courier's grace ends when the held one came back
         self.poll_sent = time.monotonic()  # the last poll's send time (leases.watch_pause)
         self.last_contact = time.monotonic()  # the controller's last answer

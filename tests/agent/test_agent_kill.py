@@ -163,27 +163,6 @@ def test_a_full_machine_s_held_poll_takes_work_into_a_slot_freed_meanwhile(
         assert not unfilled.outgoing().request.refill
 
 
-def test_a_result_ending_under_a_full_machine_s_held_poll_is_posted_without_the_grace(
-    clock: Clock,
-) -> None:
-    """A held poll that offered no slot comes back only for a kill or the result itself: the
-    courier posts the result at once. One that offered a slot may come back with work soon:
-    the result waits the grace for it, to ride the next poll."""
-    agent = _busy_agent(clock)
-    agent.outgoing()
-    ended = agent.work.runs["j1"]
-    ended.report = ResultRequest(status="success", result={})
-    agent.job_done(ended)
-    assert agent.courier.queue == [(ended, None)]
-    agent = _busy_agent(clock)
-    agent.work.forget(agent.work.runs["j1"])
-    agent.outgoing()  # a slot free: the poll offers it
-    ended = agent.work.runs["j2"]
-    ended.report = ResultRequest(status="success", result={})
-    agent.job_done(ended)
-    assert agent.courier.queue == [(ended, agent.work.polls)]
-
-
 def test_a_killed_job_is_reported_at_once_by_the_courier_and_its_slot_is_free(
     clock: Clock,
 ) -> None:
