@@ -138,7 +138,7 @@ def test_a_full_machine_s_held_poll_takes_work_into_a_slot_freed_meanwhile(
     agent.work.forget(agent.work.runs["j1"])
     started: list[JobRun] = []
     agent.slots.start = lambda run, *_, **__: started.append(run)  # type: ignore[method-assign]
-    agent.backend.runtime = types.SimpleNamespace(port=9)  # type: ignore[assignment]
+    agent.backend.runtime = types.SimpleNamespace(port=9)
     reply = PollReply(
         assignments=(
             Assignment(
