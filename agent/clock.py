@@ -3,7 +3,7 @@ the schedule of a check repeated until something answers.
 
 A check that waits for something about to happen (a backend starting, the Docker engine
 coming up) looks again soon at first and less often the longer it waits: it sees a quick
-start within tens of milliseconds, and a slow one costs two looks a second, not a busy loop.
+start within tens of milliseconds, and a slow one costs ten looks a second, not a busy loop.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Protocol
 
 FIRST_LOOK_SECONDS = 0.05
 # A look is a connection over loopback: cheap. A longer pause would only add to the boot
-# (on average half a pause) of every backend that takes a second or more to start.
-LOOK_CAP_SECONDS = 0.5
+# (on average half a pause) of every backend that takes more than a moment to start.
+LOOK_CAP_SECONDS = 0.1
 
 
 class Clock(Protocol):

@@ -27,7 +27,7 @@ from typing import Any
 from agent.protocol import ErrorCode, ErrorInfo, ResultRequest
 
 REASON_EXCERPT = 300
-# What the controller accepts of a result (its README's "Limits"; mirrored from
+# What the controller accepts of a result (docs/jobs.md, "Limits"; mirrored from
 # sp00ky_infra.policy.jobs, a test holds them equal): an answer past them fails the attempt
 # here, instead of being refused at the controller and left to wait out its lease.
 MAX_RESULT_BYTES = 1024 * 1024

@@ -212,8 +212,8 @@ def wait_ready(
     probe: Callable[[int, str | None], bool] = answers,
 ) -> str | None:
     """Block until the backend answers (None) or cannot (the reason, with the backend's last
-    lines of output, bounded and redacted). It looks at once, then after 50 ms, the pause
-    doubling up to half a second (``clock.looks``): a backend up in a moment is seen in a
+    lines of output, bounded and redacted). It looks at once, then after 50 ms, then every
+    100 ms (``clock.looks``): a backend up in a moment is seen in a
     moment."""
     clock = clock or Monotonic()
     never = threading.Event()  # nothing cuts the wait short but the deadline

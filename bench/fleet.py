@@ -43,7 +43,6 @@ import json
 import os
 import pstats
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -55,9 +54,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from dispatch import cpu_seconds
 from record import record
 
 from agent.controller import backoff
+from agent.runtime import free_port
 from sp00ky_infra.controller.agents import SEEN_RESOLUTION_SECONDS
 from sp00ky_infra.controller.provisioners import MachineSpec, Provisioned
 from sp00ky_infra.store import open_store
@@ -68,7 +69,6 @@ SLOTS = 2
 JOINING = 32  # joins (and readies) in flight at once
 HTTP_SLACK = 10.0  # beyond a poll's wait, before it counts as lost (as the agent's)
 JOIN_TIMEOUT = 120.0  # a join token is good once: its answer is awaited, however slow
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # --- the controller's side: its process, with the bench's provisioner ------------------------
@@ -317,18 +317,6 @@ class Fleet:
 
 
 # --- one size on one store -------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def rss_mib(pid: int) -> float:

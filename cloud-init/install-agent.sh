@@ -16,11 +16,12 @@ if ! python3 -c 'import importlib.util as u, sys; sys.exit(u.find_spec("requests
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3 python3-requests
 fi
 install -D -m 0644 "$here/sp00ky-agent.service" "$root/etc/systemd/system/sp00ky-agent.service"
-# Links only: a daemon-reload, or enabling a Docker that is enabled already (through its SysV
-# script), costs a second each. systemd loads a unit it has not seen yet when it starts it;
-# a reload and a second start only if that start failed.
-systemctl is-enabled --quiet docker.service || systemctl enable --no-reload docker.service
-systemctl enable --no-reload sp00ky-agent.service
+# Started first, enabled (for a reboot) after: the agent joins while the links are made.
+# systemd loads a unit it has not seen yet when it starts it; a reload and a second start only
+# if that start failed. Links only: a daemon-reload, or enabling a Docker that is enabled
+# already (through its SysV script), costs a second each.
 systemctl start docker.service sp00ky-agent.service || {
   systemctl daemon-reload && systemctl start docker.service sp00ky-agent.service
 }
+systemctl is-enabled --quiet docker.service || systemctl enable --no-reload docker.service
+systemctl enable --no-reload sp00ky-agent.service

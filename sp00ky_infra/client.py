@@ -261,7 +261,7 @@ def check_options(
     timeout: float | None,
     names: dict[str, str] | None = None,
 ) -> None:
-    """Raise InvalidJob naming the first option out of its bounds (README, "Limits")."""
+    """Raise InvalidJob naming the first option out of its bounds (docs/jobs.md, "Limits")."""
     for field, value in (
         ("max_retries", max_retries),
         ("priority", priority),

@@ -13,6 +13,7 @@ import threading
 import time
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import ROOT
 
@@ -32,7 +33,33 @@ def _default_signals() -> None:
         signal.signal(signum, signal.SIG_DFL)
 
 
-class Dev:
+class Watched:
+    """A process under test, read by a thread of its own."""
+
+    proc: subprocess.Popen[Any]
+    _reader: threading.Thread
+
+    def wait(self, timeout: float) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        return code
+
+    def stop(self) -> None:
+        """At teardown: a stop that still works (two Ctrl-C), else a kill."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            time.sleep(0.3)
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(timeout=5)
+
+
+class Dev(Watched):
     """One ``dev`` process in ``folder`` (``--plain``: events as lines)."""
 
     def __init__(
@@ -105,25 +132,6 @@ class Dev:
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
-
-    def wait(self, timeout: float) -> int:
-        code = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=5)
-        return code
-
-    def stop(self) -> None:
-        """At teardown: a stop that still works (two Ctrl-C), else a kill."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            time.sleep(0.3)
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(timeout=5)
 
 
 def processes_in(folder: Path) -> list[int]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pty
 import select
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -100,3 +102,38 @@ def render_job(**fields: Any) -> Any:
         "backend": "renderer", "table": "render_job", "path": "/render", "pool": "render",
     }  # fmt: skip
     return NewJob(**{**base, **fields})
+
+
+def on_a_terminal(
+    args: list[str], cwd: Path, env: dict[str, str], timeout: float = 120
+) -> tuple[int, str]:
+    """Run ``python -m sp00ky_infra ARGS`` with a pty as its terminal (120 columns) until it
+    exits or ``timeout`` passes; its exit code and all it wrote there."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sp00ky_infra", *args],
+        cwd=cwd, env={**os.environ, **env, "COLUMNS": "120"},
+        stdin=follower, stdout=follower, stderr=follower, close_fds=True,
+    )  # fmt: skip
+    os.close(follower)
+    seen = b""
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if select.select([leader], [], [], 0.2)[0]:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+    return code, seen.decode(errors="replace")

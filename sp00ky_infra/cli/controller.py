@@ -17,15 +17,17 @@ from typing import Any
 import click
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 
 from sp00ky_infra import engine
+from sp00ky_infra.cli.dashboard import Column, fitted
+from sp00ky_infra.cli.dev_events import EventPrinter, Recent, breaker_lines, clock
 from sp00ky_infra.cli.jobs import refusals
 from sp00ky_infra.cli.progress import image_progress
 from sp00ky_infra.client import Client, payload_from_text
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.config.model import DEFAULT_CONFIG_FILE
 from sp00ky_infra.controller import admin, preflight
+from sp00ky_infra.controller.costs import lifetimes_cost
 from sp00ky_infra.controller.images import ImagesError
 from sp00ky_infra.controller.leadership import leader_url
 from sp00ky_infra.controller.provisioners import ProvisionerError
@@ -33,6 +35,7 @@ from sp00ky_infra.controller.reconcile import TickReport
 from sp00ky_infra.controller.server import Runtime
 from sp00ky_infra.controller.settings import ControllerSettings, SettingsError
 from sp00ky_infra.store.machines import Machine
+from sp00ky_infra.store.model import TERMINAL
 from sp00ky_infra.store.postgres import redact
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -117,8 +120,8 @@ def controller(config_file: str, store_url: str | None) -> None:
     """Run the controller: pools sized every tick, the agents' endpoint and the admin API.
 
     Settings come from the environment (SPKY_POOL_PORT, SPKY_POOL_PUBLIC_URL, SPKY_POOL_SECRET,
-    SPKY_ADMIN_PORT, SPKY_ADMIN_TOKEN, SPKY_TICK, ...; see the README). SIGTERM stops it and
-    leaves the machines running: they reconnect to the next controller.
+    SPKY_ADMIN_PORT, SPKY_ADMIN_TOKEN, SPKY_TICK, ...; see docs/configuration.md). SIGTERM
+    stops it and leaves the machines running: they reconnect to the next controller.
     """
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
     with refusals():
@@ -215,7 +218,7 @@ def dev(
     if burst:
         with refusals():
             queued = _burst(runtime, burst, backend, route, payload)
-    printer = _EventPrinter(runtime, console) if not live_view else None
+    printer = EventPrinter(runtime.controller, console) if not live_view else None
     finished = threading.Event()
 
     def on_tick(report: TickReport) -> None:
@@ -280,6 +283,8 @@ def _announce(console: Console, file: str, kind: str, runtime: Runtime, queued: 
         console.print(
             f"dev: pool {name}: provider {pool.provider} in {file}, run on {RUN_ON[kind]} by dev"
         )
+    for line in breaker_lines(runtime.controller, runtime.controller.clock()):
+        console.print(line)
     if not runtime.controller.leader:
         console.print("dev: " + _standby(runtime) + "; waiting for leadership")
 
@@ -293,15 +298,20 @@ def _run(
 ) -> None:
     """Serve until stopped, under the live view or printing events as lines."""
     if live_view:
-        with Live(_view(runtime), console=console, refresh_per_second=4) as live:
-            refresher = _Refresher(lambda: live.update(_view(runtime)))
+        recent = Recent(runtime.controller)
+
+        def view() -> Group:
+            return _view(runtime, console.width, recent)
+
+        with Live(view(), console=console, refresh_per_second=4) as live:
+            refresher = _Refresher(lambda: live.update(view()))
             refresher.start()
             try:
                 runtime.run(on_tick, on_progress)
             finally:
                 refresher.stop()
                 with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
-                    live.update(_view(runtime))
+                    live.update(view())
     else:
         runtime.run(on_tick, on_progress)
 
@@ -309,7 +319,7 @@ def _run(
 def _end(
     runtime: Runtime,
     console: Console,
-    printer: _EventPrinter | None,
+    printer: EventPrinter | None,
     queued: list[str],
     started: float,
     ledger: _Ledger,
@@ -318,7 +328,7 @@ def _end(
     stopped = _stop_machines(runtime)
     if printer is not None:
         with contextlib.suppress(OSError):
-            printer.flush()
+            printer.flush(force=True)
     summary = _summary(runtime, queued, time.monotonic() - started, ledger)
     runtime.close()
     _say(console, f"dev: stopped; {stopped}. {summary}")
@@ -332,8 +342,8 @@ def _stop_machines(runtime: Runtime) -> str:
     back = runtime.release_attempts() if runtime.aborted else []
     stopped = f"{runtime.destroy_machines()} machine(s) destroyed"
     if runtime.aborted:
-        stopped = f"aborted: {stopped}, {len(back)} job(s) back in the queue (no retry spent)"
-    return stopped
+        return f"aborted: {stopped}, {len(back)} job(s) back in the queue (no retry spent)"
+    return f"{stopped} at the stop"
 
 
 def _say(console: Console, line: str) -> None:
@@ -433,49 +443,71 @@ class _Ledger:
 
 
 def _summary(runtime: Runtime, queued: list[str], seconds: float, ledger: _Ledger) -> str:
-    """What this run did: its jobs, the machines it destroyed, and the machine time of the
-    machines it answered for (created by it, or an earlier run's it reconnected to:
-    those count from their creation)."""
+    """What this run did: its jobs, then this run's machines apart from the store's total.
+    This run's are the machines it answered for (created by it, or an earlier run's it
+    reconnected to: those count from their creation); the store's are every run's."""
     store = runtime.controller.store
     now = runtime.controller.clock()
-    machines = ledger.machines()
-    machine_seconds = sum((m.destroyed_at or now) - m.created_at for m in machines)
-    destroyed = sum(1 for m in machines if m.destroyed_at is not None)
-    again = sum(1 for m in machines if m.name in ledger.reconnected)
-    spent = (
-        f"in all {destroyed} machine(s) destroyed, machine time {machine_seconds:.0f}s "
-        f"({machine_seconds / 3600:.4f} pool_machine_hours) of {len(machines)} machine(s)"
-        + (f", {again} reconnected from an earlier run" if again else "")
-    )
-    spent += "; " + _costs(runtime, now)
-    if not runtime.owns_machines:  # the machines it saw were the leader's, not its own
-        spent = "no machine time of its own (a standby)"
+    spent = "no machine time of its own (a standby)"
+    if runtime.owns_machines:  # a standby's machines were the leader's, not its own
+        spent = f"{_this_run(runtime, ledger, queued, now)}. {_on_the_store(runtime, now)}"
     if not queued:
-        return f"Ran {seconds:.0f}s; {spent}."
+        return f"Ran {seconds:.0f}s. {spent}."
     statuses = [store.get(job_id).status for job_id in queued]
     return (
         f"{statuses.count('success')} of {len(queued)} job(s) succeeded, "
-        f"{statuses.count('failed')} failed, in {seconds:.0f}s; {spent}."
+        f"{statuses.count('failed')} failed, in {seconds:.0f}s. {spent}."
     )
 
 
-def _costs(runtime: Runtime, now: float) -> str:
-    """Each pool's bill at its server type's Hetzner price (what these machines would cost
-    there): spent, idle, per job."""
+def _this_run(runtime: Runtime, ledger: _Ledger, queued: list[str], now: float) -> str:
+    """This run's machines, their machine time and, per pool, their euros (per job: of the
+    jobs it queued that ended)."""
+    controller = runtime.controller
+    machines = ledger.machines()
+    names = {m.name for m in machines}
+    machine_seconds = sum((m.destroyed_at or now) - m.created_at for m in machines)
+    destroyed = sum(1 for m in machines if m.destroyed_at is not None)
+    again = sum(1 for m in machines if m.name in ledger.reconnected)
+    ended = [controller.store.get(job_id) for job_id in queued]
+    parts = []
+    for name in controller.pools:
+        lives = [life for life in controller.store.machines.lifetimes(name) if life.name in names]
+        jobs = sum(1 for job in ended if job.pool == name and job.status in TERMINAL)
+        parts.append(f"pool {name}: " + _euros(lifetimes_cost(
+            controller.store, controller.config, name, lives, now, jobs
+        )))  # fmt: skip
+    return (
+        f"This run: {destroyed} machine(s) destroyed, machine time {machine_seconds:.0f}s "
+        f"({machine_seconds / 3600:.4f} pool_machine_hours) of {len(machines)} machine(s)"
+        + (f", {again} reconnected from an earlier run" if again else "")
+        + "".join(f"; {part}" for part in parts)
+    )
+
+
+def _on_the_store(runtime: Runtime, now: float) -> str:
+    """Every run's machines on this store, per pool: how many, and their euros."""
     parts = []
     for name in runtime.controller.pools:
         cost = admin.cost_view(runtime.controller, name, now)
-        per_job = cost["euros_per_job"]
-        if cost["euros"] is None:  # never 0 EUR for a type with no known price
-            parts.append(f"pool {name}: cost unknown as {cost['server_type']} (no known price)")
-            continue
-        parts.append(
-            f"pool {name}: {cost['euros']:.4f} EUR as {cost['server_type']} "
-            f"({cost['idle_euros']:.4f} idle"
-            + (f", {per_job:.6f} per job" if per_job is not None else "")
-            + ")"
-        )
-    return "; ".join(parts)
+        parts.append(f"pool {name}: {cost['machines']} machine(s), " + _euros(cost, per_job=False))
+    return "The store in all (every run on it): " + "; ".join(parts)
+
+
+def _euros(cost: dict[str, Any], per_job: bool = True) -> str:
+    """A bill in words: never 0 EUR for a type with no known price; a pool whose provider
+    bills nothing says why."""
+    price = cost["price"]
+    if price is None:
+        return f"cost unknown as {cost['server_type']} (no known price)"
+    if not price["hourly"] and not price["monthly"]:
+        return f"0 EUR ({price['source']})"
+    each = cost["euros_per_job"] if per_job else None
+    return (
+        f"{cost['euros']:.4f} EUR as {cost['server_type']} ({cost['idle_euros']:.4f} idle"
+        + (f", {each:.6f} per job" if each is not None else "")
+        + ")"
+    )
 
 
 class _Refresher(threading.Thread):
@@ -495,56 +527,44 @@ class _Refresher(threading.Thread):
         self._halt.set()
 
 
-class _EventPrinter:
-    """Without a terminal: each event as a line, as it happens."""
-
-    def __init__(self, runtime: Runtime, console: Console) -> None:
-        self.runtime = runtime
-        self.console = console
-        self.seen = 0.0
-
-    def flush(self) -> None:
-        for event in self.runtime.controller.recent_events(200):
-            if event.at > self.seen:
-                self.seen = event.at
-                stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
-                self.console.print(
-                    f"{stamp} {event.pool} {event.kind}: {event.message}", highlight=False
-                )
+# The live view's pool table: headers short enough for 80 columns (values are never cut).
+POOL_VIEW = (
+    Column("pool"),
+    *(Column(header, "right") for header in ("want", "boot", "ready", "busy", "drain")),
+    *(Column(header, "right") for header in ("queue", "run", "breaker")),
+)
+EVENT_VIEW = (Column("at"), Column("pool"), Column("kind"), Column("message", wraps=True))
 
 
-def _view(runtime: Runtime) -> Group:
+def _view(runtime: Runtime, width: int | None, recent: Recent) -> Group:
+    """Each pool's machines, queue and breaker, and what happened last (events, jobs'
+    outcomes), fitted to ``width``."""
     controller = runtime.controller
-    table = Table(title="pools", show_edge=False)
-    for column in (
-        "pool",
-        "desired",
-        "booting",
-        "ready",
-        "busy",
-        "draining",
-        "queued",
-        "running",
-        "breaker",
-    ):
-        table.add_column(column, justify="right" if column != "pool" else "left")
+    rows, held = [], []
     for name in controller.pools:
         view = admin.pool_view(controller, name, machines=False)
-        machines = view["machines"]
-        table.add_row(
-            name + (" (paused)" if view["paused"] else ""),
-            str(view["desired"]),
-            str(machines.get("requested", 0) + machines.get("booting", 0)),
-            str(machines.get("ready", 0)),
-            str(view["busy_machines"]),
-            str(machines.get("draining", 0)),
-            str(view["queue"]["queued"]),
-            str(view["queue"]["running"]),
-            "open" if view["breaker"]["open"] else "closed",
+        machines, breaker = view["machines"], view["breaker"]
+        rows.append(
+            (
+                name + (" (paused)" if view["paused"] else ""),
+                str(view["desired"]),
+                str(machines.get("requested", 0) + machines.get("booting", 0)),
+                str(machines.get("ready", 0)),
+                str(view["busy_machines"]),
+                str(machines.get("draining", 0)),
+                str(view["queue"]["queued"]),
+                str(view["queue"]["running"]),
+                "open" if breaker["open"] else "closed",
+            )
         )
-    events = Table(title="recent events", show_edge=False, show_header=False)
-    for event in controller.recent_events(10):
-        stamp = time.strftime("%H:%M:%S", time.localtime(event.at))
-        events.add_row(stamp, event.pool, event.kind, event.message)
-    leader = "leader" if controller.leader else "waiting for leadership"
-    return Group(table, events, f"[dim]{leader} · Ctrl-C stops everything[/dim]")
+        if breaker["open"]:
+            held.append(
+                f"{name}: breaker open until {clock(breaker['open_until'])}; "
+                f"`sp00ky-infra pools reset {name}` closes it"
+            )
+    pools = fitted(POOL_VIEW, rows, width, title="pools", caption="\n".join(held) or None)
+    lines = [(clock(h.at), h.pool, h.kind, h.message) for h in recent.rows()]
+    events = fitted(EVENT_VIEW, lines, width, title="recent events", show_header=False)
+    standby = "stopping" if controller.resigned else "waiting for leadership"
+    leader = "leader" if controller.leader else standby
+    return Group(pools, events, f"[dim]{leader} · Ctrl-C stops everything[/dim]")

@@ -25,10 +25,18 @@ EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 1, 2, 3
 
 def _api() -> HetznerAPI:
     try:
-        return HetznerAPI.from_env()
+        return HetznerAPI.from_env(caller="guardian")
     except HcloudError as exc:
         click.echo(f"error: {exc.message}", err=True)
         sys.exit(EXIT_USAGE)
+
+
+def _logging(as_json: bool) -> None:
+    """Info lines on stderr; under --json only warnings, since the JSON says the rest."""
+    level = logging.WARNING if as_json else logging.INFO
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
+    )
 
 
 def _finish(report: PassReport, as_json: bool) -> None:
@@ -55,9 +63,7 @@ def guardian(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     for 30 minutes and machines older than 72 hours. Needs only HCLOUD_TOKEN."""
     if ctx.invoked_subcommand is not None:
         return
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
-    )
+    _logging(as_json)
     api = _api()
     try:
         with pass_progress(quiet=as_json) as told:
@@ -74,9 +80,7 @@ def guardian(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def destroy_project_command(project: str, dry_run: bool, as_json: bool) -> None:
     """Destroy PROJECT's machines first, then its firewalls and heartbeat."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
-    )
+    _logging(as_json)
     try:
         report = destroy_project(_api(), project, dry_run=dry_run)
     except Incomplete as exc:

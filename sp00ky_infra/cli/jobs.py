@@ -12,11 +12,18 @@ from typing import Any, TypeVar, cast
 from urllib.parse import quote, urlencode
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from sp00ky_infra.cli.cloud import CloudJobs, cloud_call, cloud_everywhere, in_cloud
-from sp00ky_infra.cli.dashboard import dashboard, jobs_table, when
+from sp00ky_infra.cli.dashboard import (
+    JOB_COLUMNS,
+    JOB_DROPS,
+    dashboard,
+    job_rows,
+    output_console,
+    print_listing,
+    when,
+)
 from sp00ky_infra.cli.progress import progress
 from sp00ky_infra.client import Client, either, payload_from_text
 from sp00ky_infra.config import Config, ConfigError
@@ -125,7 +132,7 @@ def no_controller_hint(store: SqlStore, store_url: str, config_file: str | None)
 
 
 # --- run ---------------------------------------------------------------------------------------
-# Every number `run` takes is bounded (README, "Limits"; the bounds live in policy/jobs.py).
+# Every number `run` takes is bounded (docs/jobs.md, "Limits"; the bounds live in policy/jobs.py).
 PRIORITY = click.IntRange(-limits.PRIORITY_BOUND, limits.PRIORITY_BOUND)
 
 
@@ -300,7 +307,7 @@ def list_(
     if as_json:
         click.echo(json.dumps([job.as_json() for job in found], indent=2))
     elif found:
-        Console(width=200 if not sys.stdout.isatty() else None).print(jobs_table(found))
+        print_listing(JOB_COLUMNS, job_rows(found), JOB_DROPS)
     else:
         click.echo("no jobs" + (f" with status {status}" if status else ""))
 
@@ -468,7 +475,7 @@ def stats(
         table.add_column(column, justify="right" if column == "count" else "left")
     for hour in found["hours"]:
         table.add_row(when(hour["hour"])[:-3], hour["table"], hour["outcome"], str(hour["count"]))
-    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    output_console().print(table)
     totals = ", ".join(
         f"{total['table']} {total['outcome']} {total['count']}" for total in found["totals"]
     )

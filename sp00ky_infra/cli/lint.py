@@ -54,7 +54,8 @@ def lint(file: str | None, as_json: bool) -> None:
     sys.exit(EXIT_INVALID if errors else EXIT_VALID)
 
 
-UNREADABLE_CODE = "SP000"  # the file cannot be read or is not YAML (README, "Quick tour")
+# the file cannot be read or is not YAML (docs/configuration.md, "Checking a file")
+UNREADABLE_CODE = "SP000"
 
 
 def unreadable(message: str) -> dict[str, object]:

@@ -46,8 +46,8 @@ def build(store: str | None = None) -> MCPServer:
         "sp00ky-infra",
         version=__version__,
         instructions="Machine pools for sp00ky backends: look at pools and jobs, pause and "
-        "resume a pool or a schedule, drain a machine, kill or retry a job, and ask why a job "
-        "is still pending or why a pool has the machines it has.",
+        "resume a pool or a schedule, reset a pool's breaker, drain a machine, kill or retry a "
+        "job, and ask why a job is still pending or why a pool has the machines it has.",
     )
     url = store_url(store)
 
@@ -83,6 +83,12 @@ def build(store: str | None = None) -> MCPServer:
     def pools_resume(name: str) -> dict[str, Any]:
         """Resume a paused pool."""
         found: dict[str, Any] = _admin("POST", f"/pools/{_part(name)}/resume")
+        return found
+
+    @server.tool()
+    def pools_reset(name: str) -> dict[str, Any]:
+        """Close a pool's breaker after fixing what failed its boots (resume does not)."""
+        found: dict[str, Any] = _admin("POST", f"/pools/{_part(name)}/reset")
         return found
 
     @server.tool()

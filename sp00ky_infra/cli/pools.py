@@ -1,4 +1,4 @@
-"""``sp00ky-infra pools list|get|pause|resume|drain|cancel``: a client of the admin API.
+"""``sp00ky-infra pools list|get|pause|resume|reset|drain|cancel``: a client of the admin API.
 
 The API is found at ``--admin-url`` / $SPKY_ADMIN_URL, else where the project's controller
 wrote it (``.sp00ky/controller.json`` next to sp00ky.yml: ``--config`` / $SPKY_CONFIG /
@@ -27,7 +27,7 @@ from sp00ky_infra.cli.cloud import (
     in_cloud,
     request,
 )
-from sp00ky_infra.cli.dashboard import when
+from sp00ky_infra.cli.dashboard import Column, print_listing, when
 from sp00ky_infra.cli.jobs import config_option, json_option
 from sp00ky_infra.config.project import state_dir
 from sp00ky_infra.controller.settings import DEFAULT_ADMIN_PORT
@@ -87,8 +87,19 @@ def call(method: str, path: str) -> Any:
 @config_option
 @click.pass_context
 def pools(ctx: click.Context, admin_url: str | None, config_file: str | None) -> None:
-    """Machine pools: capacity, machines, queue, breaker; pause, resume, drain, cancel."""
+    """Machine pools: capacity, machines, queue, breaker; pause, resume, reset, drain, cancel."""
     ctx.obj = Where(admin_url or None, config_file or None)
+
+
+# Headers short enough for 80 columns; the machines by state wrap, nothing else is cut.
+LIST_COLUMNS = (
+    Column("pool"),
+    Column("want", "right"),
+    Column("machines", wraps=True),
+    *(Column(header, "right") for header in ("queue", "run")),
+    *(Column(header) for header in ("breaker", "paused")),
+    *(Column(header, "right") for header in ("hours", "EUR")),
+)
 
 
 @pools.command("list")
@@ -99,25 +110,11 @@ def list_(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
-    table = Table(show_edge=False)
-    for column in (
-        "pool",
-        "desired",
-        "machines",
-        "queued",
-        "running",
-        "breaker",
-        "paused",
-        "hours",
-        "EUR",
-    ):
-        table.add_column(column)
-    for pool in found:
-        machines = ", ".join(f"{n} {state}" for state, n in sorted(pool["machines"].items())) or "-"
-        table.add_row(
+    rows = [
+        (
             pool["name"],
             str(pool["desired"]),
-            machines,
+            ", ".join(f"{n} {state}" for state, n in sorted(pool["machines"].items())) or "-",
             str(pool["queue"]["queued"]),
             str(pool["queue"]["running"]),
             "open" if pool["breaker"]["open"] else "closed",
@@ -125,7 +122,9 @@ def list_(as_json: bool) -> None:
             f"{pool['pool_machine_hours']:.3f}",
             _euros(pool["cost"]["euros"]),
         )
-    Console(width=160 if not sys.stdout.isatty() else None).print(table)
+        for pool in found
+    ]
+    print_listing(LIST_COLUMNS, rows)
 
 
 def provider_phrase(found: dict[str, Any]) -> str:
@@ -153,6 +152,11 @@ def get(name: str, as_json: bool) -> None:
         f"breaker {'open' if pool['breaker']['open'] else 'closed'}"
         + ("; PAUSED" if pool["paused"] else "")
     )
+    if pool["breaker"]["open"]:
+        click.echo(
+            f"  breaker: {_breaker_words(pool['breaker'])}; once the backend is fixed, "
+            f"`sp00ky-infra pools reset {pool['name']}` closes it"
+        )
     change = pool.get("capacity_change")
     if change:
         click.echo(
@@ -234,9 +238,40 @@ def pause(name: str) -> None:
 @pools.command()
 @click.argument("name")
 def resume(name: str) -> None:
-    """Undo pause."""
-    call("POST", f"/pools/{name}/resume")
-    click.echo(f"{name}: resumed")
+    """Undo pause (an open breaker stays open: `pools reset` closes it)."""
+    pool = call("POST", f"/pools/{name}/resume")
+    breaker = pool["breaker"]
+    if not breaker["open"]:
+        click.echo(f"{name}: resumed")
+        return
+    click.echo(
+        f"{name}: resumed, but its breaker holds it, not a pause: "
+        f"{_breaker_words(breaker)}; once the backend is fixed, run "
+        f"`sp00ky-infra pools reset {name}`"
+    )
+
+
+@pools.command()
+@click.argument("name")
+def reset(name: str) -> None:
+    """Close pool NAME's breaker after fixing what failed its boots: new machines at once."""
+    pool = call("POST", f"/pools/{name}/reset")
+    before = pool["breaker_before"]
+    if before["open"]:
+        click.echo(f"{name}: breaker closed (it was open: {_breaker_words(before)})")
+    elif before["failures"]:
+        click.echo(f"{name}: breaker closed; its {before['failures']} failed boot(s) forgotten")
+    else:
+        click.echo(f"{name}: breaker closed (it was closed already)")
+    if pool["paused"]:
+        click.echo(f"{name}: still paused: `sp00ky-infra pools resume {name}` undoes it")
+
+
+def _breaker_words(breaker: dict[str, Any]) -> str:
+    return (
+        f"{breaker['failures']} failed boot(s) in a row, no new machine until "
+        f"{when(breaker['open_until'])} UTC"
+    )
 
 
 @pools.command()

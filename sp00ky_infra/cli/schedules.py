@@ -13,10 +13,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from sp00ky_infra.cli.cloud import cloud_call, cloud_everywhere, in_cloud, part
+from sp00ky_infra.cli.dashboard import Column, print_listing
 from sp00ky_infra.cli.jobs import config_option, json_option, opened, refusals, store_option
 from sp00ky_infra.config import Config
 from sp00ky_infra.config.loader import load_config
@@ -24,6 +23,25 @@ from sp00ky_infra.store.schedule_views import schedule_view, schedule_views
 from sp00ky_infra.store.schedules import ScheduleTable
 
 RECENT_RUNS = 10
+RUN_STATUSES = ("pending", "processing", "success", "failed", "killed", "skipped", "replaced")
+# Names, cadences and ids show whole; times, the job and the counts wrap word by word.
+LIST_COLUMNS = (
+    Column("schedule"),
+    Column("cadence"),
+    Column("job", wraps=True),
+    Column("policy"),
+    Column("next fire (UTC)", wraps=True),
+    Column("last fire", wraps=True),
+    Column("runs", wraps=True),
+)
+RUN_COLUMNS = (
+    Column("fire time (UTC)", wraps=True),
+    Column("row"),
+    Column("status"),
+    Column("job"),
+    Column("ended", wraps=True),
+    Column("error", wraps=True),
+)
 
 
 def _when(at: float | None) -> str:
@@ -58,35 +76,35 @@ def list_schedules(
 ) -> None:
     """Every schedule with its cadence, next fire time (UTC) and run totals."""
     if in_cloud():
-        rows: list[dict[str, Any]] = cloud_call("GET", "/schedules")
+        rows_found: list[dict[str, Any]] = cloud_call("GET", "/schedules")
     else:
         config = _load(config_file)
         with opened(store_url) as store, refusals():
-            rows = schedule_views(config, store, sorted(config.schedules), time.time())
+            rows_found = schedule_views(config, store, sorted(config.schedules), time.time())
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps(rows_found, indent=2))
         return
-    if not rows:
+    if not rows_found:
         click.echo("no schedules in sp00ky.yml")
         return
-    table = Table("schedule", "cadence", "job", "policy", "next fire (UTC)", "last fire", "runs")
-    for row in rows:
+    rows = []
+    for row in rows_found:
         kept, pruned = row["totals"]["kept"], row["totals"]["pruned"]
         every = {status: kept[status] + pruned[status] for status in kept}
-        table.add_row(
-            row["name"],
-            row["cadence"],
-            f"{row['backend']} {row['route']}",
-            row["concurrency"],
-            f"paused since {_when(row['paused_at'])}"
-            if row["paused"]
-            else _when(row["next_fire_at"]),
-            _when(row["last_fire_at"]),
-            _counts(
-                every, "pending", "processing", "success", "failed", "killed", "skipped", "replaced"
-            ),
+        rows.append(
+            (
+                row["name"],
+                row["cadence"],
+                f"{row['backend']} {row['route']}",
+                row["concurrency"],
+                f"paused since {_when(row['paused_at'])}"
+                if row["paused"]
+                else _when(row["next_fire_at"]),
+                _when(row["last_fire_at"]),
+                _counts(every, *RUN_STATUSES),
+            )
         )
-    Console().print(table)
+    print_listing(LIST_COLUMNS, rows, ("last fire", "policy", "job"))
 
 
 @schedules.command("get")
@@ -132,9 +150,8 @@ def get_schedule(
     for label, value in lines:
         click.echo(f"  {label:<12}: {value}")
     if runs:
-        table = Table("fire time (UTC)", "row", "status", "job", "ended", "error")
-        for run in runs:
-            table.add_row(
+        rows = [
+            (
                 _when(run["fire_at"]),
                 run["item"] or "-",
                 run["status"],
@@ -142,7 +159,9 @@ def get_schedule(
                 _when(run["finished_at"]),
                 run["error"] or "",
             )
-        Console().print(table)
+            for run in runs
+        ]
+        print_listing(RUN_COLUMNS, rows, ("ended",))
 
 
 def _fan_out_lines(row: dict[str, Any]) -> list[tuple[str, str]]:

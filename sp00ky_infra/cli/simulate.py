@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,20 +17,33 @@ from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.config.model import Config
 from sp00ky_infra.policy.cost import PRICES_DATE, Price, UnknownPrice, parse_price, price_of
 from sp00ky_infra.policy.server_types import SNAPSHOT_GB_MONTHLY
+from sp00ky_infra.simulate.chart import svg
+from sp00ky_infra.simulate.chart import terminal as terminal_chart
 from sp00ky_infra.simulate.providers import PROVIDERS, ProviderModel
 from sp00ky_infra.simulate.report import (
     Report,
     Snapshot,
     common_window,
     report,
+    short_window,
     table_rows,
     total,
     window_words,
 )
 from sp00ky_infra.simulate.runner import Run, SettingError, pool_run, setting
-from sp00ky_infra.simulate.sweep import markdown, pareto, parse_axes, summary, svg, sweep, table
-from sp00ky_infra.simulate.sweep import terminal as terminal_chart
+from sp00ky_infra.simulate.sweep import (
+    Point,
+    Recommendation,
+    markdown,
+    on_front,
+    parse_axes,
+    recommend,
+    summary,
+    sweep,
+    table,
+)
 from sp00ky_infra.simulate.workload import (
+    TRACE_COLUMNS,
     Arrival,
     Burst,
     Distribution,
@@ -40,6 +54,31 @@ from sp00ky_infra.simulate.workload import (
 )
 
 EXIT_REFUSED = 1
+HELP = """Replay a workload through the controller's own decisions on a virtual clock.
+
+The workload is a trace (--trace FILE, as `jobs export` writes it) or synthetic (--rate
+N per hour, --duration, --hours, --burst). Every decision is the controller's own (sizing,
+drain choice, admission order, head-of-line blocking, concurrency, breaker, maxLifetime,
+queue timeouts); boots, jobs and agents follow the provider model. Euros are those of the
+provider sp00ky.yml declares (a docker pool's are 0), by Hetzner's
+rule: per started hour, capped at the monthly price; a pool on Hetzner that boots a
+snapshot also pays for keeping it over the window (per GB and month, by the hour).
+
+EUR/day is the bill over the window, scaled to a day: a window shorter than a day is
+warned of (give --window 24h to bill a whole day).
+
+--sweep prints every setting, a * on the Pareto front (no other setting both waits less at
+p95 and costs less a day), and the one to choose: the cheapest whose wait p95 is within
+--max-wait (every one without it), or when none is, the one that waits least; it says which
+figure decided.
+
+A trace is CSV with a header row, or JSONL (one object a line), with these columns:
+
+\b
+""" + "\n".join(
+    textwrap.fill(meaning, 76, initial_indent=f"  {name:<9} ", subsequent_indent=" " * 12)
+    for name, meaning in TRACE_COLUMNS
+)
 
 
 def _fail(message: str) -> None:
@@ -47,7 +86,7 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_REFUSED)
 
 
-@click.command()
+@click.command(help=HELP)
 @config_option
 @click.option("--pool", "pool_names", multiple=True, help="Pool(s) to simulate (default: all).")
 @click.option("--trace", type=click.Path(exists=True, dir_okay=False), help="CSV or JSONL trace.")
@@ -67,7 +106,7 @@ def _fail(message: str) -> None:
 @click.option(
     "--provider",
     type=click.Choice(sorted(PROVIDERS)),
-    help="Boot model (default: the pool's provider).",
+    help="Boot model (default: the pool's provider); the euros stay the declared provider's.",
 )
 @click.option("--boot", "boot_text", help="Boot time distribution (default: the provider's).")
 @click.option("--failure-rate", type=float, help="Share of boots that fail (default 0).")
@@ -88,7 +127,8 @@ def _fail(message: str) -> None:
     "--sweep",
     "axes",
     multiple=True,
-    help="KEY=V1,V2,...: every combination; prints the Pareto front.",
+    help="KEY=V1,V2,...: every combination; prints each, the Pareto front marked, and the "
+    "one to choose.",
 )
 @click.option(
     "--out",
@@ -96,7 +136,14 @@ def _fail(message: str) -> None:
     type=click.Path(dir_okay=False),
     help="Sweep: write the picture here (.svg).",
 )
-@click.option("--markdown", "as_markdown", is_flag=True, help="Sweep: print the front as Markdown.")
+@click.option(
+    "--markdown", "as_markdown", is_flag=True, help="Sweep: print the settings as Markdown."
+)
+@click.option(
+    "--max-wait",
+    "max_wait_text",
+    help="Sweep: recommend the cheapest setting whose wait p95 is at most this (90s, 2m).",
+)
 @click.option(
     "--window",
     "window_text",
@@ -124,21 +171,13 @@ def simulate(
     axes: Sequence[str],
     out_file: str | None,
     as_markdown: bool,
+    max_wait_text: str | None,
     window_text: str,
     tick_text: str,
     seed: int,
     workers: int | None,
     as_json: bool,
 ) -> None:
-    """Replay a workload through the controller's own decisions on a virtual clock.
-
-    The workload is a trace (--trace FILE, as `jobs export` writes it) or synthetic (--rate
-    N per hour, --duration, --hours, --burst). Every decision is the controller's own (sizing,
-    drain choice, admission order, head-of-line blocking, concurrency, breaker, maxLifetime,
-    queue timeouts); boots, jobs and agents follow the provider model. Euros follow Hetzner's
-    rule: per started hour, capped at the monthly price; a pool on Hetzner that boots a
-    snapshot also pays for keeping it over the window (per GB and month, by the hour).
-    """
     with refusals():
         config = load_config(config_file)
     try:
@@ -153,7 +192,7 @@ def simulate(
                 name,
                 _routed(config, name, names, arrivals),
                 _provider(config, name, provider, boot_text, failure_rate),
-                _price(config, name, overrides, provider),
+                _price(config, name, overrides),
                 changes,
                 **options,
             )
@@ -162,7 +201,9 @@ def simulate(
         if axes:
             if len(runs) != 1:
                 _fail("--sweep varies one pool: name it with --pool")
-            _sweep(runs[0], parse_axes(axes), out_file, as_markdown, workers, as_json)
+            max_wait = seconds(max_wait_text, "--max-wait") if max_wait_text else None
+            points = sweep(runs[0], parse_axes(axes), workers)
+            _sweep(runs[0], points, recommend(points, max_wait), out_file, as_markdown, as_json)
             return
     except (WorkloadError, SettingError, UnknownPrice, ValueError) as exc:
         _fail(str(exc))
@@ -197,11 +238,14 @@ def _show(runs: Sequence[Run], as_json: bool) -> None:
     ]
     pairs = list(zip(reports, outcomes, strict=True))
     whole = total(pairs) if len(pairs) > 1 else None
+    warning = short_window(reports[0].window if reports else 0.0)
     if as_json:
         data: dict[str, Any] = {"pools": {r.pool: r.as_dict() for r in reports}}
         data["total"] = (whole or reports[0]).as_dict()
+        data["window_warning"] = warning
         click.echo(json.dumps(data, indent=2))
         return
+    _warn(warning)
     for run, r in zip(runs, reports, strict=True):
         _print(r, f"pool {r.pool} ({_describe(run)})")
     if whole is not None:
@@ -260,9 +304,11 @@ def _provider(
     return model
 
 
-def _price(config: Config, name: str, overrides: dict[str, Price], chosen: str | None) -> Price:
+def _price(config: Config, name: str, overrides: dict[str, Price]) -> Price:
+    """The pool's price by the provider sp00ky.yml declares (``--provider`` changes the boot
+    model, not who bills): as ``pools get`` and ``dev`` price it."""
     pool = config.pools[name]
-    return price_of(pool.machine.type, overrides, chosen or pool.provider)
+    return price_of(pool.machine.type, overrides, pool.provider)
 
 
 def _describe(run: Run) -> str:
@@ -290,34 +336,48 @@ def _print(r: Report, title: str) -> None:
     click.echo()
 
 
+def _warn(warning: str | None) -> None:
+    """A per-day figure over less than a day, said on stderr (--json carries it instead)."""
+    if warning is not None:
+        click.echo(f"warning: {warning}", err=True)
+
+
 def _sweep(
     run: Run,
-    axes: list[tuple[str, list[str]]],
+    points: list[Point],
+    chosen: Recommendation,
     out_file: str | None,
     as_markdown: bool,
-    workers: int | None,
     as_json: bool,
 ) -> None:
-    points = sweep(run, axes, workers)
-    front = pareto(points)
+    """Every setting, the front marked, and the one recommended with the figure that decided
+    it; the picture written to ``out_file``."""
+    window = points[0].report.window if points else 0.0
     if out_file:
         title = f"pool {run.pool.name}: wait p95 against EUR per day ({len(points)} settings)"
-        Path(out_file).write_text(svg(points, title))
+        Path(out_file).write_text(svg(points, title, chosen))
     if as_json:
-        click.echo(json.dumps(summary(points), indent=2))
+        data = {**summary(points, chosen), "window_warning": short_window(window)}
+        click.echo(json.dumps(data, indent=2))
         return
-    rows = table(front)
+    _warn(short_window(window))
+    rows = table(points)
     if as_markdown:
         click.echo(markdown(rows), nl=False)
         return
-    click.echo(f"pool {run.pool.name}: {len(points)} settings, {len(front)} on the Pareto front")
+    click.echo(
+        f"pool {run.pool.name}: {len(points)} settings, {sum(on_front(points))} on the Pareto "
+        "front (*: no other setting both waits less at p95 and costs less a day)"
+    )
     click.echo(f"({_describe(run)})")
-    window = front[0].report.window if front else 0.0
     click.echo(f"EUR/day: {window_words(window)}, the same window for every setting\n")
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        cells = zip(row, widths, strict=True)
+        click.echo("  ".join(cell.ljust(width) for cell, width in cells).rstrip())
     click.echo()
+    click.echo(f"recommended: {chosen.point.label}")
+    click.echo(f"  decided by {chosen.decided_by}: {chosen.reason}\n")
     click.echo(terminal_chart(points), nl=False)
     if out_file:
         click.echo(f"\npicture: {out_file}")

@@ -1,12 +1,19 @@
-"""The configuration reference, generated from the JSON Schema (so the two cannot drift)."""
+"""The configuration reference, generated from the JSON Schema (so the two cannot drift).
+
+It lives in ``docs/configuration.md``, between the ``BEGIN`` and ``END`` markers; from the
+repository's root, ``python -m sp00ky_infra.config.reference`` writes it there again (a test
+fails while the page and the schema differ)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from sp00ky_infra.config.document import DUPLICATE_KEY_CODE
+from sp00ky_infra.config.errors import ConfigError
 from sp00ky_infra.config.files import FILE_CODE, FILE_SUMMARY
 from sp00ky_infra.config.routes import ROUTE_CODE, ROUTE_SUMMARY
 from sp00ky_infra.config.rules import RULES
@@ -14,6 +21,7 @@ from sp00ky_infra.config.schema import SCHEMA_CODE, load_schema
 
 BEGIN = "<!-- BEGIN config reference (generated: sp00ky-infra schema --markdown) -->"
 END = "<!-- END config reference -->"
+PAGE = Path("docs") / "configuration.md"  # relative to the repository's root
 
 
 def _resolve(node: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
@@ -90,3 +98,26 @@ def markdown() -> str:
     lines.append(f"| {FILE_CODE} | {FILE_SUMMARY} | error |")  # config/files.py (lint only)
     lines += ["", END]
     return "\n".join(lines)
+
+
+def generated_part(text: str) -> str:
+    """The part of ``text`` between the markers, the markers included ("" without them)."""
+    if BEGIN not in text or END not in text:
+        return ""
+    return text[text.index(BEGIN) : text.index(END) + len(END)]
+
+
+def write(page: Path = PAGE) -> bool:
+    """Put the reference between the markers of ``page``; True when it changed."""
+    text = page.read_text()
+    old = generated_part(text)
+    if not old:
+        raise ConfigError(f"{page}: no {BEGIN} ... {END} markers to write the reference between")
+    new = text.replace(old, markdown())
+    page.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else PAGE
+    print(f"{target}: {'written' if write(target) else 'up to date'}")

@@ -153,12 +153,21 @@ def run_on_names_a_pool(data: Mapping[str, Any]) -> Iterator[Finding]:
     for name, backend in backends(data):
         pool = pool_of(backend)
         if pool is not None and pool not in declared:
-            known = ", ".join(sorted(declared)) or "none are declared"
+            known = ", ".join(sorted(declared)) or "none are declared" + _pools_misspelled(data)
             yield Finding(
                 ("apps", name, "runOn", "pool"),
                 f"backend {name!r} runs on pool {pool!r}, which is not declared under pools "
                 f"(declared: {known}); declare it or fix the name",
             )
+
+
+def _pools_misspelled(data: Mapping[str, Any]) -> str:
+    """A hint when the file has no ``pools`` but a top-level key spelled like it (``pool:``),
+    which nothing reads: the pools are there, under a name that is ignored."""
+    if "pools" in data:
+        return ""
+    close = difflib.get_close_matches("pools", [str(key) for key in data], n=1)
+    return f"; the top-level `{close[0]}` is not read: did you mean `pools`?" if close else ""
 
 
 @rule("SP102", "pool-unused", "every pool is used by a backend")
@@ -264,12 +273,20 @@ def deploy_image_is_a_reference(data: Mapping[str, Any]) -> Iterator[Finding]:
 )
 def pool_backend_has_healthcheck(data: Mapping[str, Any]) -> Iterator[Finding]:
     for name, backend in _pool_backends(data):
-        if not _mapping(backend.get("deploy")).get("healthcheck"):
+        deploy = _mapping(backend.get("deploy"))
+        if not deploy.get("healthcheck") and not _misspelled("healthcheck", deploy):
             yield Finding(
                 ("apps", name, "deploy", "healthcheck"),
                 f"backend {name!r} has no `deploy.healthcheck`; it will count as ready as soon "
                 "as its port accepts connections. Add a path that answers 2xx once it can work",
             )
+
+
+def _misspelled(key: str, mapping: Mapping[str, Any]) -> bool:
+    """Whether ``mapping`` has a key spelled like ``key`` but not it: the schema names that
+    typo (SP001), and a second finding about ``key`` missing would only repeat it."""
+    others = [str(each) for each in mapping if each != key]
+    return bool(difflib.get_close_matches(key, others, n=1))
 
 
 # Keys of a pool backend that the docs allow and this project reads nowhere, with why: the
@@ -495,6 +512,26 @@ def queue_timeout_is_positive(data: Mapping[str, Any]) -> Iterator[Finding]:
             queue_timeout_seconds(pool["queueTimeout"])
         except DurationError as exc:
             yield Finding(("pools", name, "queueTimeout"), str(exc))
+
+
+@rule("SP124", "idle-timeout-zero", "idleTimeout 0 drains a surplus machine once it is idle",
+      "warning")  # fmt: skip
+def idle_timeout_zero_is_said(data: Mapping[str, Any]) -> Iterator[Finding]:
+    for name, pool in pools(data):
+        if "idleTimeout" not in pool or _seconds(pool["idleTimeout"]) != 0:
+            continue
+        kept = (
+            " (on Hetzner, once its paid hour is nearly over: keepPaidHours)"
+            if pool.get("provider", DEFAULT_PROVIDER) == "hetzner"
+            and pool.get("keepPaidHours", True) is not False
+            else ""
+        )
+        yield Finding(
+            ("pools", name, "idleTimeout"),
+            f"idleTimeout {pool['idleTimeout']} drains a machine above min and buffer at the "
+            f"first tick it has no job{kept}, so a job that comes later waits for a boot; give "
+            "it the gap between jobs you expect (e.g. 5m) to keep such a machine warm for them",
+        )
 
 
 # --- limitations, machine shape, providers --------------------------------------------------

@@ -1,4 +1,5 @@
-"""The admin operations on pools: views, pause, resume, drain, cancel waiting work, start."""
+"""The admin operations on pools: views, pause, resume, a breaker's reset, drain, cancel
+waiting work, start."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sp00ky_infra.controller.leadership import leader_url
 from sp00ky_infra.controller.provisioners import serving
 from sp00ky_infra.controller.provisioners.by_pool import runs_on
 from sp00ky_infra.controller.reconcile import shape_of
+from sp00ky_infra.policy.breaker import Breaker
 from sp00ky_infra.policy.machines import LIVE_STATES, Reason
 from sp00ky_infra.policy.sizing import capacity, desired_machines, queue_cap
 from sp00ky_infra.store import STATUSES, Job
@@ -66,7 +68,6 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
     queued = store.queued(table, now, 10**9)
     queued_slots = store.queued_slots(table, now, queue_cap(shape))  # what the tick sizes with
     state = controller.pool_states.get(name)
-    breaker = state.breaker
     view: dict[str, Any] = {
         "name": name,
         "backend": controller.backends[name].name,
@@ -83,11 +84,7 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
         "machines": dict(Counter(m.state for m in live if m.state in LIVE_STATES)),
         "busy_machines": sum(1 for m in live if busy.get(m.name)),
         "queue": {"queued": queued, "pending": counts["pending"], "running": counts["processing"]},
-        "breaker": {
-            "open": breaker.is_open(now),
-            "failures": breaker.failures,
-            "open_until": breaker.open_until,
-        },
+        "breaker": breaker_json(state.breaker, now),
         "incidents": [i.as_json() for i in store.pools.incidents(name) if i.closed_at is None],
         "pool_machine_hours": round(store.machines.machine_seconds(name, now) / 3600, 4),
         "cost": cost_view(controller, name, now, counts),
@@ -105,6 +102,14 @@ def pool_view(controller: Controller, name: str, machines: bool = True) -> dict[
         view["waiting"] = waiting_entries(controller, name, now)
         view["recent"] = recent_entries(controller, name)
     return view
+
+
+def breaker_json(breaker: Breaker, now: float) -> dict[str, Any]:
+    return {
+        "open": breaker.is_open(now),
+        "failures": breaker.failures,
+        "open_until": breaker.open_until,
+    }
 
 
 def provider_of(controller: Controller, name: str) -> dict[str, str]:
@@ -199,6 +204,20 @@ def set_paused(controller: Controller, name: str, paused: bool) -> dict[str, Any
     if not paused:
         controller.wake.pool(name)
     return pool_view(controller, name, machines=False)
+
+
+def reset_breaker(controller: Controller, name: str) -> dict[str, Any]:
+    """Close the pool's breaker by hand (the backend fixed): new machines may be created at
+    once. The pool's view, with what the breaker was (``breaker_before``)."""
+    _pool(controller, name)
+    require_leader(controller)
+    now = controller.clock()
+    before = controller.executor.close_breaker(name, now, "reset by the admin API")
+    controller.wake.pool(name)
+    return {
+        **pool_view(controller, name, machines=False),
+        "breaker_before": breaker_json(before, now),
+    }
 
 
 def drain_machine(controller: Controller, machine: str) -> dict[str, Any]:

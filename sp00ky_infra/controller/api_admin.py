@@ -42,7 +42,7 @@ def _slots() -> Any:
 class StartJob(BaseModel):
     """A manual start's body: `run`'s options. ``queuePriority`` and ``poolSlots`` are the
     docs' names for ``priority`` and ``slots``; give either (both must agree). An unknown
-    field is refused (422) rather than dropped. Every number is bounded (README, "Limits":
+    field is refused (422) rather than dropped. Every number is bounded (docs/jobs.md, "Limits":
     the bounds of policy/jobs.py), so the schema says them and a 422 names the field."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -90,7 +90,8 @@ def admin_app(controller: Controller) -> FastAPI:
 
     app = FastAPI(
         title="sp00ky admin API",
-        description="Pools: capacity, machines, queue, breaker, incidents; pause, drain, cancel. "
+        description="Pools: capacity, machines, queue, breaker, incidents; pause, drain, cancel, "
+        "reset a breaker. "
         "Schedules: pause, resume.",
         version=__version__,
         dependencies=[Depends(authorized)],
@@ -126,6 +127,12 @@ def admin_app(controller: Controller) -> FastAPI:
     @app.post("/pools/{name}/resume")
     def resume(name: str) -> dict[str, Any]:
         return admin.set_paused(controller, name, False)
+
+    @app.post("/pools/{name}/reset")
+    def reset(name: str) -> dict[str, Any]:
+        """Close the pool's breaker (after fixing what failed its boots): machines may be
+        created again at once; a resume does not close it."""
+        return admin.reset_breaker(controller, name)
 
     def known_schedule(name: str) -> None:
         if name not in controller.config.schedules:
@@ -206,7 +213,7 @@ def admin_app(controller: Controller) -> FastAPI:
 
     @app.get("/metrics", response_class=Response)
     def metrics() -> Response:
-        """Prometheus' text format (README, "Metrics")."""
+        """Prometheus' text format (docs/operations.md, "Metrics")."""
         return Response(exposition(controller), media_type=CONTENT_TYPE)
 
     @app.get("/stats")
@@ -222,7 +229,7 @@ def admin_app(controller: Controller) -> FastAPI:
     @app.get("/events")
     def events(limit: int = 50) -> list[dict[str, Any]]:
         return [
-            {"at": e.at, "pool": e.pool, "kind": e.kind, "message": e.message}
+            {"id": e.id, "at": e.at, "pool": e.pool, "kind": e.kind, "message": e.message}
             for e in controller.recent_events(limit)
         ]
 

@@ -49,17 +49,16 @@ from sp00ky_infra.hetzner.domain import Image
 from sp00ky_infra.hetzner.errors import HcloudError
 from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.cloud_init import (
-    CLOUD_INIT,
     USER_DATA_LIMIT,
     agent_archive,
     agent_sha256,
+    cloud_init_file,
     shipped_source,
 )
 from sp00ky_infra.shared.recipe import Recipe, pool_selector
 
 BAKE_SECONDS = 1800.0  # a bake server's install and image fetch, at most
 POLL_SECONDS = 5.0
-SCRIPT = CLOUD_INIT / "bake.py"
 Progress = Callable[[str], None]
 
 
@@ -245,7 +244,7 @@ def bake_user_data(request: BakeRequest) -> str:
         image["auth"] = request.image.auth.as_dict()
     settings = {"image": image, "url": request.feed_url, "token": request.feed_token,
                 "agent_token": request.agent_token}  # fmt: skip
-    script = shipped_source(SCRIPT.read_bytes(), SCRIPT.name)
+    script = shipped_source(cloud_init_file("bake.py").read_bytes(), "bake.py")
     packed = base64.b64encode(gzip.compress(script, 9, mtime=0)).decode()
     files = [
         {"path": "/etc/sp00ky/bake.json", "permissions": "0600",

@@ -224,7 +224,8 @@ def start_bakes(
                     ", ".join(requests))  # fmt: skip
         return None
     dial = urlsplit(settings.agents_url).hostname or settings.pool_host
-    bakes = Bakes(provisioner, HetznerAPI.from_env, (settings.pool_host, dial), image_server,
+    bakes = Bakes(provisioner, lambda: HetznerAPI.from_env(caller="bake"),
+                  (settings.pool_host, dial), image_server,
                   listed=lambda api: _list_snapshots(settings, api))  # fmt: skip
     provisioner.bakes = bakes
     bakes.prepare(requests)

@@ -27,6 +27,7 @@ from sp00ky_infra.controller.state import (
     PoolStates,
     Wake,
 )
+from sp00ky_infra.controller.sweep import ServerSweep
 from sp00ky_infra.policy.plan import Plan, PoolView
 from sp00ky_infra.store import Job, SqlStore
 from sp00ky_infra.store.capacity import KeptCapacity
@@ -70,6 +71,7 @@ class Controller:
         self.prune = Periodic(settings.prune_every)
         self.heartbeat = Periodic(settings.heartbeat_every)
         self.orphans = Periodic(settings.orphans_every)  # controller/orphans.py
+        self.server_sweep = ServerSweep(settings.sweep_every, settings.sweep_grace)
         self.measures = Measures()
         self.plans: Mapping[str, Plan] = {}  # the last tick's, by pool (what /metrics shows)
         self.planned_views: Mapping[str, PoolView] = {}  # what each of those was made from
@@ -166,6 +168,11 @@ class Controller:
                 except Exception:  # a hook (the state file) never costs the leadership
                     log.exception("leadership hook failed")
         return leader
+
+    @property
+    def resigned(self) -> bool:
+        """Whether the controller is stopping (``resign``): it leads no more, nor waits to."""
+        return self._resigned
 
     def resign(self) -> None:
         """Stop acting as the leader (the controller is stopping): agents' calls are refused

@@ -7,11 +7,14 @@ A pool's price, first found first:
    ``pricing.py``): the type's net price plus its primary IPv4's, at the same location;
 3. the dated table (``policy/server_types.py``).
 
-Every pool is priced as the Hetzner server type it declares (``machine.type``), at its first
-location when it names some, whatever runs its machines: on ``dev``'s local processes and on
-Docker this is what the same machine time would have cost on Hetzner, which is the figure worth
-seeing before going there. A type with no known price is never shown as free: its euros are
-unknown (None), with how to give a price.
+The rule, the same in ``pools get``, ``/metrics``, ``simulate`` and ``dev``'s summary: a pool
+costs what the provider sp00ky.yml declares for it charges. A ``hetzner`` pool is priced as the
+server type it declares (``machine.type``), at its first location when it names some,
+wherever its machines run: on ``dev``'s local processes or Docker (and under
+SPKY_POOL_PROVIDER) this is what the same machine time would cost on Hetzner, the figure worth
+seeing before going there. A ``docker`` pool runs on hardware already paid for: 0 EUR. A
+hetzner pool's type with no known price is never shown as free: its euros are unknown (None),
+with how to give a price.
 
 The primary IPv4: every server this project makes on Hetzner gets one (``infra/machine.py``
 creates servers with the API's default public network, and the configuration has no way to
@@ -28,14 +31,15 @@ now cost since each was made. Snapshots never listed are unknown (None), and so 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sp00ky_infra.config import Config
-from sp00ky_infra.policy.cost import PoolBill, Price, pool_bill
+from sp00ky_infra.policy.cost import PoolBill, Price, pool_bill, price_of
 from sp00ky_infra.policy.server_types import PREFERENCE, SERVER_TYPES, LocationPrice
 from sp00ky_infra.store import SqlStore
+from sp00ky_infra.store.machines import Lifetime
 from sp00ky_infra.store.prices import PriceReading, PriceTable
 from sp00ky_infra.store.snapshots import SnapshotReading, SnapshotTable
 
@@ -100,9 +104,13 @@ def _table_price(server_type: str, location: str | None) -> PoolPrice | None:
 
 
 def priced(config: Config, pool: str, listed: PriceReading | None) -> PoolPrice | str:
-    """The pool's price (sp00ky.yml's, else the API's as last read, ``listed``, else the
-    dated table's), or why there is none and how to give one."""
-    machine = config.pools[pool].machine
+    """The pool's price (nothing for a pool whose declared provider is not hetzner; else
+    sp00ky.yml's, else the API's as last read, ``listed``, else the dated table's), or why
+    there is none and how to give one."""
+    declared = config.pools[pool]
+    machine = declared.machine
+    if declared.provider != "hetzner":
+        return PoolPrice(price_of(machine.type, provider=declared.provider))
     location = machine.locations[0] if machine.locations else None
     if machine.type in config.prices:
         return PoolPrice(config.prices[machine.type])
@@ -135,14 +143,22 @@ def pool_cost(
     ``price_unknown`` says how to give one. ``counts`` are the table's jobs by status
     (``store.counts``), if the caller has read them already (a read walks the whole
     backlog)."""
-    lives = [(life.seconds(now), life.busy(now)) for life in store.machines.lifetimes(pool)]
     if counts is None:
         counts = store.counts(table=table)
+    jobs = counts["success"] + counts["failed"]
+    shown = lifetimes_cost(store, config, pool, store.machines.lifetimes(pool), now, jobs)
+    return with_snapshots(shown, SnapshotTable(store).read(), pool, now)
+
+
+def lifetimes_cost(
+    store: SqlStore, config: Config, pool: str, lifetimes: Iterable[Lifetime], now: float, jobs: int
+) -> dict[str, Any]:
+    """The bill of some of the pool's machines (``lifetimes``, live ones up to ``now``) over
+    ``jobs`` finished jobs, at the pool's price (``cost_json``'s answer)."""
+    lives = [(life.seconds(now), life.busy(now)) for life in lifetimes]
     found = priced(config, pool, cached_prices(store, config))
     price = found.price if isinstance(found, PoolPrice) else FREE
-    bill = pool_bill(price, lives, counts["success"] + counts["failed"])
-    shown = cost_json(config, pool, bill, found)
-    return with_snapshots(shown, SnapshotTable(store).read(), pool, now)
+    return cost_json(config, pool, pool_bill(price, lives, jobs), found)
 
 
 def cost_json(config: Config, pool: str, bill: PoolBill, found: PoolPrice | str) -> dict[str, Any]:

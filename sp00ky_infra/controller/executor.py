@@ -7,6 +7,11 @@ a controller's start (reap, adopt) and its shutdown all come here, each with ``n
 
 Each action of a plan is applied on its own: one that fails is logged and retried next tick,
 and never stops the others.
+
+Below the Hetzner API budget's reserve (``hetzner/budget.py``) a pool on Hetzner makes no new
+machine and drains no idle one (an idle machine still takes the next job): they wait, said
+in the log and the events once a minute. Failed and drained machines are still destroyed:
+they serve nothing and cost money, and each is one request.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from sp00ky_infra.controller.provisioners import (
 from sp00ky_infra.controller.provisioners.output import ShowsOutput, backend_lines
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.controller.state import Deployment, Event, EventLog, PoolStates, Wake
+from sp00ky_infra.hetzner.budget import LEDGER
 from sp00ky_infra.policy.breaker import Breaker
 from sp00ky_infra.policy.machines import FAILED_BOOTS, IdleClock, Reason, rule
 from sp00ky_infra.policy.plan import Create, Destroy, Drain, Fail, Plan
@@ -44,6 +50,7 @@ from sp00ky_infra.store.machines import Change, Machine, MachineNotFound
 
 log = logging.getLogger("sp00ky.controller")
 DESTROYABLE = rule(Reason.DESTROYED).sources  # what the provisioner may destroy
+BUDGET_EVENT_SECONDS = 60.0  # how often a pool's waiting for the API budget is told
 Action = Create | Drain | Fail | Destroy | IdleClock
 
 
@@ -68,6 +75,8 @@ class Executor:
         # machine -> pool: failed for silence, not yet confirmed gone; its jobs keep their
         # leases meanwhile (``hold_fenced``). In memory: a new leader sweeps them as usual.
         self.fenced: dict[str, str] = {}
+        self.budget = LEDGER  # the Hetzner API budget this process has seen
+        self._budget_told: dict[str, float] = {}  # pool -> when its wait was last told
 
     def event(self, at: float, pool: str, kind: str, message: str) -> None:
         self.events.add(Event(at, pool, kind, message))
@@ -97,10 +106,14 @@ class Executor:
         elif isinstance(action, Create):
             if not self.pools.breaker(pool).allows(now):
                 return  # this plan's own failed boots opened the breaker: no machine for now
+            if self._waits_for_budget(pool, now):
+                return
             for _ in range(action.count):
                 if not self.create(deployment, pool, now):
                     break  # refused: the breaker counts it; try again next tick
         elif isinstance(action, Drain):
+            if action.reason is Reason.IDLE_SURPLUS and self._waits_for_budget(pool, now):
+                return
             self.drain(pool, action.machine, action.reason, now)
         elif isinstance(action, Fail):
             detail = self._boot_timeout(deployment, pool, action.machine)
@@ -108,6 +121,25 @@ class Executor:
             self.destroy(pool, action.machine, now)
         else:
             self.destroy(pool, action.machine, now)
+
+    def budget_holds(self, pool: str) -> str | None:
+        """Why the pool's new machines and idle drains wait for the Hetzner API budget (it
+        is on Hetzner and the budget is below its reserve); None when they do not."""
+        if getattr(serving(self.provisioner, pool), "runs_on", None) != "hetzner":
+            return None
+        if not self.budget.low():
+            return None
+        return f"new machines and drains of idle ones wait: {self.budget.why_low()}"
+
+    def _waits_for_budget(self, pool: str, now: float) -> bool:
+        """``budget_holds``, told in the log and the events at most once a minute a pool."""
+        held = self.budget_holds(pool)
+        if held is None:
+            return False
+        if now - self._budget_told.get(pool, -BUDGET_EVENT_SECONDS) >= BUDGET_EVENT_SECONDS:
+            self._budget_told[pool] = now
+            self.event(now, pool, "budget_wait", held)
+        return True
 
     # --- moves -------------------------------------------------------------------------------
 
@@ -127,11 +159,10 @@ class Executor:
         )
         try:
             self._check_env(deployment, pool)
-            live = len(self.store.machines.live())
-            if settings.max_machines is not None and live > settings.max_machines:
+            cap = settings.max_machines  # counted only under a cap: a create reads no rows
+            if cap is not None and self.store.machines.count_live() > cap:
                 raise Refused(
-                    f"the project's machine cap is {settings.max_machines} (all pools, booting "
-                    "and draining included)"
+                    f"the project's machine cap is {cap} (all pools, booting and draining included)"
                 )
             made = provisioner.create(
                 MachineSpec(
@@ -331,11 +362,17 @@ class Executor:
     # --- the breaker -------------------------------------------------------------------------
 
     def boot_succeeded(self, pool: str, now: float) -> None:
+        self.close_breaker(pool, now, "a machine booted fine")
+
+    def close_breaker(self, pool: str, now: float, why: str) -> Breaker:
+        """Close the pool's breaker and forget its failed boots (a boot that worked, or a
+        reset by hand); an event says why when it was open. Returns the breaker before."""
         before, after = self.pools.change_breaker(pool, lambda _: Breaker(), now)
         if before != after and (
             self.store.pools.close_incidents(pool, "pool_breaker_open", now) or before.is_open(now)
         ):
-            self.event(now, pool, "breaker_closed", "a machine booted fine; the breaker is closed")
+            self.event(now, pool, "breaker_closed", f"{why}; the breaker is closed")
+        return before
 
     def boot_failed(self, pool: str, why: str, now: float) -> None:
         settings = self.settings

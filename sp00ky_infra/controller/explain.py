@@ -44,11 +44,11 @@ def pool(controller: Controller, name: str) -> dict[str, Any]:
     now = controller.clock()
     view, plan = _planned(controller, name, now)
     last = last_failed_boot(controller, name)
-    return {
-        "at": now,
-        **explain_pool(view, plan, now, last, bake_state(controller, name)),
-        **provider_of(controller, name),
-    }
+    found = explain_pool(view, plan, now, last, bake_state(controller, name))
+    held = controller.executor.budget_holds(name)  # the Hetzner API budget's reserve
+    if held is not None:
+        found["notes"].append(held)
+    return {"at": now, **found, "api_budget_held": held, **provider_of(controller, name)}
 
 
 def job(controller: Controller, job_id: str) -> dict[str, Any]:
@@ -78,6 +78,9 @@ def job(controller: Controller, job_id: str) -> dict[str, Any]:
     last = last_failed_boot(controller, name) if view.breaker.is_open(now) else None
     answer["pool"] = name
     answer["causes"] = [cause.as_json() for cause in explain_job(waiting, view, plan, now, last)]
+    held = controller.executor.budget_holds(name)
+    if held is not None:
+        answer["causes"].append({"code": "api_budget_low", "message": held})
     return answer
 
 

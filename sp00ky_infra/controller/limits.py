@@ -2,7 +2,7 @@
 
 ``InputLimits`` is an ASGI middleware around each app:
 
-- **Size** (README, "Limits"): a body larger than its route's limit is answered 413 with a
+- **Size** (docs/jobs.md, "Limits"): a body larger than its route's limit is answered 413 with a
   message naming the limit, before it is read whole: at once from ``Content-Length``, and
   for a chunked body as soon as the bytes received pass the limit. ``/v1/join`` and
   ``/rejoin`` take a few KiB (they come before any authentication); an agent's result and an

@@ -30,6 +30,16 @@ Read at scrape time:
 - ``sp00ky_breaker_open{pool}``, ``sp00ky_pool_paused{pool}``, ``sp00ky_leader``
 - ``sp00ky_pool_info{pool,provider,provisioner,declared_provider}``: 1 per pool; what its
   machines run on as served, what makes them, and what sp00ky.yml declares (admin.py)
+- ``sp00ky_servers_swept_total{reason}``: the project's servers the sweep deleted because no
+  live machine row held them (sweep.py), by reason (zeros included)
+
+The Hetzner API budget, as this process spent and saw it (``hetzner/budget.py``):
+- ``sp00ky_hetzner_requests_total{caller,method}``: requests the controller sent (heartbeat,
+  prices, bake); a ``pulumi up``'s are sent by the engine's provider host, another process,
+  and show in what remains
+- ``sp00ky_hetzner_ratelimit_remaining``, ``sp00ky_hetzner_ratelimit_limit``: the project's
+  hourly budget as the last answer told it (no sample before the first answer), and
+  ``sp00ky_hetzner_budget_low``: 1 while it is below the reserve kept for the guardian
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 
 from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -47,6 +58,9 @@ from prometheus_client.registry import Collector
 from sp00ky_infra.controller.admin import provider_of
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.costs import FREE, cached_prices, pool_price
+from sp00ky_infra.controller.sweep import REASONS
+from sp00ky_infra.hetzner import HcloudError
+from sp00ky_infra.hetzner.budget import LEDGER, Budget
 from sp00ky_infra.policy.cost import pool_bill
 from sp00ky_infra.policy.machines import LIVE_STATES
 from sp00ky_infra.policy.plan import kept_paid
@@ -183,6 +197,18 @@ class ControllerCollector(Collector):
         yield from (jobs, oldest, machines, desired)
         yield from self._costs(now)
         yield from (breaker, paused, info, leader)
+        yield self._swept()
+
+    def _swept(self) -> Metric:
+        swept = CounterMetricFamily(
+            "sp00ky_servers_swept",
+            "Servers of the project the sweep deleted: no live machine row held them.",
+            labels=["reason"],
+        )
+        counts = self.controller.server_sweep.counts
+        for reason in REASONS:
+            swept.add_metric([reason], counts.get(reason, 0))
+        return swept
 
     def _costs(self, now: float) -> Iterator[Metric]:
         """Each pool's machine time, bill and price, the price as ``costs.priced`` finds it."""
@@ -295,8 +321,47 @@ def _kept_paid(controller: Controller, now: float) -> dict[str, list[float]]:
     return kept
 
 
+class HetznerBudgetCollector(Collector):
+    """The Hetzner API requests this process sent, and the budget last seen."""
+
+    def __init__(self, budget: Budget = LEDGER) -> None:
+        self.budget = budget
+
+    def collect(self) -> Iterator[Metric]:
+        sent = CounterMetricFamily(
+            "sp00ky_hetzner_requests",
+            "Hetzner API requests sent by this controller, by caller and method.",
+            labels=["caller", "method"],
+        )
+        for (caller, method), count in sorted(self.budget.sent().items()):
+            sent.add_metric([caller, method], count)
+        remaining = GaugeMetricFamily(
+            "sp00ky_hetzner_ratelimit_remaining",
+            "Requests left of the project's hourly Hetzner API budget, as last answered.",
+        )
+        limit = GaugeMetricFamily(
+            "sp00ky_hetzner_ratelimit_limit", "The project's Hetzner API requests an hour."
+        )
+        low = GaugeMetricFamily(
+            "sp00ky_hetzner_budget_low",
+            "1 while the budget left is below the reserve kept for the guardian: new machines "
+            "and drains of idle ones wait.",
+        )
+        last = self.budget.last
+        if last is not None:
+            remaining.add_metric([], last.remaining)
+            limit.add_metric([], last.limit)
+            with suppress(HcloudError):  # a bad SPKY_HETZNER_RESERVE: the tick's log says so
+                low.add_metric([], 1.0 if self.budget.low() else 0.0)
+        yield from (sent, remaining, limit, low)
+
+
 def exposition(controller: Controller) -> bytes:
     """The text format (0.0.4, what every Prometheus reads): the measures, then the
     scrape-time reads."""
     measured = generate_latest(controller.measures.registry)
-    return measured + generate_latest(ControllerCollector(controller))
+    return (
+        measured
+        + generate_latest(ControllerCollector(controller))
+        + generate_latest(HetznerBudgetCollector())
+    )

@@ -125,7 +125,8 @@ def _pulumi(
             Problem(
                 f"{who} the pulumi CLI (`pulumi up` makes its machines), but none is on PATH",
                 "install it (https://www.pulumi.com/docs/install/) or put the engine built "
-                "here on PATH: PATH=$(scripts/pulumi-engine --path):$PATH",
+                "by a checkout's scripts/pulumi-engine on PATH: "
+                "PATH=$(scripts/pulumi-engine --path):$PATH",
             )
         )
     if not settings.project:
@@ -164,7 +165,8 @@ def _stack_provider(settings: ControllerSettings, found: list[Problem], who: str
             Problem(
                 f"{who} a Pulumi project, but there is none at {project_file} "
                 f"({exc.__class__.__name__})",
-                "set SPKY_PULUMI_DIR to the directory of this repository's Pulumi.yaml",
+                "set SPKY_PULUMI_DIR to a checkout of sp00ky-infra, which holds the Pulumi "
+                "program (Pulumi.yaml, __main__.py, stacks/) and its .venv (scripts/venv)",
             )
         )
         return None

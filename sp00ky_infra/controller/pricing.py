@@ -134,7 +134,7 @@ def _attempt(read: Callable[[], T], failed: str) -> T | None:
 
 def _read(controller: Controller, now: float) -> bool:
     """GET /pricing and the project's snapshots, each kept; False when either failed."""
-    api = HetznerAPI.from_env(clock=controller.clock, max_tries=1)
+    api = HetznerAPI.from_env(clock=controller.clock, max_tries=1, caller="prices")
     store, project = controller.store, controller.settings.project or DEFAULT_PROJECT
 
     def prices() -> Pricing:

@@ -22,7 +22,7 @@ from sp00ky_infra.controller.provisioners import Routes, serving
 from sp00ky_infra.controller.schedules import fire_schedules
 from sp00ky_infra.controller.state import Deployment
 from sp00ky_infra.hetzner import HetznerAPI
-from sp00ky_infra.hetzner.heartbeat import stamp_heartbeat
+from sp00ky_infra.hetzner.heartbeat import Stamper
 from sp00ky_infra.policy.breaker import Breaker
 from sp00ky_infra.policy.cost import Billing
 from sp00ky_infra.policy.plan import (
@@ -220,6 +220,7 @@ def tick(controller: Controller) -> TickReport:
         errors += executor.apply(plan, controller.deployment, now)
     pruned = maybe_prune(controller, now)
     maybe_heartbeat(controller, now)
+    controller.server_sweep.maybe(controller.store.machines, controller.settings.project, now)
     maybe_refresh_prices(controller, now)
     for plan in plans:
         controller.wake.pool(plan.pool)  # due jobs (delays, backoffs) reach waiting polls
@@ -269,6 +270,10 @@ def maybe_prune(controller: Controller, now: float) -> int:
     return report.total
 
 
+# each controller's heartbeat stamps, which keep the firewall's id: one request a stamp
+_STAMPERS: weakref.WeakKeyDictionary[Controller, Stamper] = weakref.WeakKeyDictionary()
+
+
 def maybe_heartbeat(controller: Controller, now: float) -> None:
     """Stamp the guardian's heartbeat cloud-side every minute, off the tick's thread: a slow
     or failing API never holds the tick up (the guardian waits 30 minutes before it acts)."""
@@ -280,7 +285,8 @@ def maybe_heartbeat(controller: Controller, now: float) -> None:
 
     def stamp() -> None:
         try:
-            stamp_heartbeat(HetznerAPI.from_env(), settings.project, now)
+            stamper = _STAMPERS.setdefault(controller, Stamper())
+            stamper.stamp(HetznerAPI.from_env(caller="heartbeat"), settings.project, now)
         except Exception as exc:  # logged; the next minute tries again
             log.warning("heartbeat for project %s failed: %s", settings.project, exc)
 

@@ -30,6 +30,8 @@ DEFAULT_TICK_SECONDS = 2.0  # Machine pools docs: "evaluated every two seconds"
 MAX_POLL_WAIT_SECONDS = 20.0  # a long-poll waits up to ~20 s for work
 PRUNE_EVERY_SECONDS = 60.0
 ORPHANS_EVERY_SECONDS = 300.0  # controller/orphans.py: waiting jobs no pool takes
+SWEEP_EVERY_SECONDS = 300.0  # controller/sweep.py: the project's servers no machine row holds
+SWEEP_GRACE_SECONDS = 600.0  # far longer than a create (about a minute on Hetzner)
 TIMING_KEYS = {
     "lease": "lease",
     "idleTimeout": "idle_timeout",
@@ -104,6 +106,8 @@ class ControllerSettings:
     join_ttl: float = JOIN_TTL_SECONDS
     prune_every: float = PRUNE_EVERY_SECONDS
     orphans_every: float = ORPHANS_EVERY_SECONDS
+    sweep_every: float = SWEEP_EVERY_SECONDS  # controller/sweep.py: servers no row holds ...
+    sweep_grace: float = SWEEP_GRACE_SECONDS  # ... once older than this
     timings: Timings = field(default_factory=Timings)
     controller_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     state_dir: str = ".sp00ky"  # from_env: .sp00ky next to config_path (config/project.py)

@@ -126,16 +126,19 @@ class Event:
     pool: str
     kind: str  # scale_up, ready, drain, destroy, failed, breaker_open, breaker_closed, ...
     message: str
+    id: int = 0  # the log's count when added: events of one instant stay told apart
 
 
 class EventLog:
     def __init__(self, limit: int = MAX_EVENTS) -> None:
         self._events: deque[Event] = deque(maxlen=limit)
         self._lock = threading.Lock()
+        self._added = 0
 
     def add(self, event: Event) -> None:
         with self._lock:
-            self._events.append(event)
+            self._added += 1
+            self._events.append(replace(event, id=self._added))
 
     def recent(self, limit: int) -> list[Event]:
         with self._lock:

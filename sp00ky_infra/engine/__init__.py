@@ -5,11 +5,13 @@ infra (the local Pulumi stack's dynamic provider) do: the images (``images``), t
 (``.importlinter``); named ``engine``, not ``docker``, so it never shadows the SDK.
 
 Docker's own errors (DockerException and its kinds) are the callers' to word, except
-``connect`` and ``ipv4_pool``, which raise EngineError.
+``connect`` and ``ipv4_pool``, which raise EngineError, and a build whose Dockerfile is not
+there (MissingDockerfile, a DockerException), which names the path and the setting to fix.
 """
 
 from sp00ky_infra.engine.client import EngineError, connect
 from sp00ky_infra.engine.images import (
+    MissingDockerfile,
     build_images,
     build_machine_image,
     build_pool_image,
@@ -26,8 +28,10 @@ from sp00ky_infra.engine.machines import (
 from sp00ky_infra.engine.network import (
     ensure_network,
     ipv4_pool,
+    made_network,
     network_gateway,
     remove_network,
+    remove_unused_network,
 )
 from sp00ky_infra.engine.progress import Reporter, reporting
 
@@ -35,6 +39,7 @@ __all__ = [
     "HOST_GATEWAY",
     "EngineError",
     "MachineRun",
+    "MissingDockerfile",
     "Reporter",
     "build_images",
     "build_machine_image",
@@ -44,10 +49,12 @@ __all__ = [
     "image_command",
     "ipv4_pool",
     "machine_containers",
+    "made_network",
     "network_gateway",
     "pull_images",
     "remove_container",
     "remove_network",
+    "remove_unused_network",
     "reporting",
     "run_machine",
 ]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from docker.errors import BuildError, ImageNotFound
+from docker.errors import BuildError, DockerException, ImageNotFound
 from docker.models.images import Image
 from docker.utils import parse_repository_tag
 from docker.utils.json_stream import json_stream
@@ -65,15 +65,30 @@ def _build(client: docker.DockerClient, what: str, **kwargs: Any) -> Image:
     return client.images.get(image_id)
 
 
+class MissingDockerfile(DockerException):
+    """The Dockerfile a build names is not there (the engine's own answer is a 500 that names
+    neither the path looked at nor the setting that gave it)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            f"no Dockerfile at {path}: fix deploy.dockerfile in sp00ky.yml (a relative path "
+            "starts at its directory), or add the file there"
+        )
+        self.path = path
+
+
 def build_pool_image(
     client: docker.DockerClient, project: str, backend: str, dockerfile: str, context: str
 ) -> Image:
     """``sp00ky-dev-pool-<backend>`` from deploy.dockerfile, labelled: what a served image is,
     and what a docker machine's image starts from."""
+    path = Path(dockerfile).resolve()
+    if not path.is_file():
+        raise MissingDockerfile(path)
     log.info("building %s from %s", pool_image(backend), dockerfile)
     return _build(
         client, f"building {pool_image(backend)}",
-        path=context, dockerfile=str(Path(dockerfile).resolve()), tag=pool_image(backend),
+        path=context, dockerfile=str(path), tag=pool_image(backend),
         labels={labels.PROJECT: project, labels.ROLE: "pool-image"}, rm=True, forcerm=True,
     )  # fmt: skip
 

@@ -6,7 +6,7 @@ import contextlib
 import ipaddress
 
 import docker
-from docker.errors import NotFound
+from docker.errors import APIError, NotFound
 
 from sp00ky_infra.engine.client import EngineError
 from sp00ky_infra.shared import labels
@@ -14,11 +14,17 @@ from sp00ky_infra.shared import labels
 
 def ensure_network(client: docker.DockerClient, name: str, project: str) -> str:
     """The bridge network ``name``, made (labelled with the project) if missing; its id."""
+    return made_network(client, name, project)[0]
+
+
+def made_network(client: docker.DockerClient, name: str, project: str) -> tuple[str, bool]:
+    """The bridge network ``name``'s id, and whether this call made it (labelled with the
+    project) because it was missing: only a network one made is one's own to remove."""
     try:
-        return str(client.networks.get(name).id)
+        return str(client.networks.get(name).id), False
     except NotFound:
         network = client.networks.create(name, driver="bridge", labels={labels.PROJECT: project})
-        return str(network.id)
+        return str(network.id), True
 
 
 def network_gateway(client: docker.DockerClient, name: str) -> str:
@@ -43,3 +49,18 @@ def remove_network(client: docker.DockerClient, name: str) -> None:
     """Remove the network; one already gone is done."""
     with contextlib.suppress(NotFound):
         client.networks.get(name).remove()
+
+
+def remove_unused_network(client: docker.DockerClient, name: str) -> bool:
+    """Remove the network unless a container is on it (the engine refuses to while one is:
+    a container joined since the look is left its network too); whether it is gone."""
+    try:
+        network = client.networks.get(name)
+        if network.attrs.get("Containers"):
+            return False
+        network.remove()
+    except NotFound:
+        return True
+    except APIError:  # a container joined it meanwhile
+        return False
+    return True

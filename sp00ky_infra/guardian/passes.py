@@ -4,6 +4,11 @@ It needs only HCLOUD_TOKEN (and HCLOUD_ENDPOINT). It lists servers by label, rea
 project's scheduler heartbeat (a label with a unix time on a small firewall the stacks do not
 manage), asks the pure verdicts what to destroy, and destroys it, logging each with its
 reason. A pass that could not list everything destroys nothing (``Incomplete``).
+
+A pass costs two listings (servers, heartbeat firewalls; one request per 50 of each) and one
+DELETE per machine it destroys. It never waits for the API budget: the controller keeps a
+reserve of it (``hetzner/budget.py``) so that the guardian can always delete. Each pass says
+what it spent and what the API said was left.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ class PassReport:
     verdicts: list[Verdict] = field(default_factory=list)
     destroyed: list[int] = field(default_factory=list)
     failed: list[tuple[int, str]] = field(default_factory=list)
+    requests: int = 0  # sent by this pass
+    remaining: int | None = None  # of the project's hourly budget, after the pass
+    limit: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +55,7 @@ class PassReport:
             ],
             "destroyed": self.destroyed,
             "failed": [{"id": i, "error": e} for i, e in self.failed],
+            "api": {"requests": self.requests, "remaining": self.remaining, "limit": self.limit},
         }
 
 
@@ -99,6 +108,7 @@ def run_pass(
 ) -> PassReport:
     """One guardian pass. Idempotent: a second pass finds nothing more to do."""
     told = progress or _Quiet()
+    before = api.sent.total()
     machines, beats = listing(api)
     report = PassReport(
         dry_run=dry_run, servers=len(machines), verdicts=verdicts(machines, beats, now)
@@ -106,6 +116,18 @@ def run_pass(
     told.listed(len(machines), 0 if dry_run else len(report.verdicts))
     if not dry_run:
         _destroy(api, report, told)
+    return _spent(api, report, before)
+
+
+def _spent(api: HetznerAPI, report: PassReport, before: int) -> PassReport:
+    """The pass's requests and the budget its last answer told, on the report and logged."""
+    report.requests = api.sent.total() - before
+    if api.rate_limit is not None:
+        report.remaining, report.limit = api.rate_limit.remaining, api.rate_limit.limit
+    log.info(
+        "event=guardian_pass requests=%d remaining=%s limit=%s",
+        report.requests, report.remaining, report.limit,
+    )  # fmt: skip
     return report
 
 

@@ -28,6 +28,11 @@ exponential backoff; hetznercloud/hcloud-go ``hcloud/client_handler_retry.go`` l
   ``resource_in_use``: the firewall is still applied to a server, for example one whose
   deletion is still running (hetznercloud/terraform-provider-hcloud
   ``internal/firewall/resource.go`` retries it the same way).
+
+Every request sent, answered or not, is counted twice: on the client (``sent``, by
+``budget.pattern``: ``GET /servers/{id}``) and on the process's ``budget.Budget`` (by
+``caller`` and method, with the RateLimit its answer carried), which /metrics exports and
+whose reserve the controller respects.
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol, TypeVar
 
 import requests
 
+from sp00ky_infra.hetzner.budget import LEDGER, Budget, pattern
 from sp00ky_infra.hetzner.domain import (
     Action,
     Firewall,
@@ -106,6 +113,8 @@ class HetznerAPI:
         clock: Callable[[], float] = time.time,
         busy_tries: int = 1,
         rate_limit_wait_cap: float = RATE_LIMIT_WAIT_CAP_SECONDS,
+        caller: str = "other",
+        budget: Budget = LEDGER,
     ) -> None:
         if not token:
             raise HcloudError(UNAUTHORIZED, "HCLOUD_TOKEN is not set; create an API token")
@@ -120,6 +129,9 @@ class HetznerAPI:
         self.busy_tries = busy_tries
         self.rate_limit_wait_cap = rate_limit_wait_cap
         self.rate_limit: RateLimit | None = None  # as of the last answer
+        self.caller = caller  # who spends: the budget counts each caller's requests
+        self.budget = budget
+        self.sent: Counter[str] = Counter()  # requests sent, by ``pattern``
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> HetznerAPI:
@@ -136,16 +148,20 @@ class HetznerAPI:
         retry_unknown = method.upper() in IDEMPOTENT
         for attempt in range(1, self.max_tries + 1):
             last = attempt == self.max_tries
+            self.sent[pattern(method, path)] += 1
             try:
                 answer = self.session.request(
                     method, f"{self.endpoint}{path}", timeout=self.timeout, **kwargs
                 )
             except requests.RequestException as exc:
+                self.budget.spent(self.caller, method, None)
                 if last or not retry_unknown:
                     raise HcloudError(UNREACHABLE, f"{method} {path}: {exc}") from exc
                 self.sleep(self.wait(attempt, None))
                 continue
-            self.rate_limit = RateLimit.from_headers(answer.headers) or self.rate_limit
+            told = RateLimit.from_headers(answer.headers)
+            self.rate_limit = told or self.rate_limit
+            self.budget.spent(self.caller, method, told)
             if answer.status_code == 429 and not last:
                 self.sleep(self.wait(attempt, self._rate_limit_delay(answer.headers)))
                 continue

@@ -10,15 +10,20 @@ only when the API says that location or type cannot take the server (``resource_
 ``placement_error``, or ``invalid_input`` "unsupported location for server type"); a quota
 refusal (``resource_limit_exceeded``) is not tried elsewhere. It returns once the server
 exists, and never makes it twice (the client looks it up by name after an unknown outcome).
-delete treats "not found" as done and waits out ``locked``/``conflict``.
+A server of that name already there that carries this project's and this machine's labels is
+the machine's own, made by an update that was killed before it could record it: it is taken
+as created, not refused as a duplicate.
+delete treats "not found" as done and waits out ``locked``/``conflict``. read (``pulumi
+refresh``) finds the server in one listing of the project's machines, kept for the update.
 
 The image (``machine.image``, config/machine_images.py) is resolved once per create: a name
 goes to POST /servers as written, a snapshot id as a number (the API takes either: hcloud-go
 ``schema.IDOrName``), and a label selector becomes the id of the newest available snapshot
 that matches it, found as the Kubernetes cluster-autoscaler's Hetzner provider finds one
 (GET /images?type=snapshot&status=available&label_selector=...&sort=created:desc, with the
-architecture of the pool's x86 server types); none matching is a MachineError naming the
-selector. The image the server was made from is in its outputs (``created_image``).
+architecture of the pool's x86 server types), once for all the creates of an update
+(``hetzner/listing.py``); none matching is a MachineError naming the selector. The image
+the server was made from is in its outputs (``created_image``).
 
 The provider never replaces a server: a deploy is new machines under new names, made and
 drained by the controller (the labels of shared/labels.py). A change of labels is an in-place
@@ -45,7 +50,8 @@ from pulumi.dynamic import (
 from sp00ky_infra.config.machine_images import image_kind
 from sp00ky_infra.config.model import DEFAULT_MACHINE_IMAGE
 from sp00ky_infra.hetzner import HcloudError, HetznerAPI, Server
-from sp00ky_infra.hetzner.errors import INVALID_INPUT, NOT_FOUND
+from sp00ky_infra.hetzner.errors import INVALID_INPUT, NOT_FOUND, UNIQUENESS_ERROR
+from sp00ky_infra.hetzner.listing import Kept, Listings
 from sp00ky_infra.infra.errors import InfraError
 from sp00ky_infra.shared import labels
 
@@ -55,6 +61,8 @@ ARCHITECTURE = "x86"  # lint admits x86 server types only (rule SP131)
 # Tries of a delete that finds the server locked (an action runs on it) or changing: with the
 # client's backoff (1, 2, 4, 8 s) about 15 s in all.
 BUSY_TRIES = 5
+_LISTINGS = Listings()  # this provider host's: kept for one update's reads
+_NEWEST: Kept[int] = Kept()  # a selector's newest snapshot, kept for one update's creates
 
 
 class MachineError(InfraError):
@@ -69,12 +77,16 @@ def resolve_image(api: HetznerAPI, image: str) -> int | str:
         return int(image)
     if kind != "selector":
         return image
-    params = {"type": "snapshot", "status": "available", "label_selector": image,
+    return _NEWEST.get((api.endpoint, image), lambda: _newest_snapshot(api, image))
+
+
+def _newest_snapshot(api: HetznerAPI, selector: str) -> int:
+    params = {"type": "snapshot", "status": "available", "label_selector": selector,
               "sort": "created:desc", "architecture": ARCHITECTURE}  # fmt: skip
     newest = next(api.paginate("/images", "images", **params), None)
-    if newest is None:
+    if newest is None:  # raised, so not kept: a snapshot made meanwhile is found next time
         raise MachineError(
-            f"no available {ARCHITECTURE} snapshot matches the label selector {image!r} "
+            f"no available {ARCHITECTURE} snapshot matches the label selector {selector!r} "
             "(machine.image); make one with those labels, or name an image instead"
         )
     return int(newest["id"])
@@ -105,6 +117,9 @@ def create_server(api: HetznerAPI, props: dict[str, Any]) -> tuple[Server, list[
             try:
                 return api.create_server(**body), skipped
             except HcloudError as exc:
+                left = _left_behind(api, props) if exc.code == UNIQUENESS_ERROR else None
+                if left is not None:
+                    return left, skipped
                 if not exc.unavailable_here:
                     raise MachineError(
                         f"creating server {props['name']} ({server_type} in "
@@ -115,6 +130,17 @@ def create_server(api: HetznerAPI, props: dict[str, Any]) -> tuple[Server, list[
     raise MachineError(
         f"no location or server type could take server {props['name']}; tried " + ", ".join(skipped)
     )
+
+
+def _left_behind(api: HetznerAPI, props: dict[str, Any]) -> Server | None:
+    """The server of the machine's name when it is this machine's (its project and machine
+    labels say so): one an earlier, killed update made. Another's keeps the refusal."""
+    found = api.server_named(props["name"])
+    wanted = props.get("labels") or {}
+    mine = (labels.PROJECT, labels.MACHINE)
+    if found is None or any(found.labels.get(k) != wanted.get(k) for k in mine):
+        return None
+    return found
 
 
 def kept_labels(olds: dict[str, Any], news: dict[str, Any]) -> dict[str, str]:
@@ -159,8 +185,14 @@ class HetznerMachineProvider(ResourceProvider):
         return UpdateResult(outs={**olds, "labels": wanted})
 
     def read(self, id: str, props: dict[str, Any]) -> ReadResult:
+        """The server as its project's listing has it (one listing answers a refresh's
+        reads: ``hetzner/listing.py``), else read by id; gone when the API does not know it."""
+        api = HetznerAPI.from_env()
+        project = (props.get("labels") or {}).get(labels.PROJECT)
+        mine = labels.selector({labels.PROJECT: project, labels.MACHINE: None})
+        server = _LISTINGS.server(api, mine, id) if project else None
         try:
-            server = HetznerAPI.from_env().get_server(id)
+            server = server or api.get_server(id)
         except HcloudError as exc:
             if exc.code == NOT_FOUND:
                 return ReadResult(id_="", outs={})

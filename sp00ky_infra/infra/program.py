@@ -16,13 +16,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pulumi
 
 from sp00ky_infra.config import Config, Pool
 from sp00ky_infra.config.machine_images import BAKED
 from sp00ky_infra.config.model import DEFAULT_MACHINE_IMAGE
-from sp00ky_infra.infra.container import DockerMachine, DockerNetwork
 from sp00ky_infra.infra.firewall import HetznerFirewall
 from sp00ky_infra.infra.machine import HetznerMachine
 from sp00ky_infra.shared import labels as label
@@ -30,6 +30,10 @@ from sp00ky_infra.shared import names
 from sp00ky_infra.shared.cloud_init import user_data
 from sp00ky_infra.shared.desired import Desired
 from sp00ky_infra.shared.tokens import STACK_JOIN_TTL_SECONDS, issue_join_token
+
+if TYPE_CHECKING:  # imported only where the stack's provider is docker: the Docker SDK and
+    # what it pulls in (paramiko, cryptography) are slow to import, and a Hetzner stack needs none
+    from sp00ky_infra.infra.container import DockerMachine, DockerNetwork
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +131,8 @@ class DockerPool(pulumi.ComponentResource):
         network: DockerNetwork,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        from sp00ky_infra.infra.container import DockerMachine
+
         super().__init__("sp00ky:infra:DockerPool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         if not args.dockerfile:
@@ -168,6 +174,8 @@ def build(
     served = served_pools(config, machines)
     network = None
     if provider == "docker":
+        from sp00ky_infra.infra.container import DockerNetwork
+
         network = DockerNetwork("sp00ky-network", name=names.network_name(project), project=project)
     components: dict[str, pulumi.ComponentResource] = {}
     for name, pool in served.items():

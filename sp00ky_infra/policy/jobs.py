@@ -104,7 +104,7 @@ def retry_or_fail(retries: int, max_retries: int) -> bool:
     return retries < max_retries
 
 
-# --- Bounds on what a job's creator may ask for (README, "Limits") ---------------------------
+# --- Bounds on what a job's creator may ask for (docs/jobs.md, "Limits") -------------------------
 # Every number a job takes is bounded, so that no value overflows the store's 64-bit columns
 # or turns a retry, a delay or a timeout into "forever". The docs give no numbers; these
 # are far past any real use and far below any overflow.

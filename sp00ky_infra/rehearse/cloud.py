@@ -20,6 +20,9 @@ requests a deleted server's delete_server action runs, its firewalls still appli
 ``boot`` makes servers boot; ``add_snapshot`` makes a snapshot (labels, created) that GET
 /images lists and POST /servers boots by its id.
 
+Every request it answers is in ``requests`` (method, path); ``counted()`` sums them by kind
+(``GET /servers/{id}``), as a Hetzner bill of requests would.
+
 Boot mode: POST /servers answers at once with the server ``initializing``, its address already
 given (as Hetzner's is), and a ``create_server`` action ``running``; the container starts in
 the background and then the server is ``running`` and the action ``success`` (or, if it could
@@ -36,6 +39,7 @@ import json
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,6 +52,7 @@ from sp00ky_infra.config.machine_images import (
     labels_matching,
     parse_selector,
 )
+from sp00ky_infra.hetzner.budget import pattern
 from sp00ky_infra.policy.server_types import SERVER_TYPES
 from sp00ky_infra.rehearse.boot import Booter
 from sp00ky_infra.rehearse.catalog import (
@@ -124,6 +129,12 @@ class FakeHetzner:
         self.server.server_close()
         if self.boot is not None:
             self.boot.close()
+
+    def counted(self) -> Counter[str]:
+        """The requests answered so far, by method and path pattern (``GET /servers/{id}``)."""
+        with self._lock:
+            answered = list(self.requests)
+        return Counter(pattern(method, path.removeprefix("/v1")) for method, path in answered)
 
     # --- state -----------------------------------------------------------------------------
 

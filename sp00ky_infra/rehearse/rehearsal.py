@@ -21,6 +21,7 @@ pools' snapshots first); ``rehearse_paths`` runs several in turn, to be set side
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import re
 import secrets
@@ -66,10 +67,11 @@ from sp00ky_infra.rehearse.phases import (
     phases,
 )
 from sp00ky_infra.shared.cloud_init import USER_DATA_LIMIT, user_data
+from sp00ky_infra.shared.shipped import NotShipped, shipped
 from sp00ky_infra.store import open_store
 from sp00ky_infra.store.machines import Machine
 
-ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: Pulumi.yaml, __main__.py
+ROOT = Path(__file__).resolve().parent.parent.parent  # a checkout: scripts/pulumi-engine
 LISTENING = re.compile(r"agents' endpoint on (http://[^\s,]+).*, admin API on (http://\S+) ")
 # What a rehearsal changes of the user's timings: machines go idle fast, so the pool is back
 # to zero in seconds, not in the 5 minutes of a production idleTimeout.
@@ -171,7 +173,8 @@ def _say(message: str) -> None:
 
 
 def pulumi_bin() -> str | None:
-    """Where the pulumi CLI is: on PATH, or built by scripts/pulumi-engine."""
+    """Where the pulumi CLI is: on PATH, or built by scripts/pulumi-engine (asked in a
+    checkout; from an installed package, looked for in its cache at the SDK's version)."""
     found = shutil.which("pulumi")
     if found:
         return str(Path(found).parent)
@@ -180,7 +183,21 @@ def pulumi_bin() -> str | None:
         done = subprocess.run([str(script), "--path"], capture_output=True, text=True)
         if done.returncode == 0 and done.stdout.strip():
             return done.stdout.strip()
-    return None
+        return None
+    try:
+        version = importlib.metadata.version("pulumi")
+    except importlib.metadata.PackageNotFoundError:  # the pulumi extra is not installed
+        return None
+    cached = _engine_cache() / f"v{version}" / "bin"
+    return str(cached) if os.access(cached / "pulumi", os.X_OK) else None
+
+
+def _engine_cache() -> Path:
+    """Where scripts/pulumi-engine builds the engine (its SPKY_PULUMI_ENGINE_DIR default)."""
+    if os.environ.get("SPKY_PULUMI_ENGINE_DIR"):
+        return Path(os.environ["SPKY_PULUMI_ENGINE_DIR"])
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "sp00ky" / "pulumi-engine"
 
 
 def example_payload(schema: dict[str, Any]) -> Any:
@@ -272,7 +289,8 @@ class Rehearsal:
         engine = pulumi_bin()
         if engine is None:
             raise RehearseError(
-                "the pulumi CLI is not on PATH: install it, or build it with scripts/pulumi-engine"
+                "the pulumi CLI is not on PATH: install it (https://www.pulumi.com/docs/install/"
+                "), or build it with scripts/pulumi-engine in a checkout of sp00ky-infra"
             )
         return config, pools, engine
 
@@ -418,12 +436,13 @@ class Rehearsal:
     def _stack(self, work: Path, env: dict[str, str]) -> Path:
         """This project's Pulumi program in the working directory, run with this Python, and
         a ``prod`` stack of its own: provider hetzner, the user's sp00ky.yml."""
-        program = ROOT / "__main__.py"
-        if not program.exists() or not (ROOT / "Pulumi.yaml").exists():
-            raise RehearseError(f"the Pulumi program is not beside the package ({ROOT})")
+        try:
+            program, pulumi_yaml = shipped("__main__.py"), shipped("Pulumi.yaml")
+        except NotShipped as exc:
+            raise RehearseError(f"the Pulumi program: {exc}") from exc
         project = work / "project"
         (project / "stacks").mkdir(parents=True, exist_ok=True)
-        meta = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+        meta = yaml.safe_load(pulumi_yaml.read_text())
         meta["runtime"]["options"]["virtualenv"] = sys.prefix
         (project / "Pulumi.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
         shutil.copy(program, project / "__main__.py")

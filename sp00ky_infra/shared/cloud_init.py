@@ -30,14 +30,19 @@ from typing import Any
 import yaml
 
 from sp00ky_infra.shared.errors import SharedError
+from sp00ky_infra.shared.shipped import shipped
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-CLOUD_INIT = ROOT / "cloud-init"
-AGENT = ROOT / "agent"
+# the agent's package, beside this one (in site-packages, or in the checkout)
+AGENT = Path(__file__).resolve().parent.parent.parent / "agent"
 USER_DATA_LIMIT = 32 * 1024  # Hetzner Cloud's limit on user-data
 BOOTSTRAP = AGENT / "bootstrap.py"  # rides in the user-data; not part of the archive
 # (where the archive puts it, its mode): the files install-agent.sh installs the agent with
 INSTALL_FILES = (("install-agent.sh", 0o755), ("sp00ky-agent.service", 0o644))
+
+
+def cloud_init_file(name: str) -> Path:
+    """A file of ``cloud-init/``, where the package finds it (``shipped``)."""
+    return shipped("cloud-init") / name
 
 
 class UserDataTooLarge(SharedError, ValueError):
@@ -150,7 +155,7 @@ def agent_archive() -> bytes:
                 source = shipped_source(path.read_bytes(), path.name)
                 _add(tar, f"agent/{path.name}", source, 0o644)
         for name, mode in INSTALL_FILES:
-            _add(tar, name, (CLOUD_INIT / name).read_bytes(), mode)
+            _add(tar, name, cloud_init_file(name).read_bytes(), mode)
     return buffer.getvalue()
 
 

@@ -278,6 +278,18 @@ def window_words(window: float) -> str:
     return f"the bill over the first {fmt_s(window)}, scaled to a day"
 
 
+def short_window(window: float) -> str | None:
+    """What a reader of a per-day figure measured over less than a day must know (None for a
+    day or more): it is that window's bill multiplied up, as if the whole day were like it."""
+    if window >= DAY:
+        return None
+    return (
+        f"the window is {fmt_s(window)}, shorter than a day: EUR/day is its bill x "
+        f"{DAY / max(window, 1.0):.1f}, as if the whole day had this work; give --window 24h "
+        "to bill a day with only this work (the pool settles and idles after it)"
+    )
+
+
 def fmt_s(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f}s"

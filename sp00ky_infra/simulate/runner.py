@@ -186,7 +186,8 @@ def pool_run(
     backend = config.backend_for(pool_name)
     concurrency = backend.method.concurrency if backend.method else None
     own = [a for a in arrivals if a.backend in (None, backend.name)]
-    snapshot = booted_snapshot(pool, provider.name, changes.get(SNAPSHOT_FIELD))
+    # billed by the provider sp00ky.yml declares, whatever boot model is simulated
+    snapshot = booted_snapshot(pool, pool.provider, changes.get(SNAPSHOT_FIELD))
     return Run(pool, own, provider, price, concurrency, snapshot=snapshot, **options).changed(
         changes
     )

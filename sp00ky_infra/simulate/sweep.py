@@ -1,15 +1,15 @@
-"""Every combination of some pool settings through the simulator, and the Pareto front of
-waiting (p95) against euros per day: as a table, an SVG picture and a terminal chart."""
+"""Every combination of some pool settings through the simulator, the Pareto front of waiting
+(p95) against euros per day, and the setting to choose with the figure that decided it: as a
+table and JSON (the pictures are ``chart``'s)."""
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from html import escape
-from typing import Any
+from typing import Any, Literal
 
 from sp00ky_infra.simulate.report import Bill, Report, billed, common_window, fmt_s, report
 from sp00ky_infra.simulate.runner import Run, SettingError, setting
@@ -86,15 +86,75 @@ def pareto(points: Sequence[Point]) -> list[Point]:
     return front
 
 
+def on_front(points: Sequence[Point]) -> list[bool]:
+    """For each point, whether it is on the Pareto front: no other point both waits less (p95)
+    and costs less a day (a point with the very figures of one on the front is on it too)."""
+    figures = {(p.wait, p.euros) for p in pareto(points)}
+    return [(p.wait, p.euros) in figures for p in points]
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """The setting a sweep recommends, the figure that decided it, and why, in words."""
+
+    point: Point
+    decided_by: Literal["EUR/day", "wait p95"]
+    reason: str
+
+
+def lost_jobs(point: Point) -> int:
+    """Jobs the setting did not run: those that hit queueTimeout, and those refused."""
+    return point.report.queue_timeouts + point.report.refused
+
+
+def recommend(points: Sequence[Point], max_wait: float | None = None) -> Recommendation:
+    """The cheapest setting whose wait p95 is at most ``max_wait`` (every setting when None),
+    decided by its euros a day; when none waits so little, the one that waits least, decided
+    by its wait. Settings that lose jobs are left out while one loses none; ties go to the
+    setting given first."""
+    order = {id(p): i for i, p in enumerate(points)}
+    whole = [p for p in points if not lost_jobs(p)] or list(points)
+    left_out = "" if len(whole) == len(points) else f"; {_losing(len(points) - len(whole))}"
+    meeting = [p for p in whole if max_wait is None or p.wait <= max_wait]
+    if not meeting:
+        best = min(whole, key=lambda p: (p.wait, p.euros, order[id(p)]))
+        reason = (
+            f"no setting keeps wait p95 within {fmt_s(max_wait or 0.0)}: this one waits least "
+            f"({fmt_s(best.wait)}), at {best.euros:.2f} EUR/day{left_out}"
+        )
+        return Recommendation(best, "wait p95", reason)
+    best = min(meeting, key=lambda p: (p.euros, p.wait, order[id(p)]))
+    among = (
+        f"of the {len(meeting)} settings whose wait p95 is at most {fmt_s(max_wait)}"
+        if max_wait is not None
+        else "of them all (give --max-wait to choose the cheapest within a wait)"
+    )
+    reason = (
+        f"the cheapest ({best.euros:.2f} EUR/day, wait p95 {fmt_s(best.wait)}) {among}{left_out}"
+    )
+    return Recommendation(best, "EUR/day", reason)
+
+
+def _losing(count: int) -> str:
+    return f"{count} setting(s) whose jobs hit queueTimeout or were refused left out"
+
+
+COLUMNS = ("", "setting", "wait p95", "wait p99", "EUR/day", "idle", "machine-h/day", "timeouts")
+
+
 def table(points: Sequence[Point]) -> list[list[str]]:
-    """Rows for the front: setting, wait p95, wait p99, euros a day, idle share, machine-hours."""
-    rows = [["setting", "wait p95", "wait p99", "EUR/day", "idle", "machine-h/day", "timeouts"]]
-    for p in points:
+    """Rows for every point, cheapest first (ties: the lower wait, then the order given), a
+    ``*`` on those on the front: setting, waits, euros a day, idle share, machine-hours."""
+    marks = dict(zip(map(id, points), on_front(points), strict=True))
+    order = {id(p): i for i, p in enumerate(points)}
+    rows = [list(COLUMNS)]
+    for p in sorted(points, key=lambda p: (p.euros, p.wait, order[id(p)])):
         r = p.report
         day = 86400.0 / max(r.window, 1.0)
         idle = r.idle_euros / r.machine_euros if r.machine_euros else 0.0
         rows.append(
             [
+                "*" if marks[id(p)] else "",
                 p.label,
                 fmt_s(r.wait_p95),
                 fmt_s(r.wait_p99),
@@ -109,87 +169,24 @@ def table(points: Sequence[Point]) -> list[list[str]]:
 
 def markdown(rows: Sequence[Sequence[str]]) -> str:
     head, *body = rows
+    head = ["front", *head[1:]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(row) + " |" for row in body]
     return "\n".join(lines) + "\n"
 
 
-# --- pictures ---------------------------------------------------------------------------------
-
-
-def _scale(lo: float, hi: float, size: float) -> Callable[[float], float]:
-    span = hi - lo or 1.0
-    return lambda v: (v - lo) / span * size
-
-
-def svg(points: Sequence[Point], title: str, width: int = 720, height: int = 440) -> str:
-    """A scatter of every point (wait p95 across, euros a day up), the front joined and named."""
-    front = pareto(points)
-    left, right, top, bottom = 70, 30, 40, 55
-    w, h = width - left - right, height - top - bottom
-    xs = [p.wait for p in points]
-    ys = [p.euros for p in points]
-    sx = _scale(0.0, max(xs) * 1.05 or 1.0, w)
-    sy = _scale(0.0, max(ys) * 1.1 or 1.0, h)
-
-    def at(p: Point) -> tuple[float, float]:
-        return left + sx(p.wait), top + h - sy(p.euros)
-
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15">{escape(title)}</text>',
-        f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top + h}" stroke="black"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="black"/>',
-        f'<text x="{left + w / 2}" y="{height - 12}" text-anchor="middle">wait p95</text>',
-        f'<text x="16" y="{top + h / 2}" text-anchor="middle" '
-        f'transform="rotate(-90 16 {top + h / 2})">EUR per day</text>',
-    ]
-    top_x, top_y = max(xs) * 1.05 or 1.0, max(ys) * 1.1 or 1.0
-    for i in range(5):
-        vx, vy = top_x * i / 4, top_y * i / 4
-        x, y = left + sx(vx), top + h - sy(vy)
-        out.append(f'<text x="{x}" y="{top + h + 16}" text-anchor="middle">{fmt_s(vx)}</text>')
-        out.append(f'<text x="{left - 6}" y="{y + 4}" text-anchor="end">{vy:.2f}</text>')
-        out.append(f'<line x1="{left}" y1="{y}" x2="{left + w}" y2="{y}" stroke="#eee"/>')
-    for p in points:
-        x, y = at(p)
-        out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="#bbb"/>')
-    path = " ".join(f"{x:.1f},{y:.1f}" for x, y in map(at, front))
-    out.append(f'<polyline points="{path}" fill="none" stroke="#c0392b" stroke-width="1.5"/>')
-    for p in front:
-        x, y = at(p)
-        out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="#c0392b"/>')
-        out.append(f'<text x="{x + 7:.1f}" y="{y - 6:.1f}" font-size="10">{escape(p.label)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
-
-def terminal(points: Sequence[Point], width: int = 60, height: int = 16) -> str:
-    """The same scatter in text: ``o`` a point, ``#`` a point on the front."""
-    front = {id(p) for p in pareto(points)}
-    top_x = max(p.wait for p in points) or 1.0
-    top_y = max(p.euros for p in points) or 1.0
-    grid = [[" "] * width for _ in range(height)]
-    for p in points:
-        col = min(width - 1, round(p.wait / top_x * (width - 1)))
-        line = height - 1 - min(height - 1, round(p.euros / top_y * (height - 1)))
-        if grid[line][col] != "#":
-            grid[line][col] = "#" if id(p) in front else "o"
-    lines = []
-    for i, row in enumerate(grid):
-        label = f"{top_y * (height - 1 - i) / (height - 1):7.2f}" if i % 5 == 0 else " " * 7
-        lines.append(f"{label} |" + "".join(row))
-    lines.append(" " * 8 + "+" + "-" * width)
-    lines.append(" " * 9 + f"0{'wait p95':^{width - 12}}{fmt_s(top_x):>10}")
-    lines.append(" " * 9 + "EUR/day up; # on the Pareto front, o dominated")
-    return "\n".join(lines) + "\n"
-
-
-def summary(points: Sequence[Point]) -> Mapping[str, Any]:
-    front = pareto(points)
+def summary(points: Sequence[Point], chosen: Recommendation) -> Mapping[str, Any]:
+    """The sweep as JSON: every point (``on_front`` marked), the front, the recommendation."""
+    marks = on_front(points)
     return {
-        "points": [{"setting": p.label, **p.report.as_dict()} for p in points],
-        "front": [p.label for p in front],
+        "points": [
+            {"setting": p.label, "on_front": mark, **p.report.as_dict()}
+            for p, mark in zip(points, marks, strict=True)
+        ],
+        "front": [p.label for p in pareto(points)],
+        "recommended": {
+            "setting": chosen.point.label,
+            "decided_by": chosen.decided_by,
+            "reason": chosen.reason,
+        },
     }

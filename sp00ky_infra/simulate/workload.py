@@ -2,14 +2,9 @@
 arrivals, a duration distribution, bursts), or the store's own history (``jobs export``
 writes it in the trace format).
 
-A trace has one job per line (row):
-
-    at        seconds since the trace's start, or a unix time (then the first one is 0)
-    duration  how long the backend works on it, in seconds (or a duration: 90s, 2m)
-    backend   optional; only this backend's jobs are simulated when the config has several
-    priority  optional, default 0 (higher goes first)
-    slots     optional, default 1
-    delay     optional, seconds before it may start (``run --delay``), default 0
+A trace has one job per line (row); ``TRACE_COLUMNS`` says what each column holds and in
+which unit (``simulate --help`` prints it). Absolute times (unix seconds, or ISO 8601 with its
+offset) start the trace at the first one.
 """
 
 from __future__ import annotations
@@ -21,6 +16,7 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,6 +24,17 @@ from sp00ky_infra.config.durations import DurationError, parse_duration
 
 FIELDS = ("at", "duration", "backend", "priority", "slots", "delay")
 UNIX_TIME = 1e9  # a first `at` past this is a unix time (2001-09-09): the trace is shifted
+TRACE_COLUMNS = (
+    ("at", "when the job arrived: seconds from the trace's start (0, 12.5), a unix time in "
+     "seconds (1767225600), or an ISO 8601 time with its offset (2026-01-01T09:00:00Z, "
+     "2026-01-01T10:00:00+01:00); absolute times start the trace at the first one"),
+    ("duration", "how long the backend works on the job: seconds (90) or a duration (90s, 2m)"),
+    ("backend", "optional: the backend the job is for; with several pools each one gets its "
+     "backend's jobs"),
+    ("priority", "optional whole number, default 0: a higher one starts first"),
+    ("slots", "optional whole number, default 1: the slots of a machine the job takes"),
+    ("delay", "optional, default 0: seconds or a duration before it may start (run --delay)"),
+)  # fmt: skip
 
 
 class WorkloadError(ValueError):
@@ -214,7 +221,7 @@ def _arrival(row: Mapping[str, Any], line: int) -> Arrival:
         if slots < 1:
             raise WorkloadError(f"slots: a job takes at least 1 slot, not {slots}")
         return Arrival(
-            at=seconds(row["at"], "at"),
+            at=_instant(row["at"]),
             duration=seconds(row["duration"], "duration"),
             backend=str(row["backend"]) if row.get("backend") is not None else None,
             priority=int(row.get("priority", 0)),
@@ -223,6 +230,26 @@ def _arrival(row: Mapping[str, Any], line: int) -> Arrival:
         )
     except (WorkloadError, ValueError) as exc:
         raise WorkloadError(f"line {line}: {exc}") from None
+
+
+def _instant(value: Any) -> float:
+    """A trace's ``at``: seconds (from the trace's start, or unix), or an ISO 8601 time with
+    its offset, as unix seconds."""
+    if not isinstance(value, str) or "T" not in value.upper():
+        return seconds(value, "at")
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise WorkloadError(
+            f"at: {value!r} is not an ISO 8601 time; write 2026-01-01T09:00:00Z, "
+            "2026-01-01T10:00:00+01:00 or seconds"
+        ) from None
+    if moment.tzinfo is None:
+        raise WorkloadError(
+            f"at: {value!r} has no offset, so the instant it names is not known; add one "
+            f"(Z for UTC, or +01:00), e.g. {value}Z"
+        )
+    return moment.timestamp()
 
 
 def write_trace(arrivals: Iterable[Arrival], out: TextIO, fmt: str = "csv") -> int:

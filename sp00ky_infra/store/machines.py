@@ -227,6 +227,13 @@ class MachineTable:
             )
             return [_machine(row) for row in sql.fetchall()]
 
+    def count_live(self) -> int:
+        """How many machines are not yet destroyed (``live()``'s length, without its rows)."""
+        with self._db.read() as sql:
+            sql.execute("SELECT COUNT(*) FROM machines WHERE state <> 'destroyed'")
+            row = sql.fetchone()
+            return int(row[0]) if row else 0
+
     def recent(self, pool: str, limit: int = 50) -> list[Machine]:
         with self._db.read() as sql:
             sql.execute(

@@ -21,7 +21,7 @@ JobStatus = Literal["pending", "processing", "success", "failed"]
 STATUSES: tuple[JobStatus, ...] = ("pending", "processing", "success", "failed")
 TERMINAL: tuple[JobStatus, ...] = ("success", "failed")
 
-# Error codes written on a job's `errors` (README, "Job error codes").
+# Error codes written on a job's `errors` (docs/jobs.md, the error codes).
 LEASE_EXPIRED = "lease_expired"
 CANCELLED = "cancelled"
 TIMEOUT = "timeout"

@@ -271,10 +271,10 @@ def test_a_machine_fetches_checks_installs_and_starts_the_agent(machine: Machine
         ]
         calls = (machine.root / "systemctl.log").read_text().splitlines()
         assert calls == [
+            "start docker.service sp00ky-agent.service",  # first: enabled for a reboot after
             "is-enabled --quiet docker.service",
             "enable --no-reload docker.service",
             "enable --no-reload sp00ky-agent.service",
-            "start docker.service sp00ky-agent.service",
         ]
         store = machine.client.store
         try:

@@ -127,7 +127,7 @@ def test_dev_ctrl_c_stops_everything_and_leaves_no_process(tmp_path: Path) -> No
             assert time.monotonic() < deadline, seen.decode(errors="replace")
             if select.select([leader], [], [], 0.2)[0]:
                 seen += os.read(leader, 65536)
-        assert b"pools" in seen and b"desired" in seen  # the live view is drawn
+        assert b"pools" in seen and b"want" in seen  # the live view is drawn
         while _processing(folder / ".sp00ky" / "state.db") < 2:  # both jobs dispatched
             assert time.monotonic() < deadline, seen.decode(errors="replace")
             if select.select([leader], [], [], 0.2)[0]:

@@ -154,9 +154,6 @@ def test_typos_under_apps_are_named_with_the_key_meant(tmp_path: Path) -> None:
         "apps.renderer.method.concurency: unknown key 'concurency'; did you mean 'concurrency'? "
         "[SP001] (line 10)",
         "apps.renderer.enviroment: unknown key 'enviroment'; did you mean 'env'? [SP001] (line 11)",
-        "apps.renderer.deploy.healthcheck: warning: backend 'renderer' has no "
-        "`deploy.healthcheck`; it will count as ready as soon as its port accepts connections. "
-        "Add a path that answers 2xx once it can work [SP107] (line 12)",
         "apps.renderer.deploy.healthCheck: unknown key 'healthCheck'; did you mean "
         "'healthcheck'? [SP001] (line 15)",
         "apps.renderer.deploy.helthcheck_interval: unknown key 'helthcheck_interval'; did you "

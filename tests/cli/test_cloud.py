@@ -41,6 +41,11 @@ def test_login_then_cloud_jobs_pools_schedules_and_explain(tmp_path: Path) -> No
         assert code == 0 and "paused" in out
         code, out, _ = run("pools", "list", "--cloud", "--json")
         assert code == 0 and [p["name"] for p in json.loads(out)] == ["render"]
+        code, out, _ = run("pools", "reset", "render", "--cloud")
+        assert code == 0 and out.splitlines() == [
+            "render: breaker closed (it was closed already)",
+            "render: still paused: `sp00ky-infra pools resume render` undoes it",
+        ]
         code, out, _ = run("schedules", "--cloud", "list")
         assert code == 0 and "no schedules" in out
         code, out, _ = run("jobs", "policy", "render_job", "--concurrency", "2", "--cloud")

@@ -132,6 +132,7 @@ def test_dev_runs_docker_machines_by_default_and_removes_an_earlier_runs(
     assert "1 of 1 job(s) succeeded" in done.stdout
     assert "render destroyed:" in done.stdout  # idle, by the pool itself
     assert _containers(name) == []  # the leftover went at start, the machine at the end
+    assert _networks(name) == []  # dev made the network, and removed it with its machines
     store = open_store(f"sqlite:///{folder}/.sp00ky/state.db")
     try:
         (machine,) = [m for p in ("render",) for m in store.machines.recent(p)]
@@ -139,6 +140,28 @@ def test_dev_runs_docker_machines_by_default_and_removes_an_earlier_runs(
     finally:
         store.close()
     assert processes_in(folder) == []
+
+
+def _networks(name: str) -> list[str]:
+    with contextlib.closing(docker.from_env()) as client:
+        return [str(network.name) for network in client.networks.list(names=[f"sp00ky-{name}"])]
+
+
+def test_a_missing_dockerfile_is_one_line_naming_the_path_and_the_fix(
+    docker_dev: tuple[Path, str, dict[str, str]],
+) -> None:
+    folder, name, env = docker_dev
+    (folder / "backend" / "Dockerfile").unlink()
+    done = cli_process(
+        "dev", "sp00ky.yml", "--machines", "docker", cwd=folder, env=env, timeout=120
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: backend renderer: no Dockerfile at {folder}/backend/Dockerfile: fix "
+        "deploy.dockerfile in sp00ky.yml (a relative path starts at its directory), or add "
+        "the file there"
+    ]
+    assert _networks(name) == []
 
 
 def _build_containers() -> set[str]:

@@ -14,7 +14,7 @@ from tests.dev_process import Dev, example_project, kill_all_in
 from tests.prometheus import free_port
 
 SUMMARY = re.compile(
-    r"in all (\d+) machine\(s\) destroyed, machine time (\d+)s \(\S+ pool_machine_hours\) "
+    r"This run: (\d+) machine\(s\) destroyed, machine time (\d+)s \(\S+ pool_machine_hours\) "
     r"of (\d+) machine\(s\)(, (\d+) reconnected from an earlier run)?"
 )
 

@@ -5,53 +5,26 @@ The core commands work there; those that need an extra say which one to install.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import ROOT
+from tests.installed import install_package, user_env
 
 pytestmark = pytest.mark.slow
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 EXTRA_MODULES = ("pulumi", "grpc", "fabric", "paramiko", "mcp")
-INSTALL_SECONDS = 300  # a cold package cache downloads the core set once
-
-
-def _check(*args: str | Path, cwd: Path) -> None:
-    subprocess.run(
-        [str(arg) for arg in args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        timeout=INSTALL_SECONDS,
-    )
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bin directory of a fresh virtualenv holding the wheel and its core dependencies."""
-    work = tmp_path_factory.mktemp("install")
-    source = work / "source"  # a copy: the build leaves build/ and egg-info beside its sources
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    for name in ("sp00ky_infra", "agent"):
-        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-    python = sys.executable
-    _check(python, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps",
-           "--no-build-isolation", "--wheel-dir", work / "dist", source, cwd=work)  # fmt: skip
-    (wheel,) = (work / "dist").glob("sp00ky_infra-*.whl")
-    # uv installs from its cache of wheels: seconds once the locked versions are in it
-    _check(python, "-m", "uv", "venv", "--quiet", "--python", python, work / "venv", cwd=work)
-    _check(python, "-m", "uv", "pip", "install", "--quiet", "--python", work / "venv/bin/python",
-           "--constraint", ROOT / "requirements.lock", wheel, cwd=work)  # fmt: skip
-    return work / "venv/bin"
+    return install_package(tmp_path_factory.mktemp("install"))
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +36,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def spooky(installed: Path, project: Path) -> Run:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("SPKY_")}
-    env.pop("PYTHONPATH", None)
-    env["PATH"] = f"{installed}{os.pathsep}{env.get('PATH', '')}"
+    env = user_env(installed)
 
     def run(*args: str, timeout: float = 60, **extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

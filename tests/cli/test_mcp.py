@@ -26,7 +26,7 @@ from tests.controllers import (
 TOOLS = {
     "pools_list", "pools_get", "pools_pause", "pools_resume", "machines_drain", "jobs_list",
     "jobs_get", "jobs_kill", "jobs_retry", "explain_job", "explain_pool", "schedules_pause",
-    "schedules_resume", "jobs_policy",
+    "schedules_resume", "jobs_policy", "pools_reset",
 }  # fmt: skip
 
 
@@ -69,6 +69,9 @@ async def _session(controller: ControllerProcess, store_url: str, tmp: Path, job
         machine = (await call("pools_get", name="render"))["machine_list"][0]["name"]
         assert (await call("pools_pause", name="render"))["paused"] is True
         assert (await call("pools_resume", name="render"))["paused"] is False
+        reset = await call("pools_reset", name="render")
+        assert reset["breaker"] == {"open": False, "failures": 0, "open_until": None}
+        assert reset["breaker_before"]["open"] is False
 
         why = await call("explain_job", job_id=job_id)
         assert [cause["code"] for cause in why["causes"]][:1] == ["delayed"]

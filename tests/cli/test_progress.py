@@ -5,12 +5,7 @@ guardian passes over many servers show a bar on a terminal (a pty here) and stay
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,7 +16,7 @@ import pytest
 from sp00ky_infra.rehearse.cloud import TOKEN, FakeHetzner
 from sp00ky_infra.store import NewJob, SqlStore, open_store
 from sp00ky_infra.store.dialect import DEFAULT_BATCH
-from tests.helpers import ROOT, cli
+from tests.helpers import ROOT, cli, on_a_terminal
 
 T0 = 1_700_000_000.0
 
@@ -47,37 +42,6 @@ def test_clear_and_prune_tell_each_committed_batch(store: SqlStore) -> None:
     assert told == [10, 10, 5]
 
 
-def _on_a_terminal(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sp00ky_infra", *args],
-        cwd=cwd, env={**os.environ, **env, "COLUMNS": "120"},
-        stdin=follower, stdout=follower, stderr=follower, close_fds=True,
-    )  # fmt: skip
-    os.close(follower)
-    seen = b""
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if select.select([leader], [], [], 0.2)[0]:
-                try:
-                    chunk = os.read(leader, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-            elif proc.poll() is not None:
-                break
-        code = proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(leader)
-    return code, seen.decode(errors="replace")
-
-
 @pytest.fixture
 def big_project(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     folder = tmp_path / "project"
@@ -96,20 +60,20 @@ def test_clear_shows_progress_on_a_terminal_only(
 ) -> None:
     folder, env = big_project
     rows = 2 * DEFAULT_BATCH + 100
-    code, text = _on_a_terminal(["jobs", "clear", "--yes", "--limit", "1000"], folder, env)
+    code, text = on_a_terminal(["jobs", "clear", "--yes", "--limit", "1000"], folder, env)
     assert code == 0, text
     assert "deleting finished jobs" in text and "1000/1000" in text
     assert "deleted 1000 finished job(s)" in text
     piped = cli("jobs", "clear", "--yes", "--limit", "10", cwd=folder, env=env)
     assert piped.stdout == "deleted 10 finished job(s)\n" and piped.stderr == ""
-    code, text = _on_a_terminal(["jobs", "clear", "--yes", "--json"], folder, env)
+    code, text = on_a_terminal(["jobs", "clear", "--yes", "--json"], folder, env)
     assert code == 0 and "deleting finished jobs" not in text
     assert len(json.loads(text)) == rows - 1010  # the whole output is the JSON
 
 
-def test_prune_shows_progress_on_a_terminal(big_project: tuple[Path, dict[str, str]]) -> None:
+def test_prune_shows_progresson_a_terminal(big_project: tuple[Path, dict[str, str]]) -> None:
     folder, env = big_project
-    code, text = _on_a_terminal(["jobs", "prune"], folder, env)
+    code, text = on_a_terminal(["jobs", "prune"], folder, env)
     assert code == 0, text
     rows = 2 * DEFAULT_BATCH + 100
     assert "pruning finished jobs" in text and f"{rows}/?" in text
@@ -123,10 +87,10 @@ def test_a_guardian_pass_shows_progress_on_a_terminal_and_not_in_json() -> None:
         for n in range(40):
             fake.add_server(f"old-{n}", {**labels, "sp00ky/machine": f"old-{n}"}, old)
         env = {"HCLOUD_TOKEN": TOKEN, "HCLOUD_ENDPOINT": fake.url}
-        code, text = _on_a_terminal(["guardian", "--dry-run", "--json"], ROOT, env)
+        code, text = on_a_terminal(["guardian", "--dry-run", "--json"], ROOT, env)
         assert code == 0 and "guardian:" not in text
         assert len(json.loads(text)["plan"]) == 40
-        code, text = _on_a_terminal(["guardian"], ROOT, env)
+        code, text = on_a_terminal(["guardian"], ROOT, env)
         assert code == 0, text
         assert "guardian: 40 machine(s) seen; destroying" in text and "40/40" in text
         assert "40 machine(s) seen; destroyed 40" in text and fake.servers == {}

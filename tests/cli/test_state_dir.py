@@ -27,7 +27,7 @@ CLEAN = {"SPKY_STORE": "", "SPKY_CONFIG": "", "SPKY_ADMIN_URL": "", "SPKY_ADMIN_
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """A repository with the example project in examples/, as the README's commands use it."""
+    """A repository with the example project in examples/, as the docs' commands use it."""
     shutil.copytree(ROOT / "examples", tmp_path / "repo" / "examples",
                     ignore=shutil.ignore_patterns(".sp00ky"))  # fmt: skip
     return tmp_path / "repo"
@@ -83,7 +83,7 @@ def test_a_missing_config_names_the_flag(repo: Path) -> None:
 
 @pytest.fixture
 def dev_from_the_root(repo: Path) -> Iterator[subprocess.Popen[str]]:
-    """`dev examples/sp00ky.yml` from the repository's root, as the README's tour runs it."""
+    """`dev examples/sp00ky.yml` from the repository's root, as the docs' commands run it."""
     env = {**os.environ, **CLEAN, "SPKY_POOL_PORT": "0", "SPKY_ADMIN_PORT": "0",
            "SPKY_TICK": "200ms"}  # fmt: skip
     proc = subprocess.Popen(

@@ -208,6 +208,20 @@ FAILING: list[tuple[str, tuple[tuple[str, Any], ...], str, str]] = [
         "pools.render.queueTimeout",
         "give a positive number of seconds (1800) or a duration (30m)",
     ),
+    (
+        "SP124",
+        (("pools.render.idleTimeout", "0s"),),
+        "pools.render.idleTimeout",
+        "idleTimeout 0s drains a machine above min and buffer at the first tick it has no job "
+        "(on Hetzner, once its paid hour is nearly over: keepPaidHours)",
+    ),
+    (
+        "SP124",
+        (("pools.render.provider", "docker"), ("pools.render.idleTimeout", "0m")),
+        "pools.render.idleTimeout",
+        "idleTimeout 0m drains a machine above min and buffer at the first tick it has no job, "
+        "so a job that comes later waits for a boot; give it the gap between jobs",
+    ),
     ("SP130", (("mode", "single"),), "mode", "needs `mode: cluster` (mode is 'single')"),
     ("SP130", (("mode", DELETE),), "mode", "(mode is 'unset')"),
     (
@@ -417,6 +431,7 @@ PASSING: list[tuple[str, tuple[tuple[str, Any], ...]]] = [
     ("SP121", (("pools.render.lease", "30s"),)),
     ("SP122", (("pools.render.maxLifetime", "8h"),)),
     ("SP123", (("pools.render.queueTimeout", 1800),)),
+    ("SP124", (("pools.render.idleTimeout", "1s"),)),
     ("SP130", (("mode", "cluster"),)),
     ("SP131", (("pools.render.machine.type", "ccx23"), ("pools.render.machine.types", ["cpx42"]))),
     ("SP135", (("pools.render.machine.type", "cx23"), ("pools.render.machine.types", ["ccx63"]))),

@@ -252,7 +252,7 @@ def test_two_jobs_run_at_once_on_one_two_slot_machine(tmp_path: Path, sqlite_url
 def test_a_result_over_the_limit_fails_the_attempt_instead_of_sticking(
     tmp_path: Path, sqlite_url: str
 ) -> None:
-    """The backend answers 2 MiB, over the 1 MiB a result may be (README, "Limits")."""
+    """The backend answers 2 MiB, over the 1 MiB a result may be (docs/jobs.md, "Limits")."""
     app = _odd_backend(tmp_path, post="big", healthcheck=None)
     config = project(tmp_path, ONE_MACHINE, {"renderer": app})
     with Client(sqlite_url, config) as client, running_controller(tmp_path, config, sqlite_url):

@@ -174,3 +174,16 @@ def test_the_controller_stamps_the_heartbeat_the_guardian_reads(
         later = wait_for(lambda: (heartbeats(_api(fake)).get("shop") or 0) > first, timeout=20)
         assert later and len(fake.firewalls) == 1  # one heartbeat firewall, re-stamped
     assert started - 1 <= first <= time.time()  # a stamp of the time it was made
+
+
+def test_a_pass_over_50_machines_is_two_requests_and_says_what_is_left(
+    fake: FakeHetzner,
+) -> None:
+    fake.clock = lambda: 0.0  # no refill meanwhile: the budget left is exact
+    _beat(fake)  # a listing and a POST
+    for n in range(50):
+        _server(fake, f"m{n}", limit="50")
+    fake.requests.clear()
+    report = run_pass(_api(fake), NOW.timestamp())
+    assert fake.counted() == {"GET /servers": 1, "GET /firewalls": 1}
+    assert report.as_json()["api"] == {"requests": 2, "remaining": 3600 - 4, "limit": 3600}

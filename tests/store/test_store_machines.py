@@ -57,6 +57,7 @@ def test_live_machines_and_machine_time(store: SqlStore) -> None:
     store.machines.move("a", Reason.LEFT_BEHIND, T0 + 3600)
     assert [m.name for m in store.machines.live("render")] == ["b"]
     assert [m.name for m in store.machines.live()] == ["c", "b"]
+    assert store.machines.count_live() == 2
     # a: one hour, destroyed; b: still alive at T0 + 7300 -> two hours
     assert store.machines.machine_seconds("render", T0 + 7300) == 3600 + 7200
 

@@ -10,7 +10,8 @@ the agent reaches the controller at SPKY_POOL_PUBLIC_URL over the network.
 
 When the controller starts, ``reap`` removes the machine containers the store does not know as
 live; those it does keep running, and their agents reconnect (a restart loses nothing). ``dev``
-keeps none: it removes every leftover of an earlier run.
+keeps none: it removes every leftover of an earlier run. The network goes at ``close`` (or a
+failed ``prepare``) when this provisioner made it and no container is on it any more.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import docker
-from docker.errors import APIError, BuildError, ImageNotFound, NotFound
+from docker.errors import APIError, BuildError, DockerException, ImageNotFound, NotFound
 
 from agent.tail import TAIL_LINES
 from sp00ky_infra import engine
@@ -64,26 +65,37 @@ class DockerProvisioner:
         self.network = network or network_name(project)
         self.commands: dict[str, list[str]] = {}  # backend -> its image's command
         self.image_env: dict[str, list[str]] = {}  # backend -> the names of its image's ENV
+        self.made_network = False  # whether prepare made the network (then close removes it)
 
     def prepare(self, backends: Mapping[str, Build | Pull]) -> None:
-        """Each backend's images, built or pulled; make the network."""
-        engine.ensure_network(self.client, self.network, self.project)
-        for backend, source in backends.items():
-            try:
-                if isinstance(source, Pull):
-                    self.commands[backend] = engine.pull_images(
-                        self.client, backend, source.reference, source.auth
-                    )
-                else:
-                    self.commands[backend] = engine.build_images(
-                        self.client, self.project, backend, source.dockerfile, source.context
-                    )
-                self.image_env[backend] = self._image_env(backend)
-            except ImageNotFound as exc:
-                raise Refused(f"the image of backend {backend} was not found: {exc}") from exc
-            except (BuildError, APIError) as exc:
-                how = "pulling" if isinstance(source, Pull) else "building"
-                raise Refused(f"{how} the image of backend {backend} failed: {exc}") from exc
+        """Make the network; each backend's images, built or pulled (the network made goes
+        again when one fails: nothing is left of a start that is refused)."""
+        _, self.made_network = engine.made_network(self.client, self.network, self.project)
+        try:
+            for backend, source in backends.items():
+                self._images(backend, source)
+        except BaseException:
+            self._remove_network()
+            raise
+
+    def _images(self, backend: str, source: Build | Pull) -> None:
+        try:
+            if isinstance(source, Pull):
+                self.commands[backend] = engine.pull_images(
+                    self.client, backend, source.reference, source.auth
+                )
+            else:
+                self.commands[backend] = engine.build_images(
+                    self.client, self.project, backend, source.dockerfile, source.context
+                )
+            self.image_env[backend] = self._image_env(backend)
+        except engine.MissingDockerfile as exc:
+            raise Refused(f"backend {backend}: {exc}") from exc
+        except ImageNotFound as exc:
+            raise Refused(f"the image of backend {backend} was not found: {exc}") from exc
+        except (BuildError, APIError) as exc:
+            how = "pulling" if isinstance(source, Pull) else "building"
+            raise Refused(f"{how} the image of backend {backend} failed: {exc}") from exc
 
     def _image_env(self, backend: str) -> list[str]:
         """The names the backend's own image sets (its ENV, not the agent layer's): what its
@@ -139,7 +151,15 @@ class DockerProvisioner:
         return removed
 
     def close(self) -> None:
+        self._remove_network()
         self.client.close()
+
+    def _remove_network(self) -> None:
+        """The network this provisioner made, once no container is on it (``dev`` destroyed
+        its machines first; a controller's live ones keep it, and it them)."""
+        if self.made_network:
+            with contextlib.suppress(DockerException):  # an engine gone: nothing to tidy
+                self.made_network = not engine.remove_unused_network(self.client, self.network)
 
 
 class _MachineRun(engine.MachineRun):

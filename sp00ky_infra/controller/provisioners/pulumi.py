@@ -15,21 +15,37 @@ bake stands (``controller/baking.py``).
 A stack locked by another update (a `pulumi up` by hand, another controller's) is not a
 failure of the machines: the update waits and tries again (LOCK_RETRY_SECONDS, doubling up
 to LOCK_RETRY_MAX_SECONDS), the machines stay requested, and the breaker counts nothing.
+
+A controller killed mid-update leaves the stack as its `pulumi up` left it, and the next
+leader puts it right before it relies on it (``Recovery``, after adopt() and after an update
+that failed): the lock of a holder that is gone (a lock file of a ``file://`` backend naming
+this host and a pid that no longer runs) is removed, with a log line; one whose holder lives,
+or that another host holds, is waited for as above. The state's pending operations (an
+update killed while it created or deleted) are dropped, and each machine it was creating is
+looked up by name: one the store still wants is made by the next update, which takes the
+server already there as its own (infra/machine.py); one it no longer wants has its server
+deleted. The controller's sweep (controller/sweep.py) is the backstop for what is left.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any, ClassVar, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
+from urllib.parse import unquote, urlsplit
 
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Outcome, Provisioned, Refused
+from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.policy.explain import Bake
+from sp00ky_infra.shared import labels
 from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV, Desired
 from sp00ky_infra.shared.extras import require
 
@@ -56,6 +72,19 @@ class Stack(Protocol):
         on_event: Callable[[Any], Any] | None = ...,
     ) -> Any: ...
     def outputs(self) -> MutableMapping[str, Any]: ...
+
+
+@runtime_checkable
+class Recoverable(Protocol):
+    """What the real stack also has, which ``Recovery`` uses: its name, its workspace (the
+    backend's URL, the project's name) and its state."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def workspace(self) -> Any: ...
+    def export_stack(self) -> Any: ...
+    def import_stack(self, state: Any) -> None: ...
 
 
 def automation_stack(stack: str, work_dir: str) -> Stack:
@@ -118,6 +147,7 @@ class PulumiProvisioner:
         self.locked_since: float | None = None
         self.lock_message = ""
         self.runs_on = "hetzner"  # the stack's sp00ky:provider, read by pin(): how it bills
+        self.project = ""  # the stack's sp00ky:project, as pin() made it
         self._stack: Stack | None = None
         self.clock = clock
         self.desired: dict[str, set[str]] = {}
@@ -134,6 +164,9 @@ class PulumiProvisioner:
         self._closing = False
         self._busy = False
         self._lock_tries = 0
+        self._recover_due = False  # look for what a killed update left (Recovery) first
+        self._stale = False  # an update is due though the desired set did not change
+        self._retry_now = False  # a dead holder's lock was removed: no wait before the next try
         # the first change the next update will carry, and the last (clock readings)
         self._pending_since: float | None = None
         self._changed_last = 0.0
@@ -170,6 +203,9 @@ class PulumiProvisioner:
             self.revision_of.update(
                 {name: revision for names in machines.values() for name, revision in names.items()}
             )
+            # the last leader may have been killed mid-update (a stack of the Automation API)
+            self._recover_due = isinstance(self._stack, Recoverable)
+            self._changed.notify()
 
     def pin(self, settings: Mapping[str, str]) -> None:
         """Make the stack say what the controller says: ``settings`` maps sp00ky:project,
@@ -179,6 +215,7 @@ class PulumiProvisioner:
         URL; the guardian reads the heartbeat the controller stamps under the same project."""
         stack = self._get_stack()
         found = stack.get_all_config()
+        self.project = settings.get("sp00ky:project", "")
         runs_on = found.get("sp00ky:provider")
         self.runs_on = str(getattr(runs_on, "value", runs_on) or "hetzner")
         for key, mine in settings.items():
@@ -218,7 +255,7 @@ class PulumiProvisioner:
 
     def idle(self) -> bool:
         with self._changed:
-            return not self._busy and self.applied == self._snapshot()
+            return not (self._busy or self._recover_due or self._due())
 
     # --- the update loop ---------------------------------------------------------------------
 
@@ -246,9 +283,14 @@ class PulumiProvisioner:
     def _run(self) -> None:
         while True:
             with self._changed:
-                while not self._closing and self.applied == self._snapshot():
+                while not (self._closing or self._recover_due or self._due()):
                     self._pending_since = None  # changes that undid each other carry nothing
                     self._changed.wait()
+                recover, self._recover_due = self._recover_due, False
+            if recover:
+                self._recover()
+                continue
+            with self._changed:
                 self._settled()
                 if self._closing:
                     return
@@ -262,6 +304,9 @@ class PulumiProvisioner:
                     self._busy = False
             if locked:
                 with self._changed:  # wait, then try again (close() wakes it at once)
+                    if self._retry_now:
+                        self._retry_now = False
+                        continue
                     wait = min(
                         self.lock_retry * 2 ** min(self._lock_tries, 8), LOCK_RETRY_MAX_SECONDS
                     )
@@ -279,34 +324,19 @@ class PulumiProvisioner:
         ).as_json()
         with self._changed:
             images = dict(self.images)
+        steps = UpProgress(self.on_progress)
         try:
             stack = self._get_stack()
             stack.set_config("sp00ky:machines", _config_value(json.dumps(machines)))
             if images:
                 stack.set_config("sp00ky:images", _config_value(json.dumps(images)))
-            steps = UpProgress(self.on_progress)
             result = stack.up(
                 on_output=lambda line: log.debug("pulumi: %s", line.rstrip()),
                 on_event=steps.event,
             )
             outputs = stack.outputs()
         except Exception as exc:  # CommandError and friends: the message names the machines
-            if _locked(exc):
-                with self._changed:
-                    if self.locked_since is None:
-                        self.locked_since = started
-                    self._lock_tries += 1
-                    self.lock_message = _first_line(str(exc).split("stderr:")[-1])
-                log.warning(
-                    "the stack is locked by another update; trying again (%s)", self.lock_message
-                )
-                return False
-            elapsed = self.clock() - started
-            self.durations.append(elapsed)
-            self._failed(wanted, before, str(exc))
-            log.warning("pulumi up failed after %.1fs: %s", elapsed, _first_line(str(exc)))
-            self._unlocked()
-            return True
+            return self._not_updated(exc, started, (wanted, before), steps)
         self._unlocked()
         elapsed = self.clock() - started
         self.durations.append(elapsed)
@@ -314,6 +344,7 @@ class PulumiProvisioner:
         ids = _machine_ids(outputs)
         with self._changed:
             self.applied = wanted
+            self._stale = False
             for pool, names in wanted.items():
                 for name in names - before.get(pool, set()):
                     self._outcomes.append(Outcome(name, "created", ids.get(name, "")))
@@ -323,6 +354,80 @@ class PulumiProvisioner:
         summary = getattr(result, "summary", None)
         log.info("pulumi up took %.1fs (%s)", elapsed, getattr(summary, "result", "succeeded"))
         return True
+
+    def _not_updated(
+        self, exc: Exception, started: float,
+        update: tuple[dict[str, set[str]], dict[str, set[str]]], steps: UpProgress,
+    ) -> bool:  # fmt: skip
+        """An update that did not go through: False when the stack was locked (try again),
+        at once when its holder was gone; the machines failed otherwise."""
+        if _locked(exc):
+            if self._lock_left_by_the_dead():
+                with self._changed:
+                    self._retry_now = True
+                return False
+            with self._changed:
+                if self.locked_since is None:
+                    self.locked_since = started
+                self._lock_tries += 1
+                self.lock_message = _first_line(str(exc).split("stderr:")[-1])
+            log.warning(
+                "the stack is locked by another update; trying again (%s)", self.lock_message
+            )
+            return False
+        elapsed = self.clock() - started
+        self.durations.append(elapsed)
+        self._failed(*update, str(exc), steps)
+        log.warning("pulumi up failed after %.1fs: %s", elapsed, _first_line(str(exc)))
+        self._unlocked()
+        with self._changed:
+            self._recover_due = isinstance(self._stack, Recoverable)  # the engine may have died
+        return True
+
+    def _due(self) -> bool:
+        """Under the lock: an update has something to do."""
+        return self._stale or self.applied != self._snapshot()
+
+    def _recovery(self) -> Recovery | None:
+        stack = self._stack
+        if not isinstance(stack, Recoverable):
+            return None
+        forget = forget_server(self.project) if self.runs_on == "hetzner" else _keep
+        return Recovery(stack, forget)
+
+    def _lock_left_by_the_dead(self) -> bool:
+        recovery = self._recovery()
+        try:
+            return recovery is not None and recovery.take_over_lock()
+        except Exception as exc:  # the lock is then waited for, as any other
+            log.warning("could not read the stack's lock: %s", exc)
+            return False
+
+    def _recover(self) -> None:
+        """Put right what a killed update left (``Recovery``) before the next update; the
+        machines whose create it dropped that are still wanted are made by that update."""
+        try:
+            self._get_stack()
+        except Refused:
+            return  # the update fails the machines, saying why
+        recovery = self._recovery()
+        if recovery is None:
+            return
+        with self._changed:
+            self._busy = True
+            wanted = _names(self.desired)
+        try:
+            took = recovery.take_over_lock()
+            remade = recovery.pending(wanted)
+        except Exception as exc:  # the next update goes as it would have
+            log.warning("could not look at the stack for a killed update: %s", exc)
+            took, remade = False, set()
+        with self._changed:
+            self._busy = False
+            if took or remade:
+                self._stale = True
+                self.applied = {pool: names - remade for pool, names in self.applied.items()}
+                self._changed.notify()
 
     def on_progress(self, line: str) -> None:
         """One resource step of the running update, forwarded: the controller's log says
@@ -335,24 +440,35 @@ class PulumiProvisioner:
             self.locked_since, self.lock_message, self._lock_tries = None, "", 0
 
     def _failed(
-        self, wanted: dict[str, set[str]], before: dict[str, set[str]], message: str
-    ) -> None:
-        """Map a failed update back to machines: those the message names, else every machine
-        the update was to create. Failed ones leave the desired set (the tick fails them)."""
-        new = {name for pool, names in wanted.items() for name in names - before.get(pool, set())}
-        named = {
-            name for name in new if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", message)
-        }
-        failed = named or new  # a message that names none: the whole update failed
+        self, wanted: dict[str, set[str]], before: dict[str, set[str]], message: str,
+        steps: UpProgress,
+    ) -> None:  # fmt: skip
+        """Map a failed update back to machines. Failed: those an error line of the message
+        names, else (none named, none made) every machine the update was to create; they
+        leave the desired set (the tick fails them). Made: those the engine's events say it
+        created, with their servers' ids (with no events: every other new one, as Pulumi goes
+        on with the others). A new machine neither made nor failed was never tried, and a
+        removed one not deleted is still there: the next update sees to both."""
+        new = _names(wanted) - _names(before)
+        named = {name for name in new if _errors_name(message, name)}
+        made = set(steps.made) & new if steps.heard else set()
+        failed = named or (set() if made else new)
+        made = made if steps.heard else new - failed
+        kept = (_names(before) - _names(wanted)) - steps.deleted if steps.heard else set()
         with self._changed:
             for name in sorted(failed):
                 self._outcomes.append(Outcome(name, "failed", _reason(message, name)))
                 pool = self.pool_of.get(name)
                 if pool is not None:
                     self.desired.get(pool, set()).discard(name)
-            for name in sorted(new - failed):  # Pulumi went on with the others
-                self._outcomes.append(Outcome(name, "created"))
-            self.applied = {pool: names - failed for pool, names in wanted.items()}
+            for name in sorted(made - failed):
+                self._outcomes.append(Outcome(name, "created", steps.made.get(name, "")))
+            self._stale = False  # what is left to do shows in applied: no loop of failures
+            self.applied = {
+                pool: (wanted.get(pool, set()) & (before.get(pool, set()) | made))
+                | (before.get(pool, set()) & kept)
+                for pool in set(wanted) | set(before)
+            }
 
     def _get_stack(self) -> Stack:
         if self._stack is None:
@@ -382,6 +498,11 @@ class UpProgress:
     def __init__(self, emit: Callable[[str], None]) -> None:
         self.emit = emit
         self.started: dict[str, int] = {}  # urn -> the step's start (event timestamp, seconds)
+        # what a failed update did before it stopped, by resource name: the servers it made
+        # (their ids), the resources it deleted; ``heard``: the engine sent events at all
+        self.heard = False
+        self.made: dict[str, str] = {}
+        self.deleted: set[str] = set()
 
     def event(self, event: Any) -> None:
         try:
@@ -400,6 +521,9 @@ class UpProgress:
                 continue
             meta = found.metadata
             op = str(getattr(meta.op, "value", meta.op))
+            self.heard = True
+            if phase == "done":
+                self._done(op, meta)
             if op in self.QUIET or getattr(found, "planning", False):
                 return
             kind = _kind(meta.type)
@@ -412,6 +536,14 @@ class UpProgress:
                 ended = self.DONE.get(op, op) if phase == "done" else f"{op} failed"
                 self.emit(f"{what} {ended} in {took}s")
             return
+
+    def _done(self, op: str, meta: Any) -> None:
+        name = _resource_name(meta.urn)
+        if op == "create":
+            outputs = getattr(getattr(meta, "new", None), "outputs", None) or {}
+            self.made[name] = str(outputs.get("server_id") or "")
+        elif op == "delete":
+            self.deleted.add(name)
 
 
 def _resource_name(urn: str) -> str:
@@ -443,6 +575,17 @@ def _locked(exc: Exception) -> bool:
     return isinstance(exc, ConcurrentUpdateError) or "the stack is currently locked" in str(exc)
 
 
+def _names(machines: Mapping[str, set[str]]) -> set[str]:
+    return {name for names in machines.values() for name in names}
+
+
+def _errors_name(message: str, machine: str) -> bool:
+    """An error line of the update's message names ``machine`` (Pulumi's progress lines name
+    every machine it made: they are not errors)."""
+    name = re.compile(rf"(?<![\w-]){re.escape(machine)}(?![\w-])")
+    return any(name.search(line) for line in message.splitlines() if "error" in line.lower())
+
+
 def _first_line(message: str) -> str:
     return message.strip().splitlines()[0] if message.strip() else message
 
@@ -453,3 +596,119 @@ def _reason(message: str, machine: str) -> str:
     lines = [line.strip() for line in message.splitlines() if machine in line]
     errors = [line for line in lines if "error" in line.lower()]
     return (errors or lines or [_first_line(message)])[-1][:500]
+
+
+# --- what a killed update left ----------------------------------------------------------------
+
+DYNAMIC = "pulumi-python:dynamic:Resource"  # the type of every machine (and firewall) resource
+
+
+def lock_files(backend_url: str, project: str, stack: str) -> list[Path]:
+    """The lock files of ``stack`` in a ``file://`` backend (another backend keeps its locks
+    to itself: none)."""
+    if not backend_url.startswith("file://"):
+        return []
+    locks = Path(unquote(urlsplit(backend_url).path)) / ".pulumi" / "locks"
+    short = stack.rsplit("/", 1)[-1]
+    return [*locks.glob(f"*/{project}/{short}/*.json"), *locks.glob(f"{short}/*.json")]
+
+
+def stale_locks(backend_url: str, project: str, stack: str, host: str) -> list[Path]:
+    """The lock files of ``stack`` whose holder was a process of ``host`` that no longer
+    runs."""
+    found = []
+    for path in lock_files(backend_url, project, stack):
+        try:
+            holder = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # being written or removed right now: its holder decides
+        if holder.get("hostname") == host and not _runs(int(holder.get("pid") or 0)):
+            found.append(path)
+    return found
+
+
+def _runs(pid: int) -> bool:
+    """Whether a process of that id runs here (one we may not signal runs; no pid: unknown,
+    so it runs)."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Recovery:
+    """Puts right what a killed update left on the stack (the module's docstring)."""
+
+    def __init__(self, stack: Recoverable, forget: Callable[[str], None]) -> None:
+        self.stack = stack
+        self.forget = forget  # deletes the server of a machine nobody wants, by its name
+
+    def _where(self) -> tuple[str, str, str]:
+        """The backend's URL, the project's name and the stack's."""
+        workspace = self.stack.workspace
+        return workspace.who_am_i().url, workspace.project_settings().name, self.stack.name
+
+    def take_over_lock(self) -> bool:
+        """Remove the locks whose holder is gone; whether there was one."""
+        removed = False
+        for path in stale_locks(*self._where(), socket.gethostname()):
+            holder = path.read_text().strip()
+            path.unlink(missing_ok=True)
+            removed = True
+            log.warning(
+                "event=stack_lock_taken_over stack=%s lock=%s holder=%s: its process no longer "
+                "runs (killed mid-update)", self.stack.name, path, holder,
+            )  # fmt: skip
+        return removed
+
+    def pending(self, wanted: set[str]) -> set[str]:
+        """Drop the state's pending operations; the machines whose create was pending that
+        are still ``wanted`` (the next update makes them). The others' servers are deleted.
+        Not while a live update holds the stack: its pending operations are its own."""
+        if lock_files(*self._where()):
+            return set()
+        state = self.stack.export_stack()
+        deployment = dict(state.deployment or {})
+        operations = deployment.get("pending_operations") or []
+        if not operations:
+            return set()
+        creating = {  # Hetzner machines: a firewall or a container has no server type
+            _resource_name(op["resource"]["urn"])
+            for op in operations
+            if op.get("type") == "creating" and op["resource"].get("type") == DYNAMIC
+            and "server_type" in (op["resource"].get("inputs") or {})
+        }  # fmt: skip
+        log.warning("event=pending_operations stack=%s dropped=%s: an update was killed while "
+                    "it ran", self.stack.name,
+                    ",".join(f"{op.get('type')}:{_resource_name(op['resource']['urn'])}"
+                             for op in operations))  # fmt: skip
+        deployment["pending_operations"] = []
+        self.stack.import_stack(type(state)(version=state.version, deployment=deployment))
+        for name in sorted(creating - wanted):
+            self.forget(name)
+        return creating & wanted
+
+
+def _keep(name: str) -> None:
+    """A stack of containers (sp00ky:provider docker): there is no server to delete."""
+
+
+def forget_server(project: str) -> Callable[[str], None]:
+    """Deletes the Hetzner server of a machine the store no longer wants, found by its name,
+    when it carries ``project``'s label (another's is never touched)."""
+
+    def forget(name: str) -> None:
+        api = HetznerAPI.from_env()
+        server = api.server_named(name)
+        if server is None or server.labels.get(labels.PROJECT) != project:
+            return
+        api.delete_server(server.id)
+        log.warning("event=server_deleted machine=%s server=%d: its create was pending in a "
+                    "killed update and no machine row wants it", name, server.id)  # fmt: skip
+
+    return forget
