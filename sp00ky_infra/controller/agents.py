@@ -315,7 +315,7 @@ class Agents:
         self.require_leader()
         with self.store.transaction(key=machine_key(name)):
             sight, _ = self._read(name, session, request, [])
-            offer = self._offer(sight, request)
+            offer = self._offer(sight, request, resend=False)
         return self._reply(offer, [], [])
 
     def _read(
@@ -373,9 +373,11 @@ class Agents:
         if last is None or not 0 <= sight.now - last < SEEN_RESOLUTION_SECONDS:
             self.store.machines.seen(sight.machine.name, sight.now)
 
-    def _offer(self, sight: Sight, request: PollRequest) -> Offer:
+    def _offer(self, sight: Sight, request: PollRequest, resend: bool = True) -> Offer:
         """The cancels of the machine's running jobs and, for a ready machine of the leader,
-        the assignments it lost and the work claimed for its free slots."""
+        the assignments it lost (``resend``: a poll's first pass; a later one would count as
+        lost the jobs a poll beside it took meanwhile) and the work claimed for its free
+        slots."""
         cancelled = [
             Stop(job=job.id, attempt=job.attempt or "", reason="cancelled")
             for job in sight.running
@@ -383,7 +385,8 @@ class Agents:
         ]
         offer = Offer(sight, cancelled)
         if sight.machine.state == "ready" and self.controller.leader:
-            offer.assignments += self._resend(sight, request)
+            if resend:
+                offer.assignments += self._resend(sight, request)
             offer.claimed = self._claim(sight, request.free_slots)
         return offer
 
@@ -526,7 +529,7 @@ class Agents:
             machine = self.authenticate(name, session)
             status = self._record(machine, job_id, attempt, report, self.controller.clock())
         if self.line is not None:
-            self.line.freed(name)  # a slot is free again: the held poll answers, to offer it
+            self.line.freed(name)  # a slot is free: the held poll answers, to offer or fill it
         else:
             self.controller.wake.machine(name)
         return status

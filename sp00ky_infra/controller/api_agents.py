@@ -74,6 +74,8 @@ class Polls:
     async def poll(self, name: str, authorization: str | None, body: PollRequest) -> bytes:
         agents, controller, hub = self.agents, self.agents.controller, self.hub
         session = _session(authorization)
+        if body.beside:
+            return await self._beside(name, session, body)
         loop = asyncio.get_running_loop()
         pool = ""
         if body.wait > 0:  # a machine's pool never changes: looked up once, not every poll
@@ -89,7 +91,7 @@ class Polls:
         step: Callable[[str, str, PollRequest], PollReply] = agents.poll
         acks: list[ResultAck] | None = None
         while True:
-            woken = hub.waiter(name, pool)
+            woken = hub.waiter(name, pool, offers=body.free_slots > 0)
             try:
                 freed = hub.answer_now(name)  # this pass answers, and fills the slot freed
                 asked = self._asked(pool, body, freed)
@@ -108,6 +110,16 @@ class Polls:
                 await hub.wait(woken, left)
             finally:
                 hub.done(name, woken)
+
+    async def _beside(self, name: str, session: str, body: PollRequest) -> bytes:
+        """A poll beside the machine's held one: one pass, answered at once, outside the
+        hub (the held poll is the machine's waiting one). A slot it leaves unclaimed (no work
+        due), or frees for no work now (no ``refill``), makes the held poll answer, so that
+        the agent polls again with it."""
+        reply = await self.call(self.agents.poll, name, session, body)
+        if not body.refill or len(reply.assignments) < body.free_slots:
+            self.hub.freed(name)
+        return reply.model_dump_json().encode()
 
     def _asked(self, pool: str, body: PollRequest, freed: bool) -> PollRequest:
         """The poll a pass looks with: after a result posted on its own freed a slot, and

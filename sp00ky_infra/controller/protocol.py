@@ -157,6 +157,13 @@ class PollRequest(BaseModel):
         description="The machine starts work in a slot that a result posted on its own frees "
         "while this poll is held (the held poll then answers with it); false: none.",
     )
+    beside: bool = Field(
+        default=False,
+        description="Sent beside the machine's held poll, which stays held: it carries results "
+        "and takes work for the slots they free, and is answered at once. When it leaves a "
+        "slot unclaimed, or says no `refill` (those slots take no work now), the held poll "
+        "answers, so that the agent polls again.",
+    )
     results: list[FinishedAttempt] = Field(
         default_factory=list,
         description="Finished attempts' results, recorded first (each acknowledged in the "

@@ -22,9 +22,19 @@ from typing import Any
 
 import pytest
 
+from agent import courier
 from agent import main as agent_main
 from agent.jobs import JobRun
-from agent.protocol import AgentSettings, Assignment, PollReply, ResultReply, ResultRequest, Stop
+from agent.protocol import (
+    AgentSettings,
+    Assignment,
+    PollReply,
+    PollRequest,
+    ResultAck,
+    ResultReply,
+    ResultRequest,
+    Stop,
+)
 from agent.settings import Settings
 from sp00ky_infra.client import Client
 from tests.controllers import (
@@ -67,10 +77,19 @@ class Wake(threading.Event):
 
 
 class Courier:
-    """The courier's controller: the results posted on their own."""
+    """The courier's controller: the polls beside the held one (each answered with the
+    acknowledgements of its results and ``assignments``), and the results posted on their
+    own."""
 
     def __init__(self) -> None:
+        self.polled: list[PollRequest] = []
         self.posted: list[tuple[str, str, ResultRequest]] = []
+        self.assignments: tuple[Assignment, ...] = ()
+
+    def poll(self, body: PollRequest, timeout: float | None = None) -> PollReply:
+        self.polled.append(body)
+        acks = tuple(ResultAck(job=each.job, attempt=each.attempt) for each in body.results)
+        return PollReply(assignments=self.assignments, lease=LEASE, now=NOW, results=acks)
 
     def result(self, job: str, attempt: str, body: ResultRequest) -> ResultReply:
         self.posted.append((job, attempt, body))
@@ -182,10 +201,12 @@ def test_a_killed_job_is_reported_at_once_by_the_courier_and_its_slot_is_free(
     request = agent.outgoing().request
     assert request.free_slots == 1 and request.results == ()
     assert [each.job for each in request.running] == ["j2"]
-    # the courier posts it on its own, and the agent forgets it once recorded
-    agent.courier.send(killed)
-    ((job, attempt, body),) = agent.courier.controller.posted  # type: ignore[attr-defined]
-    assert (job, attempt, body.status) == ("j1", "a-j1", "cancelled")
+    # the courier sends it beside the held poll, and the agent forgets it once recorded
+    agent.courier.send([killed])
+    (beside,) = agent.courier.controller.polled  # type: ignore[attr-defined]
+    ((job, attempt, status),) = [(each.job, each.attempt, each.status) for each in beside.results]
+    assert (job, attempt, status) == ("j1", "a-j1", "cancelled")
+    assert beside.beside and beside.free_slots == 1
     assert list(agent.work.runs.values()) == [other]
     # the other job runs on: nothing stopped it, and the backend is not recycled
     assert other.stopped is None and not agent.recycle_due
@@ -200,6 +221,53 @@ def test_a_finished_job_s_slot_is_free_while_its_result_is_on_its_way(clock: Clo
         agent.courier.take(done, agent.work.polls)  # the held poll is out: the courier's
     request = agent.outgoing().request
     assert request.free_slots == 1 and request.results == ()
+
+
+def _assignment(job: str) -> Assignment:
+    return Assignment(
+        job=job, attempt=f"a-{job}", path="/render", payload={}, deadline=None,
+        lease_expires_at=NOW + LEASE,
+    )  # fmt: skip
+
+
+def test_a_result_under_a_full_machine_s_held_poll_goes_beside_it_for_the_next_job(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The held poll offers no slot, so it will not come back to carry the result: the
+    courier sends it at once (no grace) on a poll beside it, whose answer starts the next job
+    in the freed slot while the held poll stays out. That job, brought again by an answer
+    that crossed the poll that ended it, is not started twice."""
+    monkeypatch.setattr(courier, "COURIER_GRACE_SECONDS", 30.0)  # were it waited, it shows
+    agent = _busy_agent(clock)
+    for run in agent.work.runs.values():
+        run.assigned_at = clock.t - 1.0  # started a while ago: no result of theirs to settle for
+    started: list[JobRun] = []
+    agent.slots.start = lambda run, *_, **__: started.append(run)  # type: ignore[method-assign]
+    agent.backend.runtime = types.SimpleNamespace(port=9)
+    assert agent.outgoing().request.free_slots == 0
+    assert agent.work.holding and agent.work.offered == 0
+    done = agent.work.runs["j1"]
+    done.report = ResultRequest(status="success", result={"ok": True})
+    done.done.set()
+    agent.job_done(done)
+    assert agent.courier.queue == [(done, agent.work.polls)]
+    began = time.monotonic()
+    runs = agent.courier._due()
+    assert runs == [done] and time.monotonic() - began < 5.0
+    remote = agent.courier.controller
+    assert isinstance(remote, Courier)
+    remote.assignments = (_assignment("j3"),)
+    agent.courier.send(runs)
+    (beside,) = remote.polled
+    assert beside.beside and beside.refill and beside.wait == 0 and beside.free_slots == 1
+    assert [(each.job, each.status) for each in beside.results] == [("j1", "success")]
+    assert [each.job for each in beside.running] == ["j2"]
+    assert [run.job for run in started] == ["j3"] and sorted(agent.work.runs) == ["j2", "j3"]
+    assert agent.work.holding and remote.posted == []  # the held poll is still out
+    # the held poll's answer brings j3 again and j1, sent before the results crossed it
+    agent.handle(PollReply(assignments=(_assignment("j1"), _assignment("j3")), lease=LEASE,
+                           now=NOW), NOW, set())  # fmt: skip
+    assert [run.job for run in started] == ["j3"] and sorted(agent.work.runs) == ["j2", "j3"]
 
 
 TIMINGS = "lease=90s,idleTimeout=60s,bootTimeout=15s"  # the default lease and poll wait

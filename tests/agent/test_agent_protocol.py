@@ -82,6 +82,7 @@ def test_a_poll_dumps_nested_messages_and_any_json_result_as_json() -> None:
         "free_slots": 2,
         "wait": 20,
         "refill": False,
+        "beside": False,
         "results": [
             {"job": "j2", "attempt": "a2", "status": "success", "posted": None, "error": None,
              "result": {**result, "tags": ["a", "b"]}},
