@@ -3,8 +3,9 @@ own connection. A result that ends while the held poll offers a free slot waits 
 that poll to come back and carry it; under a full machine's held poll (which comes back only
 for a kill) the courier sends it at once, with the results of the jobs started with it
 (``settle``). A killed job's cancel goes at once. They go on a poll ``beside`` the held one,
-whose answer takes work for the slots they free (one request a job, as a poll carrying
-results); a result too large to ride a poll is posted on its own."""
+whose answer takes work for the slots they free (one request for the results that end
+together, as a poll that carries them); a result too large to ride a poll is posted on its
+own."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ COURIER_GRACE_SECONDS = 0.02
 
 
 class Sender(Protocol):
-    """The agent, for the courier: the poll beside the held one, and its answer."""
+    """The agent, for the courier: the poll beside the held one, its answer, and the wait for
+    the jobs just started to end too."""
 
     def beside(self, runs: list[JobRun]) -> Outgoing: ...
 
