@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ from agent.protocol import (
 )
 from agent.settings import Settings
 from agent.watchdog import Watchdog
-from agent.work import Work
+from agent.work import Outgoing, Work
 
 JOIN_BUDGET_SECONDS = 600.0
 REFUSED = 3  # the unit's RestartPreventExitStatus lists it: a refused machine stays off
@@ -68,18 +68,6 @@ HTTP_FETCH_SECONDS = 30.0
 # A poll that would carry results first waits this long for the jobs the last poll started,
 # so that it carries their results too rather than leave them to the poll after.
 SETTLE_SECONDS = 0.008
-
-
-@dataclass
-class Outgoing:
-    """One poll: its request, the finished runs whose results it carries, whether the backend
-    could take work when it was made, its timeout and (once sent) its send time."""
-
-    request: PollRequest
-    carried: list[JobRun]
-    alive: bool
-    timeout: float
-    sent: float = 0.0
 
 
 class Agent:
@@ -96,7 +84,7 @@ class Agent:
         self.credentials = Credentials(settings.credential_file, self.log)
         self.backend = Backend(settings, self.remote, self.log)
         courier = remote.Controller(settings.controller_url, settings.machine)
-        self.courier = Courier(self.work, courier, self.log)
+        self.courier = Courier(self.work, courier, self.log, self)
         self.watchdog = Watchdog(self.work, self.backend, self.log)
         home = upgrade.home_of(settings.agent_home)
         self.upgrade = upgrade.Upgrade(home, upgrade.own_sha256(home), self.log, Monotonic())
@@ -275,7 +263,9 @@ class Agent:
     def keep_backend(self) -> int | None:
         """Restart an idle backend that exited or is due a recycle; 5 if it cannot be."""
         with self.work.lock:
-            idle = not self.work.running() and self.backend.runtime is not None
+            # a poll beside the held one may be bringing a job: not idle until it is in
+            idle = not self.work.running() and not self.work.besides
+            idle = idle and self.backend.runtime is not None
         if idle and (self.recycle_due or not self.backend.alive()):
             why = "recycle" if self.recycle_due else "the backend exited"
             self.recycle_due = False
@@ -290,33 +280,77 @@ class Agent:
         alive = not self.draining and self.taking and self.backend.alive()
         with work.lock:
             carried = self._carried()
-            busy = len(work.runs) - len(carried)
+            busy = len(work.occupied())
             free = max(0, self.config.slots - busy) if alive else 0
             now = time.monotonic()
             give_up = work.give_up_at()
-            wait = self.config.poll_wait if free > 0 else 0.0
+            # Held while a slot is free (for work) or a job runs (so a kill reaches it at
+            # once); a draining machine's polls are answered at once anyway.
+            held = free > 0 or (busy > 0 and not self.draining)
+            wait = self.config.poll_wait if held else 0.0
             if give_up is not None:  # a held poll must answer well before then
                 wait = min(wait, max(0.0, (give_up - now) / 2))
-            work.holding = wait > 0
+            work.holding, work.offered = wait > 0, free
             work.polls += 1
-            reported = tuple(
-                RunningAttempt(
-                    job=run.job,
-                    attempt=run.attempt,
-                    posted=run.posted(),
-                    fresh=not renewal_due(run.renewed_at, now, self.config.lease),
-                )
-                for run in work.runs.values()
-                if run not in carried
-            )
-        results = tuple(_finished(run) for run in carried)
+            reported = self._reported(carried, now, lambda run: True)
         timeout = bounded_timeout(wait + remote.HTTP_SLACK_SECONDS, now, give_up)
-        request = PollRequest(running=reported, free_slots=free, wait=wait, results=results)
+        refill = self._refills(alive)
+        results = tuple(_finished(run) for run in carried)
+        request = PollRequest(
+            running=reported, free_slots=free, wait=wait, refill=refill, results=results
+        )
         return Outgoing(request, carried, alive, timeout)
 
-    def _carried(self) -> list[JobRun]:
-        """Under the lock: the finished results the poll carries, as many small ones as fit;
-        a large one goes to the courier, on its own POST."""
+    def beside(self, runs: list[JobRun]) -> Outgoing:
+        """The courier's poll beside the held one, answered at once: the results of ``runs``
+        that fit (and of other finished runs no poll carries), the attempts still running,
+        and the free slots, for work in the slots these results free. When these slots take
+        no work now (``refill`` false: the backend restarts between jobs first, or no work is
+        taken), it offers none, and the controller answers the held poll instead."""
+        work = self.work
+        alive = not self.draining and self.taking and self.backend.alive()
+        refill = self._refills(alive)
+        with work.lock:
+            carried = self._carried(runs)
+            busy = len(work.occupied())
+            free = max(0, self.config.slots - busy) if refill else 0
+            now = time.monotonic()
+            give_up = work.give_up_at()
+            # a result the held poll carries is not reported running beside it
+            reported = self._reported(carried, now, lambda run: not run.done.is_set())
+        timeout = bounded_timeout(remote.HTTP_SLACK_SECONDS, now, give_up)
+        results = tuple(_finished(run) for run in carried)
+        request = PollRequest(
+            running=reported, free_slots=free, refill=refill, beside=True, results=results
+        )
+        return Outgoing(request, carried, alive, timeout)
+
+    def _refills(self, alive: bool) -> bool:
+        """Whether a slot a job frees while a poll is held takes work at once: not when the
+        backend restarts between jobs first (its pool's recycle, or a restart due once no
+        job runs) or no work is taken now (``alive`` false)."""
+        return alive and self.config.recycle != "job" and not self.recycle_due
+
+    def _reported(
+        self, carried: list[JobRun], now: float, held: Callable[[JobRun], bool]
+    ) -> tuple[RunningAttempt, ...]:
+        """Under the lock: the attempts a poll reports running (``held``), neither carried
+        nor killed (a killed one's cancel is on its way), each fresh or due a renewal."""
+        return tuple(
+            RunningAttempt(
+                job=run.job,
+                attempt=run.attempt,
+                posted=run.posted(),
+                fresh=not renewal_due(run.renewed_at, now, self.config.lease),
+            )
+            for run in self.work.runs.values()
+            if run not in carried and run.stopped is None and held(run)
+        )
+
+    def _carried(self, taken: list[JobRun] | None = None) -> list[JobRun]:
+        """Under the lock: the finished results a poll carries, the courier's ``taken``
+        first, as many small ones as fit. A large one of the others goes to the courier, on
+        its own POST; one of ``taken`` is left to the courier, which posts it."""
         ended = [
             run
             for run in self.work.runs.values()
@@ -324,11 +358,11 @@ class Agent:
         ]
         carried: list[JobRun] = []
         space = POLL_RESULTS_BYTES
-        for run in ended:
+        for run in [*(taken or ()), *ended]:
             if run.report_bytes <= space:
                 carried.append(run)
                 space -= run.report_bytes
-            else:
+            elif taken is None or run not in taken:
                 self.courier.take(run, None)
         for run in carried:
             run.sending = True
@@ -367,19 +401,24 @@ class Agent:
     def received(self, reply: PollReply, outgoing: Outgoing) -> None:
         """The answer: the results it acknowledged, the leases it renewed, stops and work."""
         self.failures = 0
-        self.work.last_contact = outgoing.sent
         with self.work.lock:
             self.work.holding = False
             self.work.lock.notify_all()
+        self.answered(reply, outgoing)
+
+    def answered(self, reply: PollReply, outgoing: Outgoing) -> None:
+        """A poll's answer (the loop's, or the courier's beside the held one) taken in."""
+        self.work.last_contact = outgoing.sent
         self.acknowledged(reply, outgoing.carried)
         reported = outgoing.request.running
         renewing = {(each.job, each.attempt) for each in reported if not each.fresh}
         self.handle(reply, outgoing.sent, renewing)
 
     def pause(self, reply: PollReply, outgoing: Outgoing) -> None:
-        """Between polls: busy (or just filled up), poll again soon for kills and renewals,
-        or at once when a job ends; not straight away for nothing. A finished job's result
-        waits for the jobs just started (``settle``)."""
+        """Between polls: after a held poll, or work taken into a free slot, poll again at
+        once (a held poll is how kills and work arrive); after one not held, soon for
+        renewals, or at once when a job ends. A finished job's result waits for the jobs just
+        started (``settle``)."""
         work = self.work
         with work.lock:
             finished = any(
@@ -387,7 +426,7 @@ class Agent:
                 for run in work.runs.values()
             )
             room = outgoing.alive and not self.draining and self.config.slots > len(work.runs)
-        if not finished and not (room and (reply.assignments or outgoing.request.wait > 0)):
+        if not finished and not (outgoing.request.wait > 0 or (room and reply.assignments)):
             work.wake.wait(min(1.0, self.config.lease / 6))
         elif finished:
             self.settle()
@@ -503,20 +542,23 @@ class Agent:
             self.log("draining", reason="controller")
 
     def take_work(self, work: Assignment, sent: float) -> None:
-        """Run an assignment (one sent again after a lost answer runs already)."""
-        known = self.work.runs.get(work.job)
-        if known is not None and known.attempt == work.attempt:
-            return
-        run = JobRun(
-            job=work.job,
-            attempt=work.attempt,
-            path=work.path,
-            payload=work.payload,
-            deadline=work.deadline,
-            renewed_at=sent,
-            margin=self.work.margin,
-        )
+        """Run an assignment (one sent again after a lost answer runs already, or ended: two
+        answers, the loop's and the courier's, may bring it)."""
         with self.work.lock:
+            known = self.work.runs.get(work.job)
+            if known is not None and known.attempt == work.attempt:
+                return
+            if work.attempt in self.work.ended:
+                return
+            run = JobRun(
+                job=work.job,
+                attempt=work.attempt,
+                path=work.path,
+                payload=work.payload,
+                deadline=work.deadline,
+                renewed_at=sent,
+                margin=self.work.margin,
+            )
             self.work.runs[run.job] = run
             self.work.lock.notify_all()
         # The POST goes out from this thread where it can (Slots.start), then the log
@@ -525,8 +567,10 @@ class Agent:
         self.log("job_start", job=run.job, attempt=run.attempt, path=run.path)
 
     def drop(self, run: JobRun, reason: str) -> None:
-        """Stop a job: drop its request and, when it was the only job, restart the backend so
-        the work really stops. A killed job is then reported cancelled; others are forgotten."""
+        """Stop a job: close its request's connection (the backend sees its client gone) and,
+        when it was the only job, restart the backend so the work really stops. A killed job
+        is reported cancelled at once, by the courier, beside any held poll: the controller
+        frees its slot then; other stopped jobs are forgotten."""
         work = self.work
         with work.lock:
             alone = len(work.running()) == 1 and not run.done.is_set()
@@ -534,6 +578,8 @@ class Agent:
         with work.lock:
             if reason == "cancelled":
                 run.report = ResultRequest(status="cancelled")
+                if not run.sending:
+                    self.courier.take(run, None)
             elif work.runs.get(run.job) is run:
                 del work.runs[run.job]
         if alone and self.backend.runtime is not None:

@@ -13,7 +13,8 @@ controller does.
     POST .../rejoin    RejoinRequest JoinReply (no new credential)
     POST .../ready     ReadyRequest  Ack
     POST .../poll      PollRequest   PollReply (Assignment, Stop, ResultAck)
-                       (results of finished attempts ride the poll: FinishedAttempt)
+                       (results of finished attempts ride the poll: FinishedAttempt;
+                       while a long-poll is held, they go on a poll ``beside`` it)
     POST .../result    ResultRequest ResultReply
     POST .../drained   (no body)     Ack
     GET  .../images/ID (no body)     the image as a docker save tar (ImageSource "controller")
@@ -164,6 +165,8 @@ class PollRequest(Message):
     running: tuple[RunningAttempt, ...] = ()  # held: running, or a result not yet acknowledged
     free_slots: int = 0  # jobs the machine can start now (slots of results sent here count)
     wait: float = 0.0  # seconds to wait for work
+    refill: bool = False  # work may start in a slot a result posted on its own frees meanwhile
+    beside: bool = False  # sent beside the held poll (which stays held): answered at once
     results: tuple[FinishedAttempt, ...] = ()  # recorded before anything else of the poll
 
 

@@ -320,5 +320,16 @@ def backend_events(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
+def work_stopped(events: list[dict[str, Any]], attempt: str) -> list[dict[str, Any]]:
+    """The backend's lines saying ``attempt``'s work stopped before its end: the "stop" of the
+    backend that had it in flight, or its "closed" (the agent closed its request)."""
+    return [
+        e
+        for e in events
+        if (e["event"] == "stop" and attempt in e["attempts"])
+        or (e["event"] == "closed" and e["attempt"] == attempt)
+    ]
+
+
 def live_machines(store: SqlStore, pool: str, state: str | None = None) -> list[str]:
     return [m.name for m in store.machines.live(pool) if state is None or m.state == state]

@@ -10,13 +10,19 @@ Standard library only, so it runs as a plain process (deploy.command) as well as
 Settings: PORT (default 8080), HOST (default 127.0.0.1; the image sets 0.0.0.0), RENDER_SECONDS,
 BACKEND_LOG (a file that gets one JSON line per job start and end, with the attempt id the agent
 sends in X-Sp00ky-Attempt, for tests that prove no two attempts overlapped).
+
+A killed job's request is dropped by the agent: it closes the connection. Between steps of its
+work the backend looks whether the client is gone, and if so stops and answers nothing (its log
+says "closed"): a backend that wants to stop a killed job's work early does the same.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -24,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FORMATS = ("mp4", "gif", "webm")
+STEP_SECONDS = 0.05  # how often a job's work looks whether its client is still there
 _calls = 0
 _lock = threading.Lock()
 _in_flight: dict[int, str] = {}  # thread -> attempt, for the log of a stop
@@ -65,6 +72,16 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._answer(404, {"error": f"no route GET {self.path}"})
 
+    def _work(self, seconds: float) -> float:
+        """Work ``seconds`` in steps, stopping early once the client has closed the connection
+        (the agent closes it when the job is killed): the seconds of work left then, or 0."""
+        ends = time.monotonic() + max(seconds, 0.0)
+        while (left := ends - time.monotonic()) > 0:
+            if _client_gone(self.connection):
+                return left
+            time.sleep(min(left, STEP_SECONDS))
+        return 0.0
+
     def do_POST(self) -> None:
         global _calls
         length = int(self.headers.get("Content-Length") or 0)
@@ -91,15 +108,29 @@ class Handler(BaseHTTPRequestHandler):
         _log("start", attempt=attempt, gameId=payload["gameId"])
         _in_flight[threading.get_ident()] = attempt
         try:
-            time.sleep(max(seconds, 0.0))
+            left = self._work(seconds)
         finally:
             _in_flight.pop(threading.get_ident(), None)
+        if left:  # the job was killed (or given up): nobody waits for the answer
+            _log("closed", attempt=attempt, gameId=payload["gameId"], left=round(left, 3))
+            self.close_connection = True
+            return
         _log("end", attempt=attempt, gameId=payload["gameId"])
         if payload.get("fail"):
             self._answer(500, {"error": "render failed (asked to by the payload)"})
             return
         url = f"https://renders.example.invalid/{payload['gameId']}.{fmt}"
         self._answer(200, {"url": url, "pid": os.getpid(), "calls": calls})
+
+
+def _client_gone(sock: socket.socket) -> bool:
+    """Whether the client closed the connection: readable with nothing to read (EOF) or reset.
+    A client waiting for its answer sends nothing more, so a readable socket means it left."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 def main() -> None:

@@ -74,10 +74,13 @@ class Offer:
 
 
 class Line(Protocol):
-    """Who claims a packing pool's work (``controller.hub``): ``may_claim`` says whether a
-    machine looking for work with ``standing`` takes it now or leaves it to another."""
+    """The held polls (``controller.hub``): ``may_claim`` says whether a machine looking for
+    a packing pool's work with ``standing`` takes it now or leaves it to another; ``freed``
+    answers a machine's held poll once a result posted on its own frees a slot."""
 
     def may_claim(self, pool: str, machine: str, standing: Standing) -> bool: ...
+
+    def freed(self, machine: str) -> None: ...
 
 
 class Agents:
@@ -312,7 +315,7 @@ class Agents:
         self.require_leader()
         with self.store.transaction(key=machine_key(name)):
             sight, _ = self._read(name, session, request, [])
-            offer = self._offer(sight, request)
+            offer = self._offer(sight, request, resend=False)
         return self._reply(offer, [], [])
 
     def _read(
@@ -370,9 +373,11 @@ class Agents:
         if last is None or not 0 <= sight.now - last < SEEN_RESOLUTION_SECONDS:
             self.store.machines.seen(sight.machine.name, sight.now)
 
-    def _offer(self, sight: Sight, request: PollRequest) -> Offer:
+    def _offer(self, sight: Sight, request: PollRequest, resend: bool = True) -> Offer:
         """The cancels of the machine's running jobs and, for a ready machine of the leader,
-        the assignments it lost and the work claimed for its free slots."""
+        the assignments it lost (``resend``: a poll's first pass; a later one would count as
+        lost the jobs a poll beside it took meanwhile) and the work claimed for its free
+        slots."""
         cancelled = [
             Stop(job=job.id, attempt=job.attempt or "", reason="cancelled")
             for job in sight.running
@@ -380,7 +385,8 @@ class Agents:
         ]
         offer = Offer(sight, cancelled)
         if sight.machine.state == "ready" and self.controller.leader:
-            offer.assignments += self._resend(sight, request)
+            if resend:
+                offer.assignments += self._resend(sight, request)
             offer.claimed = self._claim(sight, request.free_slots)
         return offer
 
@@ -522,7 +528,10 @@ class Agents:
         with self.store.transaction(key=machine_key(name)):
             machine = self.authenticate(name, session)
             status = self._record(machine, job_id, attempt, report, self.controller.clock())
-        self.controller.wake.machine(name)  # a slot is free again
+        if self.line is not None:
+            self.line.freed(name)  # a slot is free: the held poll answers, to offer or fill it
+        else:
+            self.controller.wake.machine(name)
         return status
 
     def _record(

@@ -74,6 +74,8 @@ class Polls:
     async def poll(self, name: str, authorization: str | None, body: PollRequest) -> bytes:
         agents, controller, hub = self.agents, self.agents.controller, self.hub
         session = _session(authorization)
+        if body.beside:
+            return await self._beside(name, session, body)
         loop = asyncio.get_running_loop()
         pool = ""
         if body.wait > 0:  # a machine's pool never changes: looked up once, not every poll
@@ -89,19 +91,44 @@ class Polls:
         step: Callable[[str, str, PollRequest], PollReply] = agents.poll
         acks: list[ResultAck] | None = None
         while True:
-            woken = hub.waiter(name, pool)
+            woken = hub.waiter(name, pool, offers=body.free_slots > 0)
             try:
-                reply = await self.call(step, name, session, body)
-                hub.looked(name, pool, len(reply.assignments), body.free_slots)
+                freed = hub.answer_now(name)  # this pass answers, and fills the slot freed
+                asked = self._asked(pool, body, freed)
+                reply = await self.call(step, name, session, asked)
+                claimed = len(reply.assignments)
+                # a refill asks for the pool's slots (the store caps the claim): what it
+                # claims counts as all its free slots taken, so the next machine is called
+                refilled = asked is not body and claimed > 0
+                hub.looked(name, pool, claimed, claimed if refilled else asked.free_slots)
                 if acks is None:
                     acks, step = reply.results, agents.look
                 left = deadline - loop.time()
-                if reply.assignments or reply.stop or reply.drain or left <= 0:
+                if reply.assignments or reply.stop or reply.drain or left <= 0 or freed:
                     reply.results = acks  # the results were recorded by the first pass
                     return reply.model_dump_json().encode()
                 await hub.wait(woken, left)
             finally:
                 hub.done(name, woken)
+
+    async def _beside(self, name: str, session: str, body: PollRequest) -> bytes:
+        """A poll beside the machine's held one: one pass, answered at once, outside the
+        hub (the held poll is the machine's waiting one). A slot it leaves unclaimed (no work
+        due), or frees for no work now (no ``refill``), makes the held poll answer, so that
+        the agent polls again with it."""
+        reply = await self.call(self.agents.poll, name, session, body)
+        if not body.refill or len(reply.assignments) < body.free_slots:
+            self.hub.freed(name)
+        return reply.model_dump_json().encode()
+
+    def _asked(self, pool: str, body: PollRequest, freed: bool) -> PollRequest:
+        """The poll a pass looks with: after a result posted on its own freed a slot, and
+        the agent takes work there (``refill``), with all the pool's slots free: the claim
+        is capped by the jobs the store has the machine run, so it fills the freed ones."""
+        known = self.agents.controller.pools.get(pool)
+        if not (freed and body.refill) or known is None or body.free_slots >= known.slots:
+            return body
+        return body.model_copy(update={"free_slots": known.slots})
 
     async def result(
         self, name: str, authorization: str | None, job: str, attempt: str, body: ResultRequest

@@ -12,6 +12,11 @@ and wait again). A pool that packs (``packJobs``) has its job taken by the machi
   called look that claimed nothing calls the first machine with more free slots (the job at
   the head of the queue may need them). Each hand-on goes down the order, so it ends.
 
+A full machine's poll is held too (so that a kill reaches it at once) but offers no slot: no
+wake-up for work reaches it, and it stands in no order. Its results go beside it, on polls
+that answer at once and take work for the slots they free; when one leaves a slot unclaimed,
+``freed`` answers the held poll, so that the agent polls again offering it.
+
 Each packing pool keeps its waiting machines in placement order (a heap, each entry the
 standing a look learnt; one made stale by a later look or a poll's end is dropped when it comes
 to the top), so a call finds the first machine without reading every waiting one.
@@ -44,6 +49,7 @@ def _wake(future: asyncio.Future[None]) -> None:
 class _Poll:
     pool: str
     woken: asyncio.Future[None]
+    offers: bool = True  # it offers a free slot; else it waits only for kills, drain, freed
     standing: Standing | None = None  # learnt in its look (``may_claim``); None: looking
     entry: int = -1  # its standing's entry in the pool's order (``_Order``); -1: none
 
@@ -106,17 +112,20 @@ class Hub:
         self._orders: dict[str, _Order] = {}  # a packing pool's offering polls, in order
         self._entries = itertools.count()
         self._called: set[str] = set()  # woken for work: the next look claims
+        self._freed: set[str] = set()  # a result posted on its own: the held poll answers
         self._lock = threading.Lock()
         self._loop_thread: int | None = None  # learnt in waiter(), which the loop calls
         self._closed = False  # stopping: every poll is answered at once (close)
 
-    def waiter(self, machine: str, pool: str) -> asyncio.Future[None]:
-        """Called in the loop before a poll looks for work, so that no wake-up is lost."""
+    def waiter(self, machine: str, pool: str, offers: bool = True) -> asyncio.Future[None]:
+        """Called in the loop before a poll looks for work, so that no wake-up is lost. A poll
+        that ``offers`` no free slot (a full machine's, held for its kills) is left out of its
+        pool's wake-ups for work and of its placement order."""
         self._loop_thread = threading.get_ident()
         woken = self.loop.create_future()
         if self._closed:
             woken.set_result(None)
-        poll = _Poll(pool, woken)
+        poll = _Poll(pool, woken, offers)
         with self._lock:
             self._waiting[machine] = poll
             self._pools.setdefault(pool, {})[machine] = poll
@@ -139,9 +148,28 @@ class Hub:
                 del self._waiting[machine]
                 del self._pools[found.pool][machine]
 
-    def waiting_pools(self) -> set[str]:
+    def freed(self, machine: str) -> None:
+        """A result the machine sent beside its held poll freed a slot that nothing claimed
+        and the held poll did not offer: that poll (or, if none waits, the next) answers at
+        its next look, so that the agent polls again with the slot free."""
         with self._lock:
-            return {poll.pool for poll in self._waiting.values()}
+            self._freed.add(machine)
+            waiting = self._waiting.get(machine)
+        if waiting is not None:
+            self._deliver([waiting.woken])
+
+    def answer_now(self, machine: str) -> bool:
+        """Whether a poll of ``machine`` that found nothing answers anyway (``freed``)."""
+        with self._lock:
+            if machine not in self._freed:
+                return False
+            self._freed.discard(machine)
+            return True
+
+    def waiting_pools(self) -> set[str]:
+        """The pools a poll waits in with a free slot to offer."""
+        with self._lock:
+            return {poll.pool for poll in self._waiting.values() if poll.offers}
 
     def notify_machine(self, machine: str) -> None:
         with self._lock:
@@ -156,7 +184,7 @@ class Hub:
             self._deliver(woken)
             return
         with self._lock:
-            futures = [poll.woken for poll in self._pools.get(pool, {}).values()]
+            futures = [poll.woken for poll in self._pools.get(pool, {}).values() if poll.offers]
         self._deliver(futures)
 
     def may_claim(self, pool: str, machine: str, standing: Standing) -> bool:
@@ -165,7 +193,7 @@ class Hub:
         packs = self.packs(pool)
         with self._lock:
             found = self._waiting.get(machine)
-            if found is not None:
+            if found is not None and found.offers:
                 self._stand(found, machine, standing, packs)
             if machine in self._called or not packs:
                 return True

@@ -152,6 +152,18 @@ class PollRequest(BaseModel):
     )
     free_slots: int = Field(default=0, ge=0, description="Jobs the machine can start now.")
     wait: float = Field(default=0.0, ge=0, le=60, description="Seconds to wait for work.")
+    refill: bool = Field(
+        default=False,
+        description="The machine starts work in a slot that a result posted on its own frees "
+        "while this poll is held (the held poll then answers with it); false: none.",
+    )
+    beside: bool = Field(
+        default=False,
+        description="Sent beside the machine's held poll, which stays held: it carries results "
+        "and takes work for the slots they free, and is answered at once. When it leaves a "
+        "slot unclaimed, or says no `refill` (those slots take no work now), the held poll "
+        "answers, so that the agent polls again.",
+    )
     results: list[FinishedAttempt] = Field(
         default_factory=list,
         description="Finished attempts' results, recorded first (each acknowledged in the "

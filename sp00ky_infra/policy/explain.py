@@ -17,7 +17,8 @@ Causes of a waiting job, in the order they are told:
   reason: the backend's own last words when it wrote any);
 - ``machine_booting``: a machine is on its way (since a time);
 - ``scaling_up``: this tick's plan creates machines;
-- ``starting``: a ready machine has a free slot: its next poll takes the job;
+- ``starting``: a ready machine has a free slot (a killed job's once its cancel is recorded):
+  its agent's poll takes the job;
 - ``no_free_slot``: every slot is busy (the catch-all when the pool has all it wants).
 
 A pool whose ``machine.image`` is ``baked`` also says what its new machines boot and why
@@ -127,7 +128,8 @@ def explain_job(
         return [
             Cause(
                 "starting",
-                f"a ready machine has {most_free} free slot(s): its next poll takes the job",
+                f"a ready machine has {most_free} free slot(s) (its slots less the jobs "
+                "running on it): its agent's poll takes the job",
                 {"most_free": most_free},
             )
         ]

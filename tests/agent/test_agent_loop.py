@@ -44,6 +44,7 @@ from tests.controllers import (
     project,
     running_controller,
     wait_for,
+    work_stopped,
 )
 from tests.helpers import ROOT
 
@@ -391,7 +392,7 @@ def _cut_the_line(tmp_path: Path, lease: float) -> None:
             second.wait(timeout=10)
         assert agent.poll() is None  # the agent is alive: it gave the job up, not itself
         events = backend_events(log)
-        stopped = [e for e in events if e["event"] == "stop" and "a1" in e["attempts"]]
+        stopped = work_stopped(events, "a1")
         started = [e for e in events if e["event"] == "start" and e["attempt"] == "a2"]
         assert stopped and started, events
         # the backend's own log: the first attempt's work ended before the second began,

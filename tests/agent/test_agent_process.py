@@ -23,6 +23,7 @@ from tests.controllers import (
     project,
     running_controller,
     wait_for,
+    work_stopped,
 )
 from tests.helpers import ROOT
 from tests.proxy import CuttableProxy
@@ -63,7 +64,7 @@ def test_cut_off_from_the_controller_a_machine_stops_its_job_before_the_lease_en
             lambda: store.get(job.id).status == "success" and store.get(job.id), timeout=40
         )
         events = backend_events(log)
-        stopped = [e for e in events if e["event"] == "stop" and first_attempt in e["attempts"]]
+        stopped = work_stopped(events, first_attempt or "")
         second = [e for e in events if e["event"] == "start" and e["attempt"] == done.attempt]
         assert stopped and second, events
         # the backend's own log: the first attempt's work stopped before the second began

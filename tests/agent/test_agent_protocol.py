@@ -81,6 +81,8 @@ def test_a_poll_dumps_nested_messages_and_any_json_result_as_json() -> None:
         "running": [{"job": "j1", "attempt": "a1", "posted": 0.002, "fresh": True}],
         "free_slots": 2,
         "wait": 20,
+        "refill": False,
+        "beside": False,
         "results": [
             {"job": "j2", "attempt": "a2", "status": "success", "posted": None, "error": None,
              "result": {**result, "tags": ["a", "b"]}},

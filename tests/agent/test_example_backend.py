@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -41,6 +42,31 @@ def backend(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+def test_a_job_whose_client_leaves_stops_its_work_and_says_so(
+    backend: tuple[str, Path, subprocess.Popen[str]],
+) -> None:
+    """As the agent drops a killed job's request: the connection is shut under the POST."""
+    url, log, _ = backend
+    conn = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=5)
+    body = json.dumps({"gameId": "killed", "seconds": 30})
+    conn.request("POST", "/render", body=body, headers={"X-Sp00ky-Attempt": "a-1"})
+    time.sleep(0.2)
+    left_at = time.time()
+    conn.close()
+
+    def closed() -> list[dict[str, Any]]:
+        lines = [json.loads(line) for line in log.read_text().splitlines()]
+        return [line for line in lines if line["event"] == "closed"]
+
+    deadline = time.monotonic() + 5
+    while not closed() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (line,) = closed()
+    assert line["attempt"] == "a-1" and line["t"] - left_at < 1 and line["left"] > 25
+    # the backend serves on
+    assert requests.post(f"{url}/render", json={"gameId": "next"}, timeout=5).status_code == 200
 
 
 def test_health_and_a_job(backend: tuple[str, Path, subprocess.Popen[str]]) -> None:

@@ -32,6 +32,7 @@ from tests.controllers import (
     project,
     running_controller,
     wait_for,
+    work_stopped,
 )
 from tests.helpers import drain_pty
 
@@ -47,15 +48,13 @@ def _alive(pid: int) -> bool:
 
 
 def work_of(events: list[dict[str, Any]], attempt: str) -> tuple[float, float | None]:
-    """When ``attempt``'s work started and stopped, by the backend's own log: its "end", or
-    the "stop" of the backend that had it in flight (None: no line says it stopped)."""
+    """When ``attempt``'s work started and stopped, by the backend's own log: its "end", its
+    "closed", or the "stop" of the backend that had it in flight (None: no line says it
+    stopped)."""
     start = next(e["t"] for e in events if e["event"] == "start" and e["attempt"] == attempt)
-    for event in events:
-        if event["event"] == "end" and event["attempt"] == attempt:
-            return start, event["t"]
-        if event["event"] == "stop" and attempt in event.get("attempts", []):
-            return start, event["t"]
-    return start, None
+    ended = [e for e in events if e["event"] == "end" and e["attempt"] == attempt]
+    stopped = ended + work_stopped(events, attempt)
+    return start, min((e["t"] for e in stopped), default=None)
 
 
 def test_a_dead_agents_backend_is_ended_before_its_job_runs_again(tmp_path: Path) -> None:

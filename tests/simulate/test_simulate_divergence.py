@@ -52,6 +52,9 @@ class Standings:
         self.seen[machine] = standing
         return False
 
+    def freed(self, machine: str) -> None:
+        """No poll is held here: a freed slot is offered by the next poll anyway."""
+
 
 class ControllerPool:
     """The real controller behind the simulator's ``Decisions``: every call goes through the

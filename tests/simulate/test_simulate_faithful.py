@@ -1,13 +1,14 @@
 """Faithful to the real thing: one small trace through the real controller on local
 processes (agents and the example backend, a tick every 200 ms, idleTimeout 2 s), then the
-same trace through the simulator with the boot time measured on that run.
+same trace through the simulator with the boot time and the recycle measured on that run (a
+job's result is recorded as its work ends; the backend's restart and the poll that takes the
+next job come after it, before the machine's next job starts).
 
 Tolerances, and why:
 - waits: the mean within 0.6 s, p50 and p95 within 1 s. Each real boot differs from the
   measured mean by a few hundred ms (process start and healthcheck on a shared 2-core
-  machine), the tick's phase against the arrivals is unknown (up to 200 ms), and a poll, a
-  result and a process restart between jobs (recycle: job) each take milliseconds to a few
-  hundred that the model rounds to constants.
+  machine), the tick's phase against the arrivals is unknown (up to 200 ms), and each restart
+  between jobs (recycle: job) differs from the measured mean by up to a few hundred ms.
 - machines over time (sampled every 250 ms): the same count in at least 70% of the samples
   and never more than one apart in 95%; machine-seconds within 25%; the same peak; boots
   within 3. A boot or a drain a few hundred ms later shifts a count by one for that long,
@@ -16,6 +17,7 @@ Tolerances, and why:
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from pathlib import Path
@@ -32,6 +34,7 @@ from sp00ky_infra.simulate.report import percentile
 from sp00ky_infra.simulate.runner import Run
 from sp00ky_infra.simulate.workload import Arrival, Distribution
 from sp00ky_infra.store import SqlStore
+from sp00ky_infra.store.model import Job
 from tests.controllers import backend_app, live_machines, project, running_controller, wait_for
 
 TIMINGS = "lease=3s,idleTimeout=2s,bootTimeout=15s"
@@ -51,6 +54,22 @@ def _trace() -> list[tuple[float, float]]:
 
 def _count(intervals: list[tuple[float, float]], t: float) -> int:
     return sum(1 for start, end in intervals if start <= t < end)
+
+
+def _recycle(jobs: list[Job]) -> float:
+    """The mean time from a job's end to the next job's start on its machine, over the jobs
+    that were waiting when the one before them ended (the local provider's if none was)."""
+    runs: dict[str, list[Job]] = {}
+    for job in jobs:
+        runs.setdefault(job.attempts[0]["machine"] or "", []).append(job)
+    gaps = []
+    for ran in runs.values():
+        ran.sort(key=lambda job: job.attempts[0]["started_at"])
+        for before, after in itertools.pairwise(ran):
+            ended = before.finished_at or 0.0
+            if after.created_at < ended:
+                gaps.append(after.attempts[0]["started_at"] - ended)
+    return sum(gaps) / len(gaps) if gaps else PROVIDERS["local"].recycle
 
 
 def _sim_intervals(outcome: Outcome) -> list[tuple[float, float]]:
@@ -106,6 +125,7 @@ def _agree(tmp_path: Path, billed: float | None) -> None:
     boots = [m.ready_at - m.created_at for m in machines if m.ready_at is not None]
     real_intervals = [(m.created_at - t0, (m.destroyed_at or 0.0) - t0) for m in machines]
     boot = sum(boots) / len(boots)
+    recycle = _recycle(jobs)
 
     config = load_config(config_path)
     pool = Timings.parse(TIMINGS).apply(config.pools["render"])
@@ -113,16 +133,19 @@ def _agree(tmp_path: Path, billed: float | None) -> None:
         Arrival(job.created_at - t0, (job.finished_at or 0.0) - job.attempts[0]["started_at"])
         for job in jobs
     ]
-    provider = PROVIDERS["local"].with_(boot=Distribution("fixed", boot), billing_hour=billed)
+    provider = PROVIDERS["local"].with_(
+        boot=Distribution("fixed", boot), recycle=recycle, billing_hour=billed
+    )
     outcome = Run(pool, arrivals, provider, Price(0.0, 0.0), tick=0.2).outcome()
     sim_waits = sorted(w for w in (j.wait for j in outcome.jobs) if w is not None)
     sim_intervals = _sim_intervals(outcome)
 
     mean_real, mean_sim = sum(real_waits) / 40, sum(sim_waits) / 40
+    real = f"p50 {percentile(real_waits, 50):.2f} p95 {percentile(real_waits, 95):.2f}"
+    sim = f"p50 {percentile(sim_waits, 50):.2f} p95 {percentile(sim_waits, 95):.2f}"
     summary = (
-        f"boot {boot:.2f}s; waits real p50 {percentile(real_waits, 50):.2f} p95 "
-        f"{percentile(real_waits, 95):.2f} mean {mean_real:.2f}; sim p50 "
-        f"{percentile(sim_waits, 50):.2f} p95 {percentile(sim_waits, 95):.2f} mean {mean_sim:.2f}"
+        f"boot {boot:.2f}s, recycle {recycle:.2f}s; waits real {real} mean {mean_real:.2f}; "
+        f"sim {sim} mean {mean_sim:.2f}"
     )
     assert len(jobs) == 40 and len(sim_waits) == 40, summary
     assert abs(mean_real - mean_sim) <= 0.6, summary
