@@ -10,11 +10,13 @@ it), and during a delete (the API answered 503 and the provider waits to try aga
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from sp00ky_infra.controller.provisioners.local import _signal, _wait_gone
 from sp00ky_infra.rehearse.cloud import FakeHetzner
+from tests.pulumi_engine import StackProject
 
 HELD_SECONDS = 300.0  # far past every test's own bound: the point holds until a kill
 
@@ -24,17 +26,26 @@ def hold_before_the_create(cloud: FakeHetzner) -> Callable[[], bool]:
     return lambda: ("POST", "/v1/servers") in cloud.requests and not cloud.fail_next
 
 
-def hold_after_the_create(cloud: FakeHetzner, seconds: float = HELD_SECONDS) -> Callable[[], bool]:
-    """The server is made and its answer held ``seconds`` (the provider's client gives up
-    at its own timeout, then looks the server up by name)."""
+def hold_after_the_create(cloud: FakeHetzner) -> Callable[[], bool]:
+    """The server is made and its answer held (a provider that lives on gives up at its
+    client's timeout, then looks the server up by name)."""
     had = set(cloud.servers)
-    cloud.create_then_stall = seconds
+    cloud.create_then_stall = HELD_SECONDS
     return lambda: bool(set(cloud.servers) - had)
 
 
 def hold_the_delete(cloud: FakeHetzner) -> Callable[[], bool]:
     cloud.fail_next = [(503, "unavailable", HELD_SECONDS)]
     return lambda: any(r[0] == "DELETE" for r in cloud.requests) and not cloud.fail_next
+
+
+def started_up(project: StackProject) -> subprocess.Popen[bytes]:
+    """`pulumi up` on the stack, as by hand, in a session of its own."""
+    return subprocess.Popen(
+        ["pulumi", "up", "--yes", "--skip-preview", "--stack", project.stack, "--non-interactive"],
+        cwd=project.dir, env=project.env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 def lock_files(state: Path) -> list[Path]:

@@ -17,8 +17,11 @@ and a later job gets a machine).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +30,10 @@ from typing import cast
 import pytest
 
 from sp00ky_infra.client import Client
-from sp00ky_infra.controller.provisioners.local import _signal
+from sp00ky_infra.controller.provisioners.local import _signal, running, session_members
 from sp00ky_infra.rehearse.boot import Booter
 from sp00ky_infra.rehearse.cloud import FakeHetzner
+from sp00ky_infra.store import open_store
 from tests.controllers import ControllerProcess, wait_for
 from tests.infra.held_updates import (
     descendants,
@@ -38,6 +42,7 @@ from tests.infra.held_updates import (
     hold_the_delete,
     kill_tree,
     lock_files,
+    started_up,
 )
 from tests.infra.test_pools_on_their_providers import ProcessBooter, _controller_env, _free_port
 from tests.infra.test_pulumi_engine import _prod, _servers
@@ -52,6 +57,7 @@ TIMINGS = {
 }
 # The second controller's sweep: often, and a grace far past a create's few seconds here.
 SWEEP = {"SPKY_SWEEP_EVERY": "2s", "SPKY_SWEEP_GRACE": "30s"}
+BUSY_SECONDS = 60  # a job that keeps its machine busy past a held update's end
 
 
 @dataclass
@@ -75,8 +81,8 @@ class Deployment:
         self.controllers.append(process)
         return process.start(timeout=300)
 
-    def job(self) -> str:
-        return self.jobs.run("renderer", "/render", {"gameId": "vm", "seconds": 0}).id
+    def job(self, seconds: int = 0) -> str:
+        return self.jobs.run("renderer", "/render", {"gameId": "vm", "seconds": seconds}).id
 
     def succeeded(self, job: str) -> None:
         wait_for(
@@ -164,7 +170,9 @@ def _converges(deployment: Deployment, job: str) -> None:
     wait_for(lambda: deployment.servers() == [], timeout=120, what="the pool back to zero again")
 
 
-def _whole_kill(deployment: Deployment, hold: Callable[[FakeHetzner], Callable[[], bool]]) -> ControllerProcess:
+def _whole_kill(
+    deployment: Deployment, hold: Callable[[FakeHetzner], Callable[[], bool]]
+) -> ControllerProcess:
     job = _held(deployment, hold)
     (first,) = deployment.controllers
     assert first.proc is not None
@@ -194,15 +202,100 @@ def test_whole_controller_killed_during_a_delete(deployment: Deployment) -> None
 
 
 def test_controller_alone_killed_after_the_server_was_made(deployment: Deployment) -> None:
-    """Its `pulumi up` lives on and holds the lock: the next controller waits for it."""
-    job = _held(deployment, lambda cloud: hold_after_the_create(cloud, seconds=40.0))
+    """Its `pulumi up` loses the controller's end of its output and event stream and ends
+    within seconds, its lock left; its language and provider hosts live on, the provider
+    still finishing its create. The next controller takes the lock over once its holder is
+    gone; a server the orphaned provider makes after its machine's row ended is swept after
+    the grace, with its reason."""
+    job = _held(deployment, hold_after_the_create)
     (first,) = deployment.controllers
     assert first.proc is not None
     deployment.orphans += descendants(first.proc.pid)
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait(timeout=10)
-    deployment.cloud.create_then_stall = None
+    (lock,) = lock_files(deployment.folder / "state")
+    holder = int(json.loads(lock.read_text())["pid"])
+    assert holder in deployment.orphans
+    wait_for(lambda: not running(holder), timeout=30, what="the orphaned `pulumi up` to end")
+    assert lock.exists()
     second = deployment.controller("second", **SWEEP)
     _converges(deployment, job)
     log = second.log()
-    assert "event=stack_lock_taken_over" not in log or "holder lives" in log
+    assert "event=stack_lock_taken_over" in log and f'"pid":{holder},' in log
+    swept = [line for line in log.splitlines() if "event=server_swept" in line]
+    assert all(re.search(r" reason=(no_machine_row|machine_row_ended):", s) for s in swept)
+
+
+def _row_of_a_controller(folder: Path, name: str) -> str:
+    """A machine row of pool render as a controller makes it (at the revision it expects:
+    its backend's image, built as the controller builds it, pinned in); its revision."""
+    from sp00ky_infra import engine
+    from sp00ky_infra.config.loader import load_config
+    from sp00ky_infra.engine.images import build_pool_image
+
+    config = load_config(folder / "sp00ky.yml")
+    backend = config.backend_for("render")
+    dockerfile = config.resolve(backend.deploy.dockerfile or "Dockerfile")
+    client = engine.connect()
+    try:
+        image = build_pool_image(
+            client, "shop", backend.name, dockerfile, str(Path(dockerfile).parent)
+        )
+    finally:
+        client.close()
+    revision = backend.revision(config.pools["render"], str(image.id))
+    store = open_store(f"sqlite:///{folder}/state.db")
+    try:
+        store.machines.add(name, "render", "pulumi", revision, 1, time.time())
+    finally:
+        store.close()
+    return revision
+
+
+@pytest.mark.parametrize("ends", ["finishes", "is_killed"])
+def test_a_controller_leaves_a_live_holders_lock_and_waits(
+    deployment: Deployment, ends: str
+) -> None:
+    """A `pulumi up` whose process lives holds the stack, held after it made the server (by
+    hand, or an orphan of a controller killed alone) when a controller starts on the store
+    the machine's row is in: the controller leaves that lock alone and says it waits. Once
+    that update ended (it finished, or was killed in its turn) the controller looks at the
+    stack again: a dead holder's lock is taken over and its pending create adopted, so the
+    server is the row's, in the stack, and nothing is left for the sweep."""
+    revision = _row_of_a_controller(deployment.folder, "render-a")
+    deployment.project.machines({"render": {"render-a": revision}})
+    job = deployment.job(seconds=BUSY_SECONDS)  # render-a's, past the holder's end
+    made = hold_after_the_create(deployment.cloud)
+    up = started_up(deployment.project)
+    try:
+        wait_for(made, timeout=120, what="the update held after its create")
+        (lock,) = lock_files(deployment.folder / "state")
+        # a grace past the hold: the stack's own update deletes what the store no longer wants
+        controller = deployment.controller("second", **{**SWEEP, "SPKY_SWEEP_GRACE": "2m"})
+        wait_for(
+            lambda: "event=stack_lock_held" in controller.log(), timeout=60,
+            what="the controller to say it waits for the live holder",
+        )  # fmt: skip
+        assert up.poll() is None and lock.exists()  # not taken from its live holder
+        if ends == "is_killed":
+            kill_tree(up.pid)
+        assert up.wait(timeout=120) == (-signal.SIGKILL if ends == "is_killed" else 0)
+        deployment.cloud.create_then_stall = None
+    finally:
+        _signal(session_members(up.pid), signal.SIGKILL)
+        up.wait(timeout=10)
+    ((server_id, server),) = deployment.cloud.servers.items()
+    assert server["name"] == "render-a"
+    if ends == "is_killed":  # its create is made again, by the controller: the same server
+        wait_for(
+            lambda: deployment.jobs.store.machines.get("render-a").provider_id == str(server_id),
+            timeout=120, what="the controller's update to give the row its server",
+        )  # fmt: skip
+    wait_for(
+        lambda: "render-a" in deployment.project.named("render-a"),
+        timeout=120, what="the stack to have the server",
+    )  # fmt: skip
+    _converges(deployment, job)
+    log = controller.log()
+    assert ("event=stack_lock_taken_over" in log) == (ends == "is_killed")
+    assert "event=server_swept" not in log

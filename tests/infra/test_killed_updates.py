@@ -35,6 +35,7 @@ from tests.infra.held_updates import (
     hold_before_the_create,
     hold_the_delete,
     lock_files,
+    started_up,
 )
 from tests.infra.stack_controller import (
     converge,
@@ -49,11 +50,7 @@ from tests.pulumi_engine import StackProject
 def _killed_up(project: StackProject, held: Callable[[], object]) -> None:
     """`pulumi up` in a session of its own, killed (every process of it, at once) with
     SIGKILL once ``held`` says the update is held at its point."""
-    up = subprocess.Popen(
-        ["pulumi", "up", "--yes", "--skip-preview", "--stack", project.stack, "--non-interactive"],
-        cwd=project.dir, env=project.env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    up = started_up(project)
     try:
         wait_for(held, timeout=120, what="the update held at its point")
     finally:
