@@ -318,7 +318,7 @@ class PulumiProvisioner:
 
     def _backoff(self) -> float:
         """Under the lock: how long to wait for another update's lock before trying again."""
-        return min(self.lock_retry * 2 ** min(self._lock_tries, 8), LOCK_RETRY_MAX_SECONDS)
+        return min(self.lock_retry * 2.0 ** min(self._lock_tries, 8), LOCK_RETRY_MAX_SECONDS)
 
     def _held(self, since: float, message: str) -> None:
         """Under the lock: another update holds the stack (since ``since``, at the latest)."""
