@@ -5,9 +5,13 @@ shapes of that kill:
 
 - the controller and every process under it at once (a container, or a systemd unit's
   cgroup, killed): the next controller takes the dead holder's lock over and converges;
-- the controller's pid alone: its `pulumi up` lives on, an orphan that holds the stack's lock;
-  the next controller leaves that lock alone while its holder lives, says it waits, and
-  converges once the orphan ended.
+- the controller's pid alone: its `pulumi up` loses the controller's end of its output and
+  event stream and ends within seconds, its lock left, while its provider host lives on and
+  finishes its create; the next controller takes the lock over once its holder is gone.
+
+And a lock whose holder lives (a `pulumi up` by hand, held at its create) when a controller
+starts: never taken; the controller says it waits, and puts the stack right once that update
+ended, whether it finished or was killed in its turn.
 
 The fake cloud's servers boot as agent processes (``ProcessBooter``), so the job that asked
 for a machine runs on it. Each case checks the cloud's own server list: exactly the servers
@@ -130,27 +134,26 @@ def deployment(tmp_path: Path, pulumi_bin: str, docker_images: str) -> Iterator[
             made.close()
 
 
-def _started(deployment: Deployment) -> ControllerProcess:
+def _started(deployment: Deployment) -> None:
     """The first controller, once its start's own requests to the cloud are done (the
     heartbeat, the prices, the sweep, the snapshots): a hold armed now is the stack's."""
-    first = deployment.controller("first")
+    deployment.controller("first")
     started = {("POST", "/v1/firewalls"), ("GET", "/v1/servers"), ("GET", "/v1/images")}
     wait_for(
         lambda: started <= set(deployment.cloud.requests), timeout=60, what="the start's requests"
     )
-    return first
 
 
 def _held(deployment: Deployment, hold: Callable[[FakeHetzner], Callable[[], bool]]) -> str:
     """The first controller's update held at ``hold``'s point; the job it runs for."""
-    first = _started(deployment)
-    if hold is hold_the_delete:  # a machine made, its job run, and then the idle pool shrinks
+    _started(deployment)
+    job = ""
+    if hold is hold_the_delete:  # a machine made and its job run: then the idle pool shrinks
         deployment.succeeded(deployment.job())
-        job = ""
     held = hold(deployment.cloud)
-    job = job if hold is hold_the_delete else deployment.job()
+    if hold is not hold_the_delete:
+        job = deployment.job()
     wait_for(held, timeout=240, interval=0.2, what="the first controller's update held")
-    assert first.proc is not None
     return job
 
 
@@ -213,6 +216,7 @@ def test_controller_alone_killed_after_the_server_was_made(deployment: Deploymen
     deployment.orphans += descendants(first.proc.pid)
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait(timeout=10)
+    deployment.cloud.create_then_stall = None  # the orphan's own answer stays held
     (lock,) = lock_files(deployment.folder / "state")
     holder = int(json.loads(lock.read_text())["pid"])
     assert holder in deployment.orphans
