@@ -106,8 +106,9 @@ class ControllerSettings:
     join_ttl: float = JOIN_TTL_SECONDS
     prune_every: float = PRUNE_EVERY_SECONDS
     orphans_every: float = ORPHANS_EVERY_SECONDS
-    sweep_every: float = SWEEP_EVERY_SECONDS  # controller/sweep.py: servers no row holds ...
-    sweep_grace: float = SWEEP_GRACE_SECONDS  # ... once older than this
+    # SPKY_SWEEP_EVERY: how often controller/sweep.py looks for servers no row holds ...
+    sweep_every: float = SWEEP_EVERY_SECONDS
+    sweep_grace: float = SWEEP_GRACE_SECONDS  # ... SPKY_SWEEP_GRACE: once older than this
     timings: Timings = field(default_factory=Timings)
     controller_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     state_dir: str = ".sp00ky"  # from_env: .sp00ky next to config_path (config/project.py)
@@ -190,6 +191,8 @@ class ControllerSettings:
             "timings": Timings.parse(env.get("SPKY_POOL_TIMINGS", "")),
             "project": env.get("SPKY_PROJECT", ""),
             "heartbeat_every": _seconds(env, "SPKY_HEARTBEAT", 60.0),
+            "sweep_every": _seconds(env, "SPKY_SWEEP_EVERY", SWEEP_EVERY_SECONDS),
+            "sweep_grace": _seconds(env, "SPKY_SWEEP_GRACE", SWEEP_GRACE_SECONDS),
             "pulumi_stack": env.get("SPKY_PULUMI_STACK", "prod"),
             "pulumi_dir": env.get("SPKY_PULUMI_DIR", "."),
             "pool_images": env.get("SPKY_POOL_IMAGES") == "1",

@@ -3,9 +3,7 @@ its language host and provider host, as a killed controller's update dies), held
 by the fake Hetzner API; then a fresh controller on the same store and stack converges. Each
 case checks the cloud's own list of servers afterwards, and that the stack updates again.
 
-The points: before the create (the API answered 429 and the provider waits out Retry-After),
-after POST /servers made the server but before its answer came back (so before the state has
-it), and during a delete (the API answered 503 and the provider waits to try again).
+The points, and how each is held: tests/infra/held_updates.py.
 """
 
 from __future__ import annotations
@@ -32,6 +30,13 @@ from sp00ky_infra.policy.machines import Reason
 from sp00ky_infra.rehearse.cloud import FakeHetzner
 from sp00ky_infra.store import SqlStore, open_store
 from tests.controllers import wait_for
+from tests.infra.held_updates import (
+    hold_after_the_create,
+    hold_before_the_create,
+    hold_the_delete,
+    lock_files,
+    started_up,
+)
 from tests.infra.stack_controller import (
     converge,
     engine_env,
@@ -45,11 +50,7 @@ from tests.pulumi_engine import StackProject
 def _killed_up(project: StackProject, held: Callable[[], object]) -> None:
     """`pulumi up` in a session of its own, killed (every process of it, at once) with
     SIGKILL once ``held`` says the update is held at its point."""
-    up = subprocess.Popen(
-        ["pulumi", "up", "--yes", "--skip-preview", "--stack", project.stack, "--non-interactive"],
-        cwd=project.dir, env=project.env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    up = started_up(project)
     try:
         wait_for(held, timeout=120, what="the update held at its point")
     finally:
@@ -88,24 +89,17 @@ def _converged(tmp_path: Path, project: StackProject, store: SqlStore, machines:
         converge(controller, provisioner)
 
 
-def _lock_files(tmp_path: Path) -> list[Path]:
-    return list((tmp_path / "state" / ".pulumi" / "locks").rglob("*.json"))
-
-
 def test_killed_before_the_create(
     tmp_path: Path, pulumi_bin: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with _rows_on_the_stack(tmp_path, pulumi_bin, ["render-a"]) as (cloud, project, store, _):
-        cloud.fail_next = [(429, "rate_limit_exceeded", 300.0)]
-        _killed_up(
-            project, lambda: ("POST", "/v1/servers") in cloud.requests and not cloud.fail_next
-        )
-        assert cloud.servers == {} and _lock_files(tmp_path)
+        _killed_up(project, hold_before_the_create(cloud))
+        assert cloud.servers == {} and lock_files(tmp_path / "state")
         _converged(tmp_path, project, store, 1)
         (server,) = cloud.servers.values()
         assert server["name"] == "render-a"
         assert store.machines.get("render-a").provider_id == str(server["id"])
-        assert not _lock_files(tmp_path)
+        assert not lock_files(tmp_path / "state")
         assert "event=stack_lock_taken_over" in caplog.text
         assert "event=pending_operations" in caplog.text and "creating:render-a" in caplog.text
         assert project.up() == {"same": 4}  # the stack updates, and has what the cloud has
@@ -113,8 +107,7 @@ def test_killed_before_the_create(
 
 def test_killed_after_the_server_was_made_it_is_adopted(tmp_path: Path, pulumi_bin: str) -> None:
     with _rows_on_the_stack(tmp_path, pulumi_bin, ["render-a"]) as (cloud, project, store, _):
-        cloud.create_then_stall = 300.0  # made, and its answer held
-        _killed_up(project, lambda: cloud.servers)
+        _killed_up(project, hold_after_the_create(cloud))
         cloud.create_then_stall = None
         (made,) = cloud.servers.values()
         _converged(tmp_path, project, store, 1)
@@ -128,8 +121,7 @@ def test_killed_after_the_server_was_made_for_a_row_since_gone(
     tmp_path: Path, pulumi_bin: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with _rows_on_the_stack(tmp_path, pulumi_bin, ["render-a"]) as (cloud, project, store, _):
-        cloud.create_then_stall = 300.0
-        _killed_up(project, lambda: cloud.servers)
+        _killed_up(project, hold_after_the_create(cloud))
         cloud.create_then_stall = None
         _gone(store, "render-a")
         _converged(tmp_path, project, store, 0)
@@ -144,11 +136,7 @@ def test_killed_during_a_delete(tmp_path: Path, pulumi_bin: str) -> None:
         project.up()
         _gone(store, "render-b")
         project.machines({"render": {"render-a": revision}})
-        cloud.fail_next = [(503, "unavailable", 300.0)]  # the delete waits to try again
-        _killed_up(
-            project,
-            lambda: any(r[0] == "DELETE" for r in cloud.requests) and not cloud.fail_next,
-        )
+        _killed_up(project, hold_the_delete(cloud))
         assert sorted(_servers(cloud)) == ["render-a", "render-b"]
         _converged(tmp_path, project, store, 1)
         assert sorted(_servers(cloud)) == ["render-a"]
@@ -181,8 +169,7 @@ def test_an_update_that_finds_a_dead_holders_lock_takes_it_over_at_once(
     """No restart in between (nothing adopted): the provisioner's own update meets the lock
     of a killed `pulumi up`, removes it and goes on without waiting."""
     with _rows_on_the_stack(tmp_path, pulumi_bin, ["render-a"]) as (cloud, project, _, rev):
-        cloud.create_then_stall = 300.0
-        _killed_up(project, lambda: cloud.servers)
+        _killed_up(project, hold_after_the_create(cloud))
         cloud.create_then_stall = None
         (made,) = cloud.servers.values()
         with engine_env(project):

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
@@ -75,7 +76,8 @@ class ProcessBooter:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
-        on_started(server_id)
+        # from a thread of its own, as a real boot reports: the fake API starts it under its lock
+        threading.Thread(target=on_started, args=(server_id,), daemon=True).start()
 
     def running(self, server_id: int) -> bool | None:
         agent = self.agents.get(server_id)

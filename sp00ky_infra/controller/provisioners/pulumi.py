@@ -20,7 +20,8 @@ A controller killed mid-update leaves the stack as its `pulumi up` left it, and 
 leader puts it right before it relies on it (``Recovery``, after adopt() and after an update
 that failed): the lock of a holder that is gone (a lock file of a ``file://`` backend naming
 this host and a pid that no longer runs) is removed, with a log line; one whose holder lives,
-or that another host holds, is waited for as above. The state's pending operations (an
+or that another host holds, is waited for as above (logged), and the recovery is done once
+it is gone: that holder may itself be killed mid-update. The state's pending operations (an
 update killed while it created or deleted) are dropped, and each machine it was creating is
 looked up by name: one the store still wants is made by the next update, which takes the
 server already there as its own (infra/machine.py); one it no longer wants has its server
@@ -175,6 +176,9 @@ class PulumiProvisioner:
         self._recover_due = False  # look for what a killed update left (Recovery) first
         self._stale = False  # an update is due though the desired set did not change
         self._retry_now = False  # a dead holder's lock was removed: no wait before the next try
+        # machines whose create a killed update left pending: their servers may exist outside
+        # the state until an update makes them (Recovery)
+        self._adrift: set[str] = set()
         # the first change the next update will carry, and the last (clock readings)
         self._pending_since: float | None = None
         self._changed_last = 0.0
@@ -296,7 +300,10 @@ class PulumiProvisioner:
                     self._changed.wait()
                 recover, self._recover_due = self._recover_due, False
             if recover:
-                self._recover()
+                if not self._recover():  # a live update holds the stack: look again later
+                    with self._changed:
+                        self._changed.wait_for(lambda: self._closing, timeout=self._backoff())
+                        self._recover_due = not self._closing
                 continue
             with self._changed:
                 self._settled()
@@ -315,10 +322,18 @@ class PulumiProvisioner:
                     if self._retry_now:
                         self._retry_now = False
                         continue
-                    wait = min(
-                        self.lock_retry * 2 ** min(self._lock_tries, 8), LOCK_RETRY_MAX_SECONDS
-                    )
-                    self._changed.wait_for(lambda: self._closing, timeout=wait)
+                    self._changed.wait_for(lambda: self._closing, timeout=self._backoff())
+
+    def _backoff(self) -> float:
+        """Under the lock: how long to wait for another update's lock before trying again."""
+        return min(self.lock_retry * 2.0 ** min(self._lock_tries, 8), LOCK_RETRY_MAX_SECONDS)
+
+    def _held(self, since: float, message: str) -> None:
+        """Under the lock: another update holds the stack (since ``since``, at the latest)."""
+        if self.locked_since is None:
+            self.locked_since = since
+        self._lock_tries += 1
+        self.lock_message = message
 
     def _update(self, wanted: dict[str, set[str]]) -> bool:
         """One `pulumi up` toward ``wanted``; False when the stack was locked (try again)."""
@@ -362,9 +377,23 @@ class PulumiProvisioner:
             for pool, names in before.items():
                 for name in names - wanted.get(pool, set()):
                     self._outcomes.append(Outcome(name, "destroyed"))
+        self._forget_adrift(_names(wanted))
         summary = getattr(result, "summary", None)
         log.info("pulumi up took %.1fs (%s)", elapsed, getattr(summary, "result", "succeeded"))
         return True
+
+    def _forget_adrift(self, made: set[str]) -> None:
+        """After an update that went through: the server of a machine adrift that it did not
+        make (its row ended between the recovery and the update) is deleted by name."""
+        with self._changed:
+            adrift, self._adrift = self._adrift - made, set()
+        recovery = self._recovery()
+        for name in sorted(adrift):
+            try:
+                if recovery is not None:
+                    recovery.forget(name)
+            except Exception as exc:  # the sweep is the backstop
+                log.warning("could not delete the server of machine %s: %s", name, exc)
 
     def _not_updated(
         self, exc: Exception, started: float,
@@ -378,10 +407,7 @@ class PulumiProvisioner:
                     self._retry_now = True
                 return False
             with self._changed:
-                if self.locked_since is None:
-                    self.locked_since = started
-                self._lock_tries += 1
-                self.lock_message = _first_line(str(exc).split("stderr:")[-1])
+                self._held(started, _first_line(str(exc).split("stderr:")[-1]))
             log.warning(
                 "the stack is locked by another update; trying again (%s)", self.lock_message
             )
@@ -414,31 +440,45 @@ class PulumiProvisioner:
             log.warning("could not read the stack's lock: %s", exc)
             return False
 
-    def _recover(self) -> None:
+    def _recover(self) -> bool:
         """Put right what a killed update left (``Recovery``) before the next update; the
-        machines whose create it dropped that are still wanted are made by that update."""
+        machines whose create it dropped that are still wanted are made by that update.
+        False while a live update holds the stack: what it left is not known until it ends
+        (it may itself be killed), so this is done again after a wait."""
         try:
             self._get_stack()
         except Refused:
-            return  # the update fails the machines, saying why
+            return True  # the update fails the machines, saying why
         recovery = self._recovery()
         if recovery is None:
-            return
+            return True
         with self._changed:
             self._busy = True
             wanted = _names(self.desired)
+        holder = ""
         try:
             took = recovery.take_over_lock()
-            remade = recovery.pending(wanted)
+            holder = recovery.holder()
+            remade = set() if holder else recovery.pending(wanted)
         except Exception as exc:  # the next update goes as it would have
             log.warning("could not look at the stack for a killed update: %s", exc)
             took, remade = False, set()
         with self._changed:
             self._busy = False
+            if holder:
+                self._held(self.clock(), f"the stack is locked by {holder}")
+                log.warning(
+                    "event=stack_lock_held stack=%s holder=%s: its process runs; waiting for "
+                    "its update to end", recovery.stack.name, holder,
+                )  # fmt: skip
+                return False
+            self._unlocked()
+            self._adrift |= remade
             if took or remade:
                 self._stale = True
                 self.applied = {pool: names - remade for pool, names in self.applied.items()}
                 self._changed.notify()
+        return True
 
     def on_progress(self, line: str) -> None:
         """One resource step of the running update, forwarded: the controller's log says
@@ -682,6 +722,15 @@ class Recovery:
                 "runs (killed mid-update)", self.stack.name, path, holder,
             )  # fmt: skip
         return removed
+
+    def holder(self) -> str:
+        """Who holds the stack's lock (its lock file's text), or "" when nobody does."""
+        for path in lock_files(*self._where()):
+            try:
+                return path.read_text().strip()
+            except OSError:
+                continue  # removed right now: its holder is done
+        return ""
 
     def pending(self, wanted: set[str]) -> set[str]:
         """Drop the state's pending operations; the machines whose create was pending that
