@@ -16,7 +16,11 @@ import pytest
 from sp00ky_infra.config.loader import load_config
 from sp00ky_infra.controller.core import Controller
 from sp00ky_infra.controller.provisioners import MachineSpec
-from sp00ky_infra.controller.provisioners.pulumi import Outcome, PulumiProvisioner
+from sp00ky_infra.controller.provisioners.pulumi import (
+    LOCK_HINT_SECONDS,
+    Outcome,
+    PulumiProvisioner,
+)
 from sp00ky_infra.controller.reconcile import tick
 from sp00ky_infra.controller.settings import ControllerSettings
 from sp00ky_infra.policy.machines import Reason
@@ -309,3 +313,26 @@ def test_the_stack_says_what_the_controller_says_or_the_controller_refuses() -> 
             assert "s3cret-pool" not in str(refused.value)  # a secret is never printed
         finally:
             provisioner.close()
+
+
+def test_a_stack_locked_for_long_says_how_a_dead_update_is_ended(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stack = FakeStack()
+    stack.fail_with = "error: the stack is currently locked by 1 lock(s)"
+    later = [0.0]  # added to the clock: the lock's age, without the wait
+    provisioner = PulumiProvisioner(
+        lambda: stack, clock=lambda: time.monotonic() + later[0], lock_retry=0.01
+    )
+    try:
+        with caplog.at_level("WARNING", logger="sp00ky.controller"):
+            provisioner.create(_spec("render-a"))
+            wait_for(lambda: provisioner._lock_tries >= 2, timeout=10, what="two tries")
+            assert "pulumi cancel" not in caplog.text  # a lock held a while is an update
+            later[0] = LOCK_HINT_SECONDS
+            tries = provisioner._lock_tries
+            wait_for(lambda: provisioner._lock_tries > tries + 1, timeout=10, what="a later try")
+        assert "`pulumi cancel --yes --stack STACK` in the project ends it" in caplog.text
+        assert provisioner.desired["render"] == {"render-a"}  # the machine still waits
+    finally:
+        provisioner.close()

@@ -57,6 +57,7 @@ __all__ = ["Outcome", "PulumiProvisioner", "Stack", "automation_stack"]
 
 LOCK_RETRY_SECONDS = 2.0
 LOCK_RETRY_MAX_SECONDS = 30.0
+LOCK_HINT_SECONDS = 600.0  # a stack locked this long: the log says how to end a dead update
 # Far longer than the gap between two creates of one tick (a few store writes), far shorter
 # than an update (seconds: the engine and the program start every time).
 SETTLE_SECONDS = 0.25
@@ -328,6 +329,15 @@ class PulumiProvisioner:
         """Under the lock: how long to wait for another update's lock before trying again."""
         return min(self.lock_retry * 2.0 ** min(self._lock_tries, 8), LOCK_RETRY_MAX_SECONDS)
 
+    def _cancel_hint(self) -> str:
+        """What ends a lock no update holds any more, where this controller cannot tell."""
+        name = getattr(self._stack, "name", None) or "STACK"
+        return (
+            f"; locked for {LOCK_HINT_SECONDS / 60:.0f} min or more: if no update runs anywhere "
+            "(one killed on another host, or on a Pulumi Cloud backend, which leaves no lock "
+            f"file here), `pulumi cancel --yes --stack {name}` in the project ends it"
+        )
+
     def _held(self, since: float, message: str) -> None:
         """Under the lock: another update holds the stack (since ``since``, at the latest)."""
         if self.locked_since is None:
@@ -408,9 +418,11 @@ class PulumiProvisioner:
                 return False
             with self._changed:
                 self._held(started, _first_line(str(exc).split("stderr:")[-1]))
+                held_for = self.clock() - (self.locked_since or started)
             log.warning(
-                "the stack is locked by another update; trying again (%s)", self.lock_message
-            )
+                "the stack is locked by another update; trying again (%s)%s", self.lock_message,
+                self._cancel_hint() if held_for >= LOCK_HINT_SECONDS else "",
+            )  # fmt: skip
             return False
         elapsed = self.clock() - started
         self.durations.append(elapsed)
