@@ -49,7 +49,7 @@ from sp00ky_infra.controller.provisioners.inline import InlineStack, project_pro
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.policy.explain import Bake
 from sp00ky_infra.shared import labels
-from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV, Desired
+from sp00ky_infra.shared.desired import Desired
 from sp00ky_infra.shared.extras import require
 
 log = logging.getLogger("sp00ky.controller")
@@ -93,8 +93,8 @@ class Recoverable(Protocol):
 
 def automation_stack(stack: str, work_dir: str) -> Stack:
     """The real stack (needs the pulumi CLI on PATH), its program run in this process
-    (``inline.py``). Its runs carry the controller's mark: only they may take machines away
-    (a `pulumi up` by hand keeps what exists), and never download a plugin."""
+    (``inline.py``, which marks the run as the controller's: only such a run may take
+    machines away, a `pulumi up` by hand keeps what exists); it never downloads a plugin."""
     require("pulumi", "the pulumi provisioner")
     from pulumi import automation
 
@@ -107,7 +107,6 @@ def automation_stack(stack: str, work_dir: str) -> Stack:
                 # nothing is downloaded at run time: every resource is a dynamic provider,
                 # whose host runs on this interpreter, as the program does
                 env_vars={
-                    UPDATED_BY_ENV: CONTROLLER,
                     "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
                     "PULUMI_PYTHON_CMD": sys.executable,
                 }
