@@ -396,11 +396,12 @@ class PulumiProvisioner:
         make (its row ended between the recovery and the update) is deleted by name."""
         with self._changed:
             adrift, self._adrift = self._adrift - made, set()
-        recovery = self._recovery()
+        recovery = self._recovery() if adrift else None
+        if recovery is None:
+            return
         for name in sorted(adrift):
             try:
-                if recovery is not None:
-                    recovery.forget(name)
+                recovery.forget(name)
             except Exception as exc:  # the sweep is the backstop
                 log.warning("could not delete the server of machine %s: %s", name, exc)
 
