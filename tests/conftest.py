@@ -21,8 +21,13 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from sp00ky_infra.controller.provisioners.inline import without_grpc_fork_support
 from sp00ky_infra.store import SqlStore, open_store
 from tests.helpers import CI
+
+# As the controller does before its first inline program, here before any test imports grpc:
+# tests run inline programs in their own process, then fork children that run Python first
+without_grpc_fork_support()
 
 POSTGRES_URL = os.environ.get("SPKY_TEST_POSTGRES_URL", "")
 REQUIRE_SERVICES = os.environ.get("SPKY_TEST_REQUIRE_SERVICES") == "1"

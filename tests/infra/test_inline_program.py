@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from sp00ky_infra.controller.provisioners.inline import project_program
+from sp00ky_infra.controller.provisioners.inline import GRPC_FORK_SUPPORT_ENV, project_program
 from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY_ENV, updated_by
 
 PROGRAM = """
@@ -49,3 +51,33 @@ def test_a_folder_without_the_program_is_refused_naming_the_setting(tmp_path: Pa
     with pytest.raises(FileNotFoundError, match="SPKY_PULUMI_DIR") as refused:
         project_program(str(tmp_path))
     assert str(tmp_path / "__main__.py") in str(refused.value)
+
+
+FORKS = """
+import subprocess, sys
+from concurrent import futures
+from sp00ky_infra.controller.provisioners.inline import without_grpc_fork_support
+without_grpc_fork_support()
+import grpc
+server = grpc.server(futures.ThreadPoolExecutor(4))
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+channel = grpc.insecure_channel(f"127.0.0.1:{port}")  # kept open, as the SDK keeps its own
+grpc.channel_ready_future(channel).result(timeout=10)
+server.stop(0)
+for _ in range(60):  # children that run Python before they exec, as a preexec_fn does
+    child = subprocess.run([sys.executable, "-c", "print('ok')"], capture_output=True,
+                           text=True, preexec_fn=lambda: None, timeout=30)
+    print(repr((child.stdout.strip(), child.stderr)))
+"""
+
+
+def test_a_process_that_ran_grpc_forks_clean_children(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != GRPC_FORK_SUPPORT_ENV}
+    done = subprocess.run(
+        [sys.executable, "-c", FORKS], capture_output=True, text=True, env=env, timeout=120,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    children = done.stdout.splitlines()
+    assert len(children) == 60 and set(children) == {repr(("ok", ""))}

@@ -13,6 +13,7 @@ runs on this interpreter (``PULUMI_PYTHON_CMD``), which has the program's packag
 from __future__ import annotations
 
 import gc
+import os
 import runpy
 import threading
 from collections.abc import Callable, Mapping, MutableMapping
@@ -21,7 +22,18 @@ from typing import Any
 
 from sp00ky_infra.shared.desired import CONTROLLER, UPDATED_BY
 
-__all__ = ["InlineStack", "project_program"]
+__all__ = ["InlineStack", "project_program", "without_grpc_fork_support"]
+
+GRPC_FORK_SUPPORT_ENV = "GRPC_ENABLE_FORK_SUPPORT"
+
+
+def without_grpc_fork_support() -> None:
+    """Before this process first imports grpc (an inline program's language server is
+    grpc's): its fork support off, unless set. This process forks only to run another program,
+    and grpc's handlers at a fork restart its pollers in the child, which then wrote errors
+    into, or stalled, a child that runs Python before it execs (``preexec_fn``)."""
+    os.environ.setdefault(GRPC_FORK_SUPPORT_ENV, "false")
+
 
 # The SDK keeps a running program's state per process: one inline program at a time.
 _RUNS = threading.Lock()

@@ -45,7 +45,11 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 from sp00ky_infra.controller.provisioners.base import MachineSpec, Outcome, Provisioned, Refused
-from sp00ky_infra.controller.provisioners.inline import InlineStack, project_program
+from sp00ky_infra.controller.provisioners.inline import (
+    InlineStack,
+    project_program,
+    without_grpc_fork_support,
+)
 from sp00ky_infra.hetzner import HetznerAPI
 from sp00ky_infra.policy.explain import Bake
 from sp00ky_infra.shared import labels
@@ -96,6 +100,7 @@ def automation_stack(stack: str, work_dir: str) -> Stack:
     (``inline.py``, which marks the run as the controller's: only such a run may take
     machines away, a `pulumi up` by hand keeps what exists); it never downloads a plugin."""
     require("pulumi", "the pulumi provisioner")
+    without_grpc_fork_support()
     from pulumi import automation
 
     program = project_program(work_dir)
