@@ -549,8 +549,9 @@ class Rehearsal:
                 ready = [m for m in live if m.state == "ready"]
                 servers = len(cloud.servers)
                 incidents = [i for i in store.pools.incidents() if i.closed_at is None]
-                if ready and not guarded and jobs.get("pending", 0) + jobs.get("processing", 0):
-                    # the guardian while machines run: a live controller's machines are kept
+                if ready and not guarded:
+                    # the guardian while machines run: a live controller's machines are kept.
+                    # Taken while one is ready, busy or not: a burst can end between two looks
                     report.guardian.append(self._guardian(cloud, "while the machines ran"))
                     guarded = True
                 pending = jobs.get("pending", 0) + jobs.get("processing", 0)
